@@ -1,0 +1,308 @@
+"""The Talos secrets bundle (``secrets.yaml``), byte-compatible with ``talosctl gen secrets``.
+
+Layout (talos-api-facts.md §4): cluster.{id,secret}; secrets.{bootstraptoken,
+secretboxencryptionsecret | aescbcencryptionsecret}; trustdinfo.token; certs.{etcd,k8s,k8saggregator,
+os}.{crt,key} and certs.k8sserviceaccount.key, every crt/key base64 of the PEM text.
+
+A bundle loaded from YAML keeps its parsed document (comments, key order, quoting), so saving an
+unchanged bundle writes back the very bytes it was loaded from, and a changed one changes only the
+values that changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import os
+import secrets as _secrets
+import string
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.error import YAMLError
+
+from ichord import yamlio
+from ichord.api.contract import DEFAULT_CONTRACT, VersionContract
+from ichord.errors import IchordError
+from ichord.pki import pem as _pem
+from ichord.pki.ca import CAKind, CertificateAuthority, KeyAlgorithm, generate_ca, generate_key
+
+
+class BundleError(IchordError):
+    """The secrets bundle is malformed or partial. ``problems`` lists every defect found."""
+
+    def __init__(self, problems: list[str], source: str = "secrets bundle") -> None:
+        self.problems = problems
+        super().__init__(
+            f"{source} is not a valid Talos secrets bundle: " + "; ".join(problems)
+            + ". Regenerate it with `ichord bundle generate` or `talosctl gen secrets`, or restore it from a backup."
+        )
+
+
+class BundleExistsError(IchordError):
+    pass
+
+
+#: CA entries in bundle order; each needs crt and key.
+CA_ENTRIES: tuple[CAKind, ...] = (CAKind.ETCD, CAKind.KUBERNETES, CAKind.AGGREGATOR)
+_TOKEN_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def _token(n: int) -> str:
+    return "".join(_secrets.choice(_TOKEN_ALPHABET) for _ in range(n))
+
+
+def generate_token() -> str:
+    """A ``xxxxxx.yyyyyyyyyyyyyyyy`` token (bootstrap token, trustd token)."""
+    return f"{_token(6)}.{_token(16)}"
+
+
+@dataclass(frozen=True)
+class SecretsBundle:
+    cluster_id: str = field(repr=False)
+    cluster_secret: str = field(repr=False)
+    bootstrap_token: str = field(repr=False)
+    trustd_token: str = field(repr=False)
+    secretbox_encryption_secret: str | None = field(repr=False)
+    aescbc_encryption_secret: str | None = field(repr=False)
+    etcd: CertificateAuthority
+    k8s: CertificateAuthority
+    k8s_aggregator: CertificateAuthority
+    k8s_service_account_key: bytes = field(repr=False)
+    os: CertificateAuthority
+    # The parsed document this bundle came from, for a faithful round trip; None when generated.
+    _document: Any = field(default=None, repr=False, compare=False)
+
+    def ca(self, kind: CAKind) -> CertificateAuthority:
+        return {
+            CAKind.OS: self.os,
+            CAKind.ETCD: self.etcd,
+            CAKind.KUBERNETES: self.k8s,
+            CAKind.AGGREGATOR: self.k8s_aggregator,
+        }[kind]
+
+    def with_cas(self, cas: dict[CAKind, CertificateAuthority]) -> SecretsBundle:
+        """A copy with some CAs replaced (everything else, cluster ID and secret included, kept)."""
+        names = {CAKind.OS: "os", CAKind.ETCD: "etcd", CAKind.KUBERNETES: "k8s", CAKind.AGGREGATOR: "k8s_aggregator"}
+        return replace(self, **{names[k]: v for k, v in cas.items()})
+
+    def secret_values(self) -> list[str]:
+        """Every secret this bundle holds, in the encodings it may appear in (for the scrubber)."""
+        out = [self.cluster_secret, self.bootstrap_token, self.trustd_token]
+        out += [s for s in (self.secretbox_encryption_secret, self.aescbc_encryption_secret) if s]
+        for ca in (self.os, self.etcd, self.k8s, self.k8s_aggregator):
+            if ca.key_pem:
+                out.append(ca.key_pem.decode())
+        out.append(self.k8s_service_account_key.decode())
+        return out
+
+    # ---- encoding -------------------------------------------------------------------------
+
+    def to_yaml(self) -> str:
+        doc = self._document if self._document is not None else _new_document()
+        _set_path(doc, ("cluster", "id"), self.cluster_id)
+        _set_path(doc, ("cluster", "secret"), self.cluster_secret)
+        _set_path(doc, ("secrets", "bootstraptoken"), self.bootstrap_token)
+        for key, value in (
+            ("secretboxencryptionsecret", self.secretbox_encryption_secret),
+            ("aescbcencryptionsecret", self.aescbc_encryption_secret),
+        ):
+            if value:
+                _set_path(doc, ("secrets", key), value)
+            elif key in doc.get("secrets", {}):
+                del doc["secrets"][key]
+        _set_path(doc, ("trustdinfo", "token"), self.trustd_token)
+        for kind, ca in ((CAKind.ETCD, self.etcd), (CAKind.KUBERNETES, self.k8s),
+                         (CAKind.AGGREGATOR, self.k8s_aggregator)):
+            _set_ca(doc, kind.value, ca)
+        _set_path(doc, ("certs", "k8sserviceaccount", "key"), _pem.b64_pem_encode(self.k8s_service_account_key))
+        _set_ca(doc, CAKind.OS.value, self.os)
+        return yamlio.dump(doc)
+
+    @classmethod
+    def from_yaml(cls, text: str | bytes, source: str = "secrets bundle") -> SecretsBundle:
+        try:
+            doc = yamlio.load(text)
+        except YAMLError as exc:
+            # The parser's message may quote the input; keep only where it failed.
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise BundleError([f"it is not valid YAML{where}"], source) from None
+        if not isinstance(doc, dict):
+            raise BundleError(["it is not a YAML mapping"], source)
+        return _parse(doc, source)
+
+    # ---- files ----------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> SecretsBundle:
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            raise BundleError([f"it cannot be read ({exc.strerror})"], str(p)) from None
+        return cls.from_yaml(data, str(p))
+
+    def save(self, path: str | os.PathLike[str], *, force: bool = False) -> None:
+        """Write with mode 0600 (as talosctl does); refuse to overwrite unless ``force``."""
+        p = Path(path)
+        data = self.to_yaml().encode()
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+        try:
+            fd = os.open(p, flags, 0o600)
+        except FileExistsError:
+            raise BundleExistsError(f"{p} exists; pass --force to overwrite it") from None
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(p, 0o600)
+
+
+def generate_bundle(contract: VersionContract = DEFAULT_CONTRACT, *, now: dt.datetime | None = None) -> SecretsBundle:
+    """A new bundle, as ``talosctl gen secrets`` makes it for ``contract``."""
+    now = now or dt.datetime.now(dt.UTC)
+    # Contracts > 1.6 use an RSA-4096 service-account key (UseRSAServiceAccountKey); > 1.2 secretbox.
+    sa_alg = KeyAlgorithm.RSA_4096 if (contract.major, contract.minor) > (1, 6) else KeyAlgorithm.ECDSA_P256
+    return SecretsBundle(
+        cluster_id=base64.urlsafe_b64encode(_secrets.token_bytes(32)).decode(),
+        cluster_secret=base64.b64encode(_secrets.token_bytes(32)).decode(),
+        bootstrap_token=generate_token(),
+        trustd_token=generate_token(),
+        secretbox_encryption_secret=base64.b64encode(_secrets.token_bytes(32)).decode(),
+        aescbc_encryption_secret=None,
+        etcd=generate_ca(CAKind.ETCD, now=now),
+        k8s=generate_ca(CAKind.KUBERNETES, now=now),
+        k8s_aggregator=generate_ca(CAKind.AGGREGATOR, now=now),
+        k8s_service_account_key=_pem.encode_private_key(generate_key(sa_alg)),
+        os=generate_ca(CAKind.OS, now=now),
+    )
+
+
+# ---- parsing ------------------------------------------------------------------------------
+
+
+def _new_document() -> CommentedMap:
+    doc = CommentedMap()
+    for section in ("cluster", "secrets", "trustdinfo", "certs"):
+        doc[section] = CommentedMap()
+    for entry in ("etcd", "k8s", "k8saggregator", "k8sserviceaccount", "os"):
+        doc["certs"][entry] = CommentedMap()
+    return doc
+
+
+def _set_path(doc: Any, path: tuple[str, ...], value: str) -> None:
+    node = doc
+    for key in path[:-1]:
+        if key not in node or not isinstance(node[key], dict):
+            node[key] = CommentedMap()
+        node = node[key]
+    if node.get(path[-1]) != value:  # keep the original scalar (and its quoting) when unchanged
+        node[path[-1]] = value
+
+
+def _set_ca(doc: Any, entry: str, ca: CertificateAuthority) -> None:
+    _set_path(doc, ("certs", entry, "crt"), _pem.b64_pem_encode(ca.cert_pem))
+    if ca.key_pem is not None:
+        _set_path(doc, ("certs", entry, "key"), _pem.b64_pem_encode(ca.key_pem))
+
+
+def _get(doc: Any, path: tuple[str, ...], problems: list[str], *, required: bool = True) -> str | None:
+    node = doc
+    for key in path:
+        if not isinstance(node, dict) or key not in node or node[key] in (None, ""):
+            if required:
+                problems.append(f"{'.'.join(path)} is missing")
+            return None
+        node = node[key]
+    if not isinstance(node, str):
+        problems.append(f"{'.'.join(path)} is not a string")
+        return None
+    return node
+
+
+def _parse_ca(doc: Any, entry: str, problems: list[str]) -> CertificateAuthority | None:
+    crt = _get(doc, ("certs", entry, "crt"), problems)
+    key = _get(doc, ("certs", entry, "key"), problems)
+    if crt is None or key is None:
+        return None
+    try:
+        cert_pem = _pem.b64_pem_decode(crt, f"certs.{entry}.crt")
+        key_pem = _pem.b64_pem_decode(key, f"certs.{entry}.key")
+        ca = CertificateAuthority(cert_pem, key_pem)
+        cert = ca.certificate
+    except _pem.PEMError as exc:
+        problems.append(str(exc))
+        return None
+    try:
+        private = ca.private_key
+    except _pem.PEMError:
+        problems.append(f"certs.{entry}.key is not a private key (label {_label_or_none(key_pem)})")
+        return None
+    if not _pem.key_matches_certificate(private, cert):
+        problems.append(f"certs.{entry}.key does not belong to certs.{entry}.crt")
+        return None
+    bc = _basic_constraints_ca(cert)
+    if not bc:
+        problems.append(f"certs.{entry}.crt is not a CA certificate")
+        return None
+    return ca
+
+
+def _label_or_none(data: bytes) -> str:
+    try:
+        return _pem.pem_label(data)
+    except _pem.PEMError:
+        return "none"
+
+
+def _basic_constraints_ca(cert: Any) -> bool:
+    from cryptography import x509
+
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
+
+
+def _parse(doc: Any, source: str) -> SecretsBundle:
+    problems: list[str] = []
+    cluster_id = _get(doc, ("cluster", "id"), problems)
+    cluster_secret = _get(doc, ("cluster", "secret"), problems)
+    bootstrap = _get(doc, ("secrets", "bootstraptoken"), problems)
+    secretbox = _get(doc, ("secrets", "secretboxencryptionsecret"), problems, required=False)
+    aescbc = _get(doc, ("secrets", "aescbcencryptionsecret"), problems, required=False)
+    if bool(secretbox) == bool(aescbc):
+        problems.append(
+            "exactly one of secrets.secretboxencryptionsecret and secrets.aescbcencryptionsecret must be set"
+            + (" (both are)" if secretbox else " (neither is)")
+        )
+    trustd = _get(doc, ("trustdinfo", "token"), problems)
+    cas = {entry: _parse_ca(doc, entry, problems) for entry in ("etcd", "k8s", "k8saggregator", "os")}
+    sa_key = None
+    sa_b64 = _get(doc, ("certs", "k8sserviceaccount", "key"), problems)
+    if sa_b64 is not None:
+        try:
+            sa_key = _pem.b64_pem_decode(sa_b64, "certs.k8sserviceaccount.key")
+            _pem.load_private_key(sa_key, "certs.k8sserviceaccount.key")
+        except _pem.PEMError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise BundleError(problems, source)
+    assert cluster_id and cluster_secret and bootstrap and trustd and sa_key  # noqa: PT018 - narrowed above
+    etcd, k8s, agg, os_ca = cas["etcd"], cas["k8s"], cas["k8saggregator"], cas["os"]
+    assert etcd and k8s and agg and os_ca  # noqa: PT018
+    return SecretsBundle(
+        cluster_id=cluster_id,
+        cluster_secret=cluster_secret,
+        bootstrap_token=bootstrap,
+        trustd_token=trustd,
+        secretbox_encryption_secret=secretbox,
+        aescbc_encryption_secret=aescbc,
+        etcd=etcd,
+        k8s=k8s,
+        k8s_aggregator=agg,
+        k8s_service_account_key=sa_key,
+        os=os_ca,
+        _document=doc,
+    )
