@@ -1,22 +1,52 @@
-"""Command-line entry point (one subcommand per job)."""
+"""Command-line entry point (one subcommand per job).
+
+Each area registers its own subcommands (``register(subparsers)``) and sets ``func`` on its parser;
+``func(args) -> int`` is the exit code. Errors derived from IchordError print their message (which
+never holds secret material) and exit 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
+from ichord.errors import IchordError
+
+#: Modules that add subcommands. Each exposes ``register(subparsers) -> None``.
+COMMAND_MODULES = (
+    "ichord.pki.cli",
+    "ichord.render.cli",
+    "ichord.talos.cli",
+    "ichord.sim.kube.cli",
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ichord", description=__doc__)
-    parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="ichord", description="Keeps Talos clusters' CAs and configuration safe.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    del args
-    return 0
+    try:
+        rc: int = args.func(args)
+    except IchordError as exc:
+        print(f"ichord: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return rc
 
 
 if __name__ == "__main__":

@@ -1,0 +1,136 @@
+"""A Talos machine configuration as a list of YAML documents.
+
+The first document is the v1alpha1 one (``version: v1alpha1``); the others are typed documents
+(``apiVersion: v1alpha1``, ``kind: ...``, some with ``name``). Encoding is deterministic: the same
+documents always give the same bytes, so a configuration hash compares renders and nodes.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.error import YAMLError
+
+from ichord.errors import IchordError
+
+V1ALPHA1 = "v1alpha1"
+DocKey = tuple[str, str | None]  # (kind, name); the v1alpha1 document is ("v1alpha1", None)
+
+
+class ConfigParseError(IchordError):
+    pass
+
+
+def _yaml() -> YAML:
+    y = YAML(typ="rt")
+    # go-yaml v3 style: 4 spaces per mapping level, sequence dashes indented under their key.
+    y.indent(mapping=4, sequence=6, offset=4)
+    y.width = 1 << 30
+    return y
+
+
+def _strip_comments(node: Any) -> Any:
+    """Plain copy without comments, so encoding never depends on where a document came from."""
+    if isinstance(node, dict):
+        out = CommentedMap()
+        for k, v in node.items():
+            out[str(k)] = _strip_comments(v)
+        return out
+    if isinstance(node, list):
+        return [_strip_comments(v) for v in node]
+    return node
+
+
+def doc_key(doc: dict[str, Any]) -> DocKey:
+    if "kind" not in doc and doc.get("version") == V1ALPHA1:
+        return (V1ALPHA1, None)
+    kind = str(doc.get("kind", ""))
+    name = doc.get("name")
+    return (kind, None if name is None else str(name))
+
+
+def doc_label(key: DocKey) -> str:
+    """``KernelModuleConfig br_netfilter`` / ``KubeAPIServerCAConfig`` / ``v1alpha1``."""
+    return key[0] if key[1] is None else f"{key[0]} {key[1]}"
+
+
+@dataclass
+class MachineConfig:
+    documents: list[CommentedMap]
+
+    # ---- parsing / encoding --------------------------------------------------------------
+
+    @classmethod
+    def parse(cls, data: str | bytes) -> MachineConfig:
+        """Parse a configuration as Talos returns it (multi-document YAML, comments allowed)."""
+        try:
+            docs = [d for d in _yaml().load_all(data) if d is not None]
+        except YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise ConfigParseError(f"machine configuration is not valid YAML{where}") from None
+        for i, d in enumerate(docs):
+            if not isinstance(d, dict):
+                raise ConfigParseError(f"document {i + 1} of the machine configuration is not a mapping")
+        return cls([_strip_comments(d) for d in docs])
+
+    def to_yaml(self) -> str:
+        y = _yaml()
+        parts = []
+        for d in self.documents:
+            buf = io.StringIO()
+            y.dump(d, buf)
+            parts.append(buf.getvalue())
+        return "---\n".join(parts)
+
+    def to_bytes(self) -> bytes:
+        return self.to_yaml().encode()
+
+    def hash(self) -> str:
+        """SHA-256 (hex) of the deterministic encoding."""
+        return hashlib.sha256(self.to_bytes()).hexdigest()
+
+    def copy(self) -> MachineConfig:
+        return MachineConfig(copy.deepcopy(self.documents))
+
+    # ---- access --------------------------------------------------------------------------
+
+    @property
+    def v1alpha1(self) -> CommentedMap:
+        for d in self.documents:
+            if doc_key(d) == (V1ALPHA1, None):
+                return d
+        raise KeyError("the configuration has no v1alpha1 document")
+
+    def find(self, kind: str, name: str | None = None) -> CommentedMap | None:
+        for d in self.documents:
+            if doc_key(d) == (kind, name) or (name is None and doc_key(d)[0] == kind):
+                return d
+        return None
+
+    def find_all(self, kind: str) -> Iterator[CommentedMap]:
+        return (d for d in self.documents if doc_key(d)[0] == kind)
+
+    def keys(self) -> list[DocKey]:
+        return [doc_key(d) for d in self.documents]
+
+    def plain(self) -> list[Any]:
+        """The documents as plain dicts/lists (for comparisons and JSON)."""
+        return [_plain(d) for d in self.documents]
+
+
+def _plain(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {str(k): _plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    if isinstance(node, str):
+        return str(node)
+    return node
