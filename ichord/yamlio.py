@@ -41,7 +41,8 @@ def dump(data: Any) -> str:
 
 def literal(text: str) -> LiteralScalarString:
     """A block scalar (``|``), as Talos writes PEM text in the 1.14 documents."""
-    return LiteralScalarString(text)
+    out: LiteralScalarString = LiteralScalarString(text)
+    return out
 
 
 def load(text: str | bytes) -> Any:

@@ -43,9 +43,7 @@ def parse_contract(text: str) -> VersionContract:
     """``v1.14``, ``1.14`` or ``v1.14.5`` -> the v1.14 contract; anything unsupported is refused."""
     m = _VERSION.match(text.strip())
     if m is None:
-        raise UnsupportedContractError(
-            f"{text!r} is not a Talos version; write it as v1.13 or v1.14"
-        )
+        raise UnsupportedContractError(f"{text!r} is not a Talos version; write it as v1.13 or v1.14")
     contract = VersionContract(int(m.group(1)), int(m.group(2)))
     if contract not in SUPPORTED_CONTRACTS:
         supported = ", ".join(str(c) for c in SUPPORTED_CONTRACTS)

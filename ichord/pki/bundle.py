@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import os
+import os as _os
 import secrets as _secrets
 import string
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
@@ -36,7 +37,8 @@ class BundleError(IchordError):
     def __init__(self, problems: list[str], source: str = "secrets bundle") -> None:
         self.problems = problems
         super().__init__(
-            f"{source} is not a valid Talos secrets bundle: " + "; ".join(problems)
+            f"{source} is not a valid Talos secrets bundle: "
+            + "; ".join(problems)
             + ". Regenerate it with `ichord bundle generate` or `talosctl gen secrets`, or restore it from a backup."
         )
 
@@ -85,8 +87,13 @@ class SecretsBundle:
 
     def with_cas(self, cas: dict[CAKind, CertificateAuthority]) -> SecretsBundle:
         """A copy with some CAs replaced (everything else, cluster ID and secret included, kept)."""
-        names = {CAKind.OS: "os", CAKind.ETCD: "etcd", CAKind.KUBERNETES: "k8s", CAKind.AGGREGATOR: "k8s_aggregator"}
-        return replace(self, **{names[k]: v for k, v in cas.items()})
+        return replace(
+            self,
+            os=cas.get(CAKind.OS, self.os),
+            etcd=cas.get(CAKind.ETCD, self.etcd),
+            k8s=cas.get(CAKind.KUBERNETES, self.k8s),
+            k8s_aggregator=cas.get(CAKind.AGGREGATOR, self.k8s_aggregator),
+        )
 
     def secret_values(self) -> list[str]:
         """Every secret this bundle holds, in the encodings it may appear in (for the scrubber)."""
@@ -114,8 +121,11 @@ class SecretsBundle:
             elif key in doc.get("secrets", {}):
                 del doc["secrets"][key]
         _set_path(doc, ("trustdinfo", "token"), self.trustd_token)
-        for kind, ca in ((CAKind.ETCD, self.etcd), (CAKind.KUBERNETES, self.k8s),
-                         (CAKind.AGGREGATOR, self.k8s_aggregator)):
+        for kind, ca in (
+            (CAKind.ETCD, self.etcd),
+            (CAKind.KUBERNETES, self.k8s),
+            (CAKind.AGGREGATOR, self.k8s_aggregator),
+        ):
             _set_ca(doc, kind.value, ca)
         _set_path(doc, ("certs", "k8sserviceaccount", "key"), _pem.b64_pem_encode(self.k8s_service_account_key))
         _set_ca(doc, CAKind.OS.value, self.os)
@@ -137,7 +147,7 @@ class SecretsBundle:
     # ---- files ----------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> SecretsBundle:
+    def load(cls, path: str | _os.PathLike[str]) -> SecretsBundle:
         p = Path(path)
         try:
             data = p.read_bytes()
@@ -145,18 +155,18 @@ class SecretsBundle:
             raise BundleError([f"it cannot be read ({exc.strerror})"], str(p)) from None
         return cls.from_yaml(data, str(p))
 
-    def save(self, path: str | os.PathLike[str], *, force: bool = False) -> None:
+    def save(self, path: str | _os.PathLike[str], *, force: bool = False) -> None:
         """Write with mode 0600 (as talosctl does); refuse to overwrite unless ``force``."""
         p = Path(path)
         data = self.to_yaml().encode()
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+        flags = _os.O_WRONLY | _os.O_CREAT | (_os.O_TRUNC if force else _os.O_EXCL)
         try:
-            fd = os.open(p, flags, 0o600)
+            fd = _os.open(p, flags, 0o600)
         except FileExistsError:
             raise BundleExistsError(f"{p} exists; pass --force to overwrite it") from None
-        with os.fdopen(fd, "wb") as f:
+        with _os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(p, 0o600)
+        _os.chmod(p, 0o600)
 
 
 def generate_bundle(contract: VersionContract = DEFAULT_CONTRACT, *, now: dt.datetime | None = None) -> SecretsBundle:
@@ -256,9 +266,7 @@ def _label_or_none(data: bytes) -> str:
         return "none"
 
 
-def _basic_constraints_ca(cert: Any) -> bool:
-    from cryptography import x509
-
+def _basic_constraints_ca(cert: x509.Certificate) -> bool:
     try:
         return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
     except x509.ExtensionNotFound:

@@ -76,8 +76,9 @@ def _serial() -> int:
     return int.from_bytes(_secrets.token_bytes(16), "big") >> 1
 
 
-def _name(organization: str | None = None, common_name: str | None = None,
-          organizations: Sequence[str] = ()) -> x509.Name:
+def _name(
+    organization: str | None = None, common_name: str | None = None, organizations: Sequence[str] = ()
+) -> x509.Name:
     attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
     if organization:
         attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
@@ -114,8 +115,9 @@ class CertificateAuthority:
         return f"CertificateAuthority(subject={self.certificate.subject.rfc4514_string()!r})"
 
 
-def generate_ca(kind: CAKind, *, now: dt.datetime | None = None,
-                algorithm: KeyAlgorithm | None = None) -> CertificateAuthority:
+def generate_ca(
+    kind: CAKind, *, now: dt.datetime | None = None, algorithm: KeyAlgorithm | None = None
+) -> CertificateAuthority:
     """Generate a self-signed CA exactly as Talos does for ``kind``."""
     profile = CA_PROFILES[kind]
     key = generate_key(algorithm or profile.algorithm)
@@ -132,9 +134,15 @@ def generate_ca(kind: CAKind, *, now: dt.datetime | None = None,
         .not_valid_after(now + CA_VALIDITY)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=False,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -192,9 +200,15 @@ def issue_talos_client_certificate(
         .not_valid_after(now + lifetime)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )

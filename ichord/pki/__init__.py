@@ -1,0 +1,1 @@
+"""Secrets bundle, CA generation, client certificates, fingerprints, rotation.yaml and the scrubber."""

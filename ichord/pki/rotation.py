@@ -1,0 +1,150 @@
+"""``rotation.yaml``: the new CAs of a CA rotation, saved before any node is told anything.
+
+Optional keys ``talos``, ``kubernetes``, ``etcd``, ``aggregator``, each ``{crt, key}`` in the
+bundle's encoding (base64 of PEM). The keys present are the rotation's targets (ADR 0120 §1): a
+restarted daemon reads the targets from here, never from the operation's spec.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.error import YAMLError
+
+from ichord import yamlio
+from ichord.errors import IchordError
+from ichord.pki import pem as _pem
+from ichord.pki.bundle import SecretsBundle
+from ichord.pki.ca import CAKind, CertificateAuthority, generate_ca
+from ichord.pki.fingerprint import ca_fingerprint
+
+
+class Target(enum.Enum):
+    """A CA-rotation target; the value is the API name (spec.caRotation.targets)."""
+
+    TALOS = "talos"
+    KUBERNETES = "kubernetes"
+    ETCD = "etcd"
+    KUBERNETES_AGGREGATOR = "kubernetes-aggregator"
+
+    @property
+    def ca_kind(self) -> CAKind:
+        return _CA_KIND[self]
+
+    @property
+    def rotation_key(self) -> str:
+        """The key in rotation.yaml."""
+        return _ROTATION_KEY[self]
+
+
+_CA_KIND = {
+    Target.TALOS: CAKind.OS,
+    Target.KUBERNETES: CAKind.KUBERNETES,
+    Target.ETCD: CAKind.ETCD,
+    Target.KUBERNETES_AGGREGATOR: CAKind.AGGREGATOR,
+}
+_ROTATION_KEY = {
+    Target.TALOS: "talos",
+    Target.KUBERNETES: "kubernetes",
+    Target.ETCD: "etcd",
+    Target.KUBERNETES_AGGREGATOR: "aggregator",
+}
+#: rotation.yaml key order (also the order targets are listed in).
+TARGET_ORDER = (Target.TALOS, Target.KUBERNETES, Target.ETCD, Target.KUBERNETES_AGGREGATOR)
+DEFAULT_TARGETS = (Target.TALOS, Target.KUBERNETES)
+
+
+class RotationError(IchordError):
+    pass
+
+
+def parse_targets(names: list[str] | tuple[str, ...] | None) -> tuple[Target, ...]:
+    """spec.caRotation.targets -> targets in canonical order; absent or empty = talos, kubernetes."""
+    if not names:
+        return DEFAULT_TARGETS
+    seen: set[Target] = set()
+    for n in names:
+        try:
+            t = Target(n)
+        except ValueError:
+            allowed = ", ".join(t.value for t in TARGET_ORDER)
+            raise RotationError(f"unknown CA-rotation target {n!r}; allowed: {allowed}") from None
+        if t in seen:
+            raise RotationError(f"CA-rotation target {n!r} is listed twice")
+        seen.add(t)
+    return tuple(t for t in TARGET_ORDER if t in seen)
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """The new CA per target."""
+
+    new: dict[Target, CertificateAuthority]
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        return tuple(t for t in TARGET_ORDER if t in self.new)
+
+    def fingerprints(self) -> dict[Target, str]:
+        return {t: ca_fingerprint(self.new[t]) for t in self.targets}
+
+    def apply_to(self, bundle: SecretsBundle) -> SecretsBundle:
+        """The bundle with the new CAs (what Finalizing writes); keys not in rotation.yaml untouched."""
+        return bundle.with_cas({t.ca_kind: ca for t, ca in self.new.items()})
+
+    def to_yaml(self) -> str:
+        doc = CommentedMap()
+        for t in self.targets:
+            ca = self.new[t]
+            entry = CommentedMap()
+            entry["crt"] = _pem.b64_pem_encode(ca.cert_pem)
+            if ca.key_pem is None:
+                raise RotationError(f"the new {t.value} CA has no key")
+            entry["key"] = _pem.b64_pem_encode(ca.key_pem)
+            doc[t.rotation_key] = entry
+        return yamlio.dump(doc)
+
+    @classmethod
+    def from_yaml(cls, text: str | bytes) -> Rotation:
+        try:
+            doc: Any = yamlio.load(text)
+        except YAMLError:
+            raise RotationError("rotation.yaml is not valid YAML") from None
+        if not isinstance(doc, dict) or not doc:
+            raise RotationError(
+                "rotation.yaml holds no CA; it must have at least one of talos, kubernetes, etcd, aggregator"
+            )
+        by_key = {t.rotation_key: t for t in TARGET_ORDER}
+        new: dict[Target, CertificateAuthority] = {}
+        problems = []
+        for key, entry in doc.items():
+            target = by_key.get(str(key))
+            if target is None:
+                problems.append(f"unknown key {key!r}")
+                continue
+            if not isinstance(entry, dict) or not entry.get("crt") or not entry.get("key"):
+                problems.append(f"{key} needs crt and key")
+                continue
+            try:
+                ca = CertificateAuthority(
+                    _pem.b64_pem_decode(str(entry["crt"]), f"{key}.crt"),
+                    _pem.b64_pem_decode(str(entry["key"]), f"{key}.key"),
+                )
+                if not _pem.key_matches_certificate(ca.private_key, ca.certificate):
+                    problems.append(f"{key}.key does not belong to {key}.crt")
+                    continue
+            except _pem.PEMError as exc:
+                problems.append(str(exc))
+                continue
+            new[target] = ca
+        if problems:
+            raise RotationError("rotation.yaml is invalid: " + "; ".join(problems))
+        return cls(new)
+
+
+def generate_rotation(targets: tuple[Target, ...]) -> Rotation:
+    """New CAs for the targets, with Talos's algorithms and subjects."""
+    return Rotation({t: generate_ca(t.ca_kind) for t in targets})

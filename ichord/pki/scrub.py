@@ -1,0 +1,137 @@
+"""The scrubber: the last line of defence between secret material and any message.
+
+It removes from strings, exceptions and nested structures:
+- every PEM block (certificates included: status, Events and logs name CAs by subject and
+  fingerprint, never by their PEM);
+- base64 of PEM text (the bundle and v1alpha1 encoding), recognised by its fixed prefix;
+- the encodings of every secret it was told about (``register``): the value itself, its base64,
+  the base64 body of a PEM key (joined, and line by line), DER/raw key bytes in hex and base64.
+Every later status message, condition, Event and log line goes through it.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from ichord.pki import pem as _pem
+
+REDACTED = "[REDACTED]"
+_PEM_ANY = re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\Z)", re.DOTALL)
+# base64("-----BEGIN") = "LS0tLS1CRUdJTi"; also the forms shifted by one or two bytes inside a larger blob.
+_B64_PEM = re.compile(r"(?:LS0tLS1CRUdJTi|LS0tLS1FTkQg)[A-Za-z0-9+/=\\n]*")
+# A PEM body line that survived without its armour (64 base64 chars).
+_MIN_FRAGMENT = 16
+
+
+def _key_encodings(pem_text: bytes) -> set[str]:
+    out: set[str] = set()
+    for block in _pem.pem_blocks(pem_text):
+        lines = [ln.strip() for ln in block.decode(errors="replace").splitlines() if ln and not ln.startswith("-----")]
+        body = "".join(lines)
+        out.add(body)
+        out.update(ln for ln in lines if len(ln) >= _MIN_FRAGMENT)
+        try:
+            der = base64.b64decode(body)
+            out.add(der.hex())
+            out.add(base64.b64encode(der).decode())
+        except ValueError:
+            pass
+    try:
+        key = _pem.load_private_key(pem_text)
+    except _pem.PEMError:
+        return out
+    raw: bytes | None = None
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        raw = key.private_bytes(
+            serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+        )
+    elif isinstance(key, ec.EllipticCurvePrivateKey):
+        raw = key.private_numbers().private_value.to_bytes(32, "big")
+    elif isinstance(key, rsa.RSAPrivateKey):
+        raw = key.private_numbers().d.to_bytes((key.key_size + 7) // 8, "big")
+    if raw is not None:
+        out.update({raw.hex(), base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode().rstrip("=")})
+    return out
+
+
+class Scrubber:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._needles: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+
+    def register(self, secret: str | bytes) -> None:
+        """Remember a secret (a PEM key, a token, a password) so every encoding of it is removed."""
+        text = secret.decode(errors="replace") if isinstance(secret, bytes) else secret
+        if len(text) < 6:
+            return  # too short to remove without destroying ordinary words
+        needles = {text, base64.b64encode(text.encode()).decode()}
+        if "-----BEGIN" in text:
+            needles |= _key_encodings(text.encode())
+        with self._lock:
+            before = len(self._needles)
+            self._needles |= {n for n in needles if len(n) >= 6}
+            if len(self._needles) != before:
+                ordered = sorted(self._needles, key=len, reverse=True)
+                self._pattern = re.compile("|".join(re.escape(n) for n in ordered))
+
+    def register_all(self, secrets: Iterable[str | bytes]) -> None:
+        for s in secrets:
+            self.register(s)
+
+    def text(self, value: str) -> str:
+        out = _PEM_ANY.sub(REDACTED, value)
+        out = _B64_PEM.sub(REDACTED, out)
+        pattern = self._pattern
+        if pattern is not None:
+            out = pattern.sub(REDACTED, out)
+        return out
+
+    def exception(self, exc: BaseException) -> str:
+        """A safe one-line description: the type and the scrubbed message (and its causes')."""
+        parts = []
+        seen: set[int] = set()
+        cur: BaseException | None = exc
+        while cur is not None and id(cur) not in seen:
+            seen.add(id(cur))
+            msg = str(cur)
+            parts.append(f"{type(cur).__name__}: {self.text(msg)}" if msg else type(cur).__name__)
+            cur = cur.__cause__ or cur.__context__
+        return "; caused by ".join(parts)
+
+    def value(self, obj: Any) -> Any:
+        """Scrub a nested structure (dicts, lists, tuples, sets, dataclasses, exceptions, bytes)."""
+        if isinstance(obj, str):
+            return self.text(obj)
+        if isinstance(obj, bytes | bytearray):
+            return self.text(bytes(obj).decode(errors="replace"))
+        if isinstance(obj, BaseException):
+            return self.exception(obj)
+        if isinstance(obj, Mapping):
+            return {self.value(k): self.value(v) for k, v in obj.items()}
+        if isinstance(obj, list | tuple | set | frozenset):
+            items = [self.value(v) for v in obj]
+            return items if isinstance(obj, list) else type(obj)(items)
+        if is_dataclass(obj) and not isinstance(obj, type):
+            return {f.name: self.value(getattr(obj, f.name)) for f in fields(obj)}
+        return obj
+
+
+#: The process-wide scrubber every log line, status message and Event goes through.
+SCRUBBER = Scrubber()
+
+
+def scrub(value: Any) -> Any:
+    return SCRUBBER.value(value)
+
+
+def scrub_text(value: str) -> str:
+    return SCRUBBER.text(value)

@@ -1,0 +1,88 @@
+"""The scrubber on strings, nested structures and exceptions."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives import serialization
+
+from ichord.pki.bundle import generate_bundle
+from ichord.pki.scrub import REDACTED, Scrubber
+
+
+def _material(bundle_secret_pem: bytes) -> list[str]:
+    text = bundle_secret_pem.decode()
+    body_lines = [ln for ln in text.splitlines() if ln and not ln.startswith("-----")]
+    return [text, base64.b64encode(bundle_secret_pem).decode(), "".join(body_lines), *body_lines]
+
+
+def test_pem_and_base64_pem_removed_without_registration() -> None:
+    s = Scrubber()
+    b = generate_bundle()
+    cert = b.k8s.cert_pem.decode()
+    msg = f"x509: bad cert {cert} and blob {base64.b64encode(b.k8s.cert_pem).decode()} end"
+    out = s.text(msg)
+    assert "BEGIN" not in out and "LS0tLS1" not in out
+    assert out.startswith("x509: bad cert ") and out.endswith(" end")
+    assert out.count(REDACTED) == 2
+
+
+def test_registered_key_encodings_removed() -> None:
+    s = Scrubber()
+    b = generate_bundle()
+    s.register_all(b.secret_values())
+    key = b.os.private_key
+    raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())  # type: ignore[call-arg, arg-type]
+    candidates = [
+        *_material(b.os.key_pem or b""),
+        *_material(b.k8s.key_pem or b""),
+        raw.hex(),
+        base64.b64encode(raw).decode(),
+        b.bootstrap_token,
+        b.trustd_token,
+        b.cluster_secret,
+        b.secretbox_encryption_secret or "",
+    ]
+    for c in candidates:
+        out = s.text(f"error near <{c}> here")
+        assert c not in out, c
+        assert REDACTED in out
+
+
+def test_nested_structures_and_exceptions() -> None:
+    s = Scrubber()
+    b = generate_bundle()
+    s.register(b.trustd_token)
+    s.register(b.k8s.key_pem or b"")
+
+    @dataclass
+    class Status:
+        message: str
+        items: tuple[str, ...]
+
+    data = {"a": [b.trustd_token, {"deep": (b.k8s.key_pem, "fine")}], "st": Status(f"t={b.trustd_token}", ("ok",))}
+    out = s.value(data)
+    flat = repr(out)
+    assert b.trustd_token not in flat and "BEGIN" not in flat
+    assert out["st"]["items"] == ("ok",)
+    assert out["a"][1]["deep"][1] == "fine"
+
+    try:
+        try:
+            raise ValueError(f"cannot load {(b.k8s.key_pem or b'').decode()}")
+        except ValueError as inner:
+            raise RuntimeError(f"dial with token {b.trustd_token}") from inner
+    except RuntimeError as exc:
+        text = s.exception(exc)
+    assert text.startswith("RuntimeError: dial with token [REDACTED]; caused by ValueError: cannot load [REDACTED]")
+    assert b.trustd_token not in text
+
+
+def test_short_or_ordinary_text_untouched() -> None:
+    s = Scrubber()
+    s.register("abc")  # too short to redact safely
+    s.register("s3cr3t-value")
+    assert s.text("abc def") == "abc def"
+    assert s.text("the s3cr3t-value leaked") == f"the {REDACTED} leaked"
+    assert s.text("node 10.0.0.1 unreachable: connection refused") == "node 10.0.0.1 unreachable: connection refused"
