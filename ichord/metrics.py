@@ -1,0 +1,54 @@
+"""Every Prometheus metric of api.md, defined once, in one registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+CERTIFICATE_EXPIRY = Gauge(
+    "ichor_certificate_expiry_timestamp_seconds",
+    "notAfter of each cluster CA, as a Unix timestamp (ADR 0063 name kept).",
+    ["namespace", "name", "certificate"],
+    registry=REGISTRY,
+)
+OPERATION_INFO = Gauge(
+    "ichord_operation_info",
+    "One series per TalosOperation with its phase and stage.",
+    ["namespace", "cluster", "operation", "kind", "phase", "stage"],
+    registry=REGISTRY,
+)
+OPERATION_STAGE_DURATION = Histogram(
+    "ichord_operation_stage_duration_seconds",
+    "How long each stage of an operation took.",
+    ["kind", "stage"],
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200),
+    registry=REGISTRY,
+)
+TALOS_RPC_DURATION = Histogram(
+    "ichord_talos_rpc_duration_seconds",
+    "Talos API calls by method and gRPC status code.",
+    ["method", "code"],
+    registry=REGISTRY,
+)
+KUBE_REQUEST_DURATION = Histogram(
+    "ichord_kube_request_duration_seconds",
+    "Kubernetes API requests by verb and HTTP status code.",
+    ["verb", "code"],
+    registry=REGISTRY,
+)
+ACTOR_MAILBOX_DEPTH = Gauge(
+    "ichord_actor_mailbox_depth", "Pending messages per cluster actor.", ["cluster"], registry=REGISTRY
+)
+ACTOR_STEP_DURATION = Histogram(
+    "ichord_actor_step_duration_seconds", "Duration of one cluster actor step.", registry=REGISTRY
+)
+ACTOR_RESTARTS = Counter("ichord_actor_restarts_total", "Crashed cluster actors restarted.", registry=REGISTRY)
+LEADER = Gauge("ichord_leader", "1 while this replica leads.", registry=REGISTRY)
+TRUST_EXTRA_CAS = Gauge("ichord_trust_extra_cas", "Extra Kubernetes CAs in the trust pool.", registry=REGISTRY)
+WATCH_RESTARTS = Counter(
+    "ichord_watch_restarts_total",
+    "Watch streams restarted, by resource and reason.",
+    ["resource", "reason"],
+    registry=REGISTRY,
+)
