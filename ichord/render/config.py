@@ -100,6 +100,10 @@ class MachineConfig:
     def copy(self) -> MachineConfig:
         return MachineConfig(copy.deepcopy(self.documents))
 
+    def __repr__(self) -> str:
+        # Documents hold CA keys and tokens: a repr names them only (dataclass keeps this one).
+        return f"MachineConfig(documents=[{', '.join(doc_label(k) for k in self.keys())}])"
+
     # ---- access --------------------------------------------------------------------------
 
     @property

@@ -1,0 +1,57 @@
+"""render(): the full machine configuration `talosctl gen config` generates, then the config patches.
+
+Contract v1.13 renders the legacy layout (legacy.py), v1.14 the multi-document one (multidoc.py).
+Cluster patches apply first, then machine patches, as Talos's configpatcher applies a list. The
+result is checked structurally; any failure raises before anything is returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ichord.api.contract import SUPPORTED_CONTRACTS
+from ichord.pki.bundle import SecretsBundle
+from ichord.render import keyorder, legacy, multidoc
+from ichord.render.config import MachineConfig
+from ichord.render.errors import RenderError
+from ichord.render.inputs import ClusterInputs, MachineInputs
+from ichord.render.patch import Patch, apply_patches, doc_id, load_patch, touched
+from ichord.render.validate import check_structure
+
+
+def generate(bundle: SecretsBundle, cluster: ClusterInputs, machine: MachineInputs) -> MachineConfig:
+    """What `talosctl gen config` writes for this machine, before any patch."""
+    if cluster.contract not in SUPPORTED_CONTRACTS:
+        supported = ", ".join(str(c) for c in SUPPORTED_CONTRACTS)
+        raise RenderError(f"cannot render for Talos contract {cluster.contract}; ichord renders {supported}")
+    if cluster.contract.multidoc_kubernetes:
+        return MachineConfig(multidoc.generate(bundle, cluster, machine))
+    return MachineConfig(legacy.generate(bundle, cluster, machine))
+
+
+def load_patches(cluster: ClusterInputs, machine: MachineInputs) -> list[Patch]:
+    patches = [load_patch(text, f"cluster patch {i + 1}") for i, text in enumerate(cluster.patches)]
+    patches += [load_patch(text, f"machine patch {i + 1}") for i, text in enumerate(machine.patches)]
+    return patches
+
+
+def render(
+    bundle: SecretsBundle,
+    cluster: ClusterInputs,
+    machine: MachineInputs,
+    *,
+    extra_patches: Sequence[Patch] = (),
+) -> MachineConfig:
+    """The machine's full configuration: generated, cluster patches, machine patches, ``extra_patches``.
+
+    ``extra_patches`` (already loaded) come last; the CA-rotation stages use them.
+    """
+    config = generate(bundle, cluster, machine)
+    patches = [*load_patches(cluster, machine), *extra_patches]
+    if patches:
+        docs = apply_patches(config.documents, patches, in_place=True)
+        # Only documents a patch merged into can have keys out of Talos's order.
+        changed = touched(patches)
+        config = MachineConfig([keyorder.normalize(d) if doc_id(d) in changed else d for d in docs])
+    check_structure(config, machine.role)
+    return config

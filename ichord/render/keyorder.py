@@ -1,0 +1,130 @@
+"""Talos's key order (Go struct field order) for the documents and sections ichord renders.
+
+Talos marshals structs, so a key a patch adds lands at its field's place, not at the end. After
+patching we re-sort the mappings we know: known keys in struct order, unknown keys after them in
+the order they came. Only order changes, never values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap
+
+from ichord.render.config import V1ALPHA1
+
+Path = tuple[str, ...]
+_HEAD = ("apiVersion", "kind")
+_PAIR = ("crt", "key")
+
+_V1ALPHA1: dict[Path, tuple[str, ...]] = {
+    (): ("version", "debug", "persist", "machine", "cluster"),
+    ("machine",): (
+        "type", "token", "ca", "acceptedCAs", "certSANs", "controlPlane", "kubelet", "pods", "network", "disks",
+        "install", "files", "env", "time", "sysctls", "sysfs", "registries", "systemDiskEncryption", "features",
+        "udev", "logging", "kernel", "seccompProfiles", "baseRuntimeSpecOverrides", "nodeLabels",
+        "nodeAnnotations", "nodeTaints",
+    ),
+    ("machine", "ca"): _PAIR,
+    ("machine", "kubelet"): (
+        "image", "clusterDNS", "extraArgs", "extraMounts", "extraConfig", "credentialProviderConfig",
+        "defaultRuntimeSeccompProfileEnabled", "registerWithFQDN", "nodeIP", "skipNodeRegistration",
+        "disableManifestsDirectory",
+    ),
+    ("machine", "kubelet", "extraMounts", "[]"): ("destination", "type", "source", "options", "uidMappings",
+                                                  "gidMappings"),
+    ("machine", "install"): ("disk", "diskSelector", "extraKernelArgs", "image", "extensions", "wipe",
+                             "legacyBIOSSupport", "grubUseUKICmdline"),
+    ("machine", "features"): ("rbac", "stableHostname", "kubernetesTalosAPIAccess", "apidCheckExtKeyUsage",
+                              "diskQuotaSupport", "kubePrism", "hostDNS", "imageCache", "nodeAddressSortAlgorithm"),
+    ("cluster",): (
+        "id", "secret", "controlPlane", "clusterName", "network", "token", "aescbcEncryptionSecret",
+        "secretboxEncryptionSecret", "ca", "acceptedCAs", "aggregatorCA", "serviceAccount", "apiServer",
+        "controllerManager", "proxy", "scheduler", "discovery", "etcd", "coreDNS", "externalCloudProvider",
+        "extraManifests", "extraManifestHeaders", "inlineManifests", "adminKubeconfig",
+        "allowSchedulingOnControlPlanes",
+    ),
+    ("cluster", "controlPlane"): ("endpoint", "localAPIServerPort"),
+    ("cluster", "network"): ("cni", "dnsDomain", "podSubnets", "serviceSubnets"),
+    ("cluster", "ca"): _PAIR,
+    ("cluster", "aggregatorCA"): _PAIR,
+    ("cluster", "apiServer"): ("image", "extraArgs", "extraVolumes", "env", "certSANs", "disablePodSecurityPolicy",
+                               "admissionControl", "auditPolicy", "resources"),
+    ("cluster", "etcd"): ("image", "ca", "extraArgs", "advertisedSubnets", "listenSubnets"),
+    ("cluster", "etcd", "ca"): _PAIR,
+    ("cluster", "discovery"): ("enabled", "registries"),
+}
+
+#: Typed documents ichord generates (field order of their Go structs / the JSON schema).
+_TYPED: dict[str, tuple[str, ...]] = {
+    "DiscoveryServiceConfig": ("name", "endpoint"),
+    "DiscoveryIdentityConfig": ("clusterID", "clusterSecret"),
+    "UnattendedInstallConfig": ("reboot", "installer", "provisioning"),
+    "ResolverConfig": ("nameservers", "searchDomains", "hostDNS"),
+    "SysctlConfig": ("params",),
+    "VolumeConfig": ("name", "provisioning", "filesystem", "encryption", "mount", "trim", "scrub"),
+    "FilesystemTrimConfig": ("interval",),
+    "SecurityProfileConfig": ("workloadIsolation",),
+    "RegistryMirrorConfig": ("name", "endpoints", "skipFallback"),
+    "HostnameConfig": ("auto", "hostname"),
+    "KubeClusterConfig": ("clusterName", "endpoint"),
+    "KubeNodeConfig": ("skipNodeRegistration", "registerWithFQDN", "nodeIP", "labels", "annotations", "taints"),
+    "KubeletConfig": ("image", "config", "extraArgs", "clusterDNS", "defaultRuntimeSeccompProfileEnabled"),
+    "KubeNetworkConfig": ("dnsDomain", "podSubnets", "serviceSubnets", "nodeCIDRMaskSizeIPv4",
+                          "nodeCIDRMaskSizeIPv6"),
+    "KubeAPIServerCAConfig": ("issuingCA", "acceptedCAs"),
+    "KubeAggregatorCAConfig": ("issuingCA", "acceptedCAs"),
+    "KubePrismConfig": ("port", "tlsServerName"),
+    "KubeAdmissionControlConfig": ("name", "configuration"),
+    "KubeAuditPolicyConfig": ("configuration",),
+    "KubeAuthenticationConfig": ("configuration",),
+    "KubeAuthorizerConfig": ("name", "type", "webhook"),
+    "KubeEtcdEncryptionConfig": ("config",),
+    "KubeServiceAccountConfig": ("issuer", "accepted"),
+    "KubeAPIServerConfig": ("image", "extraArgs", "env", "resources", "apiPort", "certExtraSANs", "startupProbes"),
+    "KubeControllerManagerConfig": ("enabled", "image", "extraArgs", "env", "resources"),
+    "KubeSchedulerConfig": ("enabled", "image", "config", "extraArgs", "env", "resources"),
+    "KubeProxyConfig": ("enabled", "image", "mode", "config", "extraArgs", "resources"),
+    "KubeFlannelCNIConfig": ("backendType", "backendPort", "backendMTU", "backendExtraConfig", "resources",
+                             "extraArgs", "kubeNetworkPoliciesEnabled"),
+    "KubeCoreDNSConfig": ("enabled", "image"),
+    "KubeExternalManifestConfig": ("name", "headers", "url"),
+}
+_TYPED_SUB: dict[tuple[str, Path], tuple[str, ...]] = {
+    ("KubeAPIServerCAConfig", ("issuingCA",)): ("cert", "key"),
+    ("KubeAggregatorCAConfig", ("issuingCA",)): ("cert", "key"),
+    ("KubeServiceAccountConfig", ("issuer",)): ("privateKey", "issuerURL"),
+    ("KubeServiceAccountConfig", ("accepted",)): ("publicKeys", "issuers", "audiences"),
+    ("UnattendedInstallConfig", ("provisioning",)): ("diskSelector", "wipe"),
+    ("ResolverConfig", ("hostDNS",)): ("enabled", "forwardKubeDNSToHost", "resolveMemberNames"),
+    ("RegistryMirrorConfig", ("endpoints", "[]")): ("url", "overridePath"),
+}
+
+
+def normalize(doc: CommentedMap) -> CommentedMap:
+    """``doc`` with its known mappings in Talos's key order (a new tree; ``doc`` is untouched)."""
+    kind = doc.get("kind")
+    if kind is None and doc.get("version") == V1ALPHA1:
+        out: CommentedMap = _walk(doc, (), _V1ALPHA1.get)
+        return out
+    if isinstance(kind, str):
+        top = (*_HEAD, *_TYPED[kind]) if kind in _TYPED else _HEAD
+        typed: CommentedMap = _walk(doc, (), lambda p: top if not p else _TYPED_SUB.get((kind, p)))
+        return typed
+    return doc
+
+
+def _walk(node: Any, path: Path, order_of: Any) -> Any:
+    if isinstance(node, dict):
+        order = order_of(path)
+        keys = list(node)
+        if order:
+            rank = {k: i for i, k in enumerate(order)}
+            keys.sort(key=lambda k: rank.get(k, len(rank)))  # stable: unknown keys keep their order
+        out = CommentedMap()
+        for k in keys:
+            out[k] = _walk(node[k], (*path, str(k)), order_of)
+        return out
+    if isinstance(node, list):
+        return [_walk(v, (*path, "[]"), order_of) for v in node]
+    return node

@@ -1,0 +1,114 @@
+"""Talos's strategic merge of one patch document into a configuration document.
+
+Go's merge.Merge semantics on YAML trees: maps merge key by key; a scalar replaces unless it is its
+type's zero value ("" or 0; false always replaces); lists append, except where Talos replaces them
+or merges elements by key (Talos's patching docs, `merge:"replace"` tags). Paths are key tuples
+inside one document; ``[]`` stands for "any element of the list".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ichord.render.config import V1ALPHA1
+
+Path = tuple[str, ...]
+
+#: Values the patch replaces instead of merging into.
+REPLACE: dict[str, frozenset[Path]] = {
+    V1ALPHA1: frozenset({
+        ("cluster", "network", "podSubnets"),
+        ("cluster", "network", "serviceSubnets"),
+        ("cluster", "apiServer", "auditPolicy"),
+    }),
+    "KubeNetworkConfig": frozenset({("podSubnets",), ("serviceSubnets",)}),
+    # The audit policy document carries the same value v1alpha1's auditPolicy did.
+    "KubeAuditPolicyConfig": frozenset({("configuration",)}),
+}
+
+#: Lists whose elements merge with the existing element having the same key.
+KEYED: dict[str, dict[Path, tuple[str, ...]]] = {
+    V1ALPHA1: {
+        ("machine", "network", "interfaces"): ("interface", "deviceSelector"),
+        ("machine", "network", "interfaces", "[]", "vlans"): ("vlanId",),
+    },
+    "ExtensionServiceConfig": {("configFiles",): ("mountPath",)},
+}
+
+_NONE: frozenset[Path] = frozenset()
+
+
+def merge_rules(kind: str) -> tuple[frozenset[Path], dict[Path, tuple[str, ...]]]:
+    return REPLACE.get(kind, _NONE), KEYED.get(kind, {})
+
+
+class MergeConflict(Exception):
+    """The patch gives ``path`` another shape (mapping / list / scalar) than the configuration."""
+
+    def __init__(self, path: Path, left: str, right: str) -> None:
+        super().__init__(".".join(path))
+        self.path, self.left, self.right = path, left, right
+
+
+def merge(left: dict[str, Any], right: dict[str, Any], kind: str) -> None:
+    """Merge ``right`` into ``left`` (a document of ``kind``; "v1alpha1" for the legacy one) in place."""
+    replace, keyed = merge_rules(kind)
+    _merge(left, right, (), replace, keyed)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "mapping"
+    if isinstance(value, list):
+        return "list"
+    return "scalar"
+
+
+def _is_zero(value: Any) -> bool:
+    # Go's merge keeps the left value when the right one is its type's zero value; false is set.
+    if isinstance(value, bool):
+        return False
+    return value == "" or (isinstance(value, int | float) and value == 0)
+
+
+def _merge(left: Any, right: Any, path: Path, replace: frozenset[Path], keyed: dict[Path, tuple[str, ...]]) -> Any:
+    if right is None:
+        return left
+    if left is None:
+        return right
+    if isinstance(right, dict):
+        if not isinstance(left, dict):
+            raise MergeConflict(path, _kind(left), _kind(right))
+        if path in replace:
+            return right
+        for key, value in right.items():
+            if key in left and left[key] is not None:
+                left[key] = _merge(left[key], value, (*path, str(key)), replace, keyed)
+            elif value is not None:
+                left[key] = value
+        return left
+    if isinstance(right, list):
+        if not isinstance(left, list):
+            raise MergeConflict(path, _kind(left), _kind(right))
+        if path in replace:
+            return right
+        keys = keyed.get(path)
+        for item in right:
+            match = _keyed_match(left, item, keys) if keys else None
+            if match is None:
+                left.append(item)
+            else:
+                left[match] = _merge(left[match], item, (*path, "[]"), replace, keyed)
+        return left
+    if isinstance(left, dict | list):
+        raise MergeConflict(path, _kind(left), _kind(right))
+    return left if _is_zero(right) else right
+
+
+def _keyed_match(items: list[Any], item: Any, keys: tuple[str, ...]) -> int | None:
+    if not isinstance(item, dict):
+        return None
+    for i, existing in enumerate(items):
+        if isinstance(existing, dict) and any(k in item and k in existing and item[k] == existing[k] for k in keys):
+            return i
+    return None

@@ -1,0 +1,229 @@
+"""Config patches applied the way Talos's configpatcher applies them, and the typed refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ichord.api.contract import V1_13, V1_14, VersionContract
+from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.render.config import MachineConfig
+from ichord.render.errors import PatchError, RenderError
+from ichord.render.generate import generate, render
+from ichord.render.inputs import ClusterInputs, MachineInputs
+
+
+@pytest.fixture(scope="module")
+def bundle() -> SecretsBundle:
+    # Contract 1.6 bundles have an EC service-account key: quick to generate, same shape otherwise.
+    return generate_bundle(VersionContract(1, 6))
+
+
+def cluster(contract: VersionContract = V1_14, *patches: str) -> ClusterInputs:
+    return ClusterInputs(cluster_name="c", endpoint="https://c.example:6443", kubernetes_version="1.34.1",
+                         contract=contract, patches=patches)
+
+
+def rendered(bundle: SecretsBundle, *patches: str, contract: VersionContract = V1_14, role: str = "controlplane",
+             machine_patches: tuple[str, ...] = ()) -> MachineConfig:
+    return render(bundle, cluster(contract, *patches), MachineInputs(role=role, patches=machine_patches))  # type: ignore[arg-type]
+
+
+# ---- strategic merge --------------------------------------------------------------------------
+
+
+def test_partial_v1alpha1_merges_maps_and_appends_lists(bundle: SecretsBundle) -> None:
+    patch = "machine:\n  certSANs: [a.example]\n  network:\n    hostname: n1\n"
+    base = generate(bundle, cluster(V1_14), MachineInputs())
+    cfg = rendered(bundle, patch, "machine:\n  certSANs: [b.example]\n")
+    assert cfg.v1alpha1["machine"]["network"] == {"hostname": "n1"}
+    assert cfg.v1alpha1["machine"]["certSANs"] == ["a.example", "b.example"]
+    # Untouched keys stay, and stay in Talos's order (network sits before features).
+    assert cfg.v1alpha1["machine"]["token"] == base.v1alpha1["machine"]["token"]
+    assert list(cfg.v1alpha1["machine"]) == ["type", "token", "ca", "certSANs", "network", "features"]
+
+
+def test_zero_values_do_not_override_but_false_does(bundle: SecretsBundle) -> None:
+    cfg = rendered(bundle, 'machine:\n  token: ""\n  features:\n    diskQuotaSupport: false\n')
+    assert cfg.v1alpha1["machine"]["token"] == bundle.trustd_token
+    assert cfg.v1alpha1["machine"]["features"]["diskQuotaSupport"] is False
+
+
+def test_typed_document_merges_into_its_match(bundle: SecretsBundle) -> None:
+    cfg = rendered(bundle, "apiVersion: v1alpha1\nkind: KubeletConfig\nclusterDNS:\n  - 3.3.3.3\n")
+    kubelet = cfg.find("KubeletConfig")
+    assert kubelet is not None
+    assert kubelet["clusterDNS"] == ["3.3.3.3"]
+    assert list(kubelet) == ["apiVersion", "kind", "image", "config", "clusterDNS",
+                             "defaultRuntimeSeccompProfileEnabled"]
+    assert len(list(cfg.find_all("KubeletConfig"))) == 1
+
+
+def test_talos_replaces_pod_and_service_subnets(bundle: SecretsBundle) -> None:
+    patch = "apiVersion: v1alpha1\nkind: KubeNetworkConfig\npodSubnets: [10.10.0.0/16]\n"
+    net = rendered(bundle, patch).find("KubeNetworkConfig")
+    assert net is not None and net["podSubnets"] == ["10.10.0.0/16"]
+    legacy = rendered(bundle, "cluster:\n  network:\n    serviceSubnets: [10.20.0.0/16]\n", contract=V1_13)
+    assert legacy.v1alpha1["cluster"]["network"]["serviceSubnets"] == ["10.20.0.0/16"]
+
+
+def test_named_documents_match_by_name_and_new_ones_are_appended(bundle: SecretsBundle) -> None:
+    patch = (
+        "apiVersion: v1alpha1\nkind: KernelModuleConfig\nname: br_netfilter\n---\n"
+        "apiVersion: v1alpha1\nkind: KubeAuthorizerConfig\nname: rbac\ntype: RBAC\n"
+    )
+    cfg = rendered(bundle, patch)
+    assert cfg.keys()[-1] == ("KernelModuleConfig", "br_netfilter")
+    assert [k for k in cfg.keys() if k[0] == "KubeAuthorizerConfig"] == [  # noqa: SIM118 - a list
+        ("KubeAuthorizerConfig", "node"), ("KubeAuthorizerConfig", "rbac")]
+
+
+def test_interfaces_merge_by_interface_name(bundle: SecretsBundle) -> None:
+    first = "machine:\n  network:\n    interfaces:\n      - interface: eth0\n        addresses: [10.0.0.2/24]\n"
+    second = "machine:\n  network:\n    interfaces:\n      - interface: eth0\n        mtu: 9000\n"
+    ifaces = rendered(bundle, first, second).v1alpha1["machine"]["network"]["interfaces"]
+    assert ifaces == [{"interface": "eth0", "addresses": ["10.0.0.2/24"], "mtu": 9000}]
+
+
+def test_delete_a_document(bundle: SecretsBundle) -> None:
+    patch = "apiVersion: v1alpha1\nkind: KubeFlannelCNIConfig\n$patch: delete\n"
+    cfg = rendered(bundle, patch)
+    assert cfg.find("KubeFlannelCNIConfig") is None
+    # A cluster-wide delete of a control-plane document leaves workers (which lack it) alone.
+    worker = rendered(bundle, patch, role="worker")
+    assert worker.plain() == generate(bundle, cluster(V1_14), MachineInputs(role="worker")).plain()
+
+
+def test_delete_a_key_and_a_list_element(bundle: SecretsBundle) -> None:
+    patch = (
+        "machine:\n  features:\n    diskQuotaSupport:\n      $patch: delete\n"
+        "cluster:\n  apiServer:\n    admissionControl:\n      - name: PodSecurity\n        $patch: delete\n"
+    )
+    cfg = rendered(bundle, patch, contract=V1_13)
+    assert "diskQuotaSupport" not in cfg.v1alpha1["machine"]["features"]
+    assert "admissionControl" not in cfg.v1alpha1["cluster"]["apiServer"]
+    assert "auditPolicy" in cfg.v1alpha1["cluster"]["apiServer"]
+
+
+def test_delete_then_merge_in_one_document(bundle: SecretsBundle) -> None:
+    setup = "machine:\n  network:\n    interfaces:\n      - interface: eth0\n        mtu: 1400\n"
+    patch = ("machine:\n  network:\n    interfaces:\n      - interface: eth0\n        $patch: delete\n"
+             "      - interface: eth0\n        dhcp: true\n")
+    ifaces = rendered(bundle, setup, patch).v1alpha1["machine"]["network"]["interfaces"]
+    assert ifaces == [{"interface": "eth0", "dhcp": True}]
+
+
+def test_deleting_what_is_not_there_is_an_error(bundle: SecretsBundle) -> None:
+    with pytest.raises(PatchError, match=r"cluster patch 1: deletes machine\.network\.hostname"):
+        rendered(bundle, "machine:\n  network:\n    hostname:\n      $patch: delete\n")
+    with pytest.raises(PatchError, match="element with name: Nope"):
+        rendered(bundle, "cluster:\n  apiServer:\n    admissionControl:\n      - name: Nope\n        $patch: delete\n",
+                 contract=V1_13)
+
+
+@pytest.mark.parametrize("patch", [
+    "version: v1alpha1\n$patch: delete\n",
+    "$patch: delete\n",
+    '[{"op": "remove", "path": ""}]',
+    '- op: replace\n  path: ""\n  value: {apiVersion: v1alpha1, kind: HostnameConfig}\n',
+])
+def test_removing_the_v1alpha1_document_is_refused(bundle: SecretsBundle, patch: str) -> None:
+    with pytest.raises(PatchError, match="v1alpha1 document"):
+        rendered(bundle, patch)
+
+
+# ---- JSON6902 -----------------------------------------------------------------------------------
+
+
+def test_json6902_add_replace_remove(bundle: SecretsBundle) -> None:
+    ops = [
+        {"op": "add", "path": "/machine/network", "value": {"hostname": "n1"}},
+        {"op": "replace", "path": "/machine/features/diskQuotaSupport", "value": False},
+        {"op": "add", "path": "/machine/certSANs/-", "value": "x.example"},
+        {"op": "remove", "path": "/cluster/etcd"},
+        {"op": "test", "path": "/machine/type", "value": "controlplane"},
+    ]
+    cfg = rendered(bundle, json.dumps(ops))
+    m = cfg.v1alpha1["machine"]
+    assert m["network"] == {"hostname": "n1"}
+    assert m["features"]["diskQuotaSupport"] is False
+    assert m["certSANs"] == ["x.example"]
+    assert "etcd" not in cfg.v1alpha1["cluster"]
+    # Typed documents are untouched by JSON patches.
+    assert cfg.keys()[1:] == generate(bundle, cluster(V1_14), MachineInputs()).keys()[1:]
+
+
+def test_json6902_yaml_form_and_failures(bundle: SecretsBundle) -> None:
+    cfg = rendered(bundle, "- op: add\n  path: /machine/network\n  value:\n    hostname: y\n")
+    assert cfg.v1alpha1["machine"]["network"]["hostname"] == "y"
+    with pytest.raises(PatchError, match=r"operation 1 \(replace /machine/nope\)"):
+        rendered(bundle, '[{"op": "replace", "path": "/machine/nope", "value": 1}]')
+    with pytest.raises(PatchError, match="the value differs"):
+        rendered(bundle, '[{"op": "test", "path": "/machine/type", "value": "worker"}]')
+    with pytest.raises(PatchError, match="not a JSON6902 operation"):
+        rendered(bundle, '[{"op": "frobnicate", "path": "/machine"}]')
+
+
+# ---- invalid / conflicting patches -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("patch", "message"), [
+    ("machine: [unclosed\n", "neither valid YAML nor JSON"),
+    ("just a string\n", "not a mapping"),
+    ("machine:\n  certSANs:\n    a: b\n", r"machine\.certSANs is a list in the configuration but a mapping"),
+    ("machine:\n  type:\n    - worker\n", r"machine\.type is a scalar"),
+    ("kind: KubeletConfig\nimage: x\n", "needs both apiVersion and kind"),
+    ("version: v1alpha2\nmachine: {}\n", "only v1alpha1 exists"),
+    ("machine:\n  network:\n    $patch: replace\n", r"\$patch: 'replace'"),
+    ("apiVersion: v1alpha1\nkind: KubeletConfig\n---\napiVersion: v1alpha1\nkind: KubeletConfig\n", "twice"),
+    ("cluster:\n  apiServer:\n    admissionControl:\n      - configuration:\n          $patch: delete\n",
+     "inner key of a list element"),
+])
+def test_invalid_patches_raise_typed_errors(bundle: SecretsBundle, patch: str, message: str) -> None:
+    with pytest.raises(PatchError, match=message) as info:
+        rendered(bundle, patch, contract=V1_13)
+    assert info.value.patch == "cluster patch 1"
+
+
+def test_legacy_ca_beside_the_multidoc_ca_document_is_refused(bundle: SecretsBundle) -> None:
+    patch = "cluster:\n  ca:\n    crt: Zm9v\n    key: ''\n"
+    with pytest.raises(RenderError, match=r"cluster\.ca in the v1alpha1 document conflicts with the KubeAPIServerCA"):
+        rendered(bundle, patch)
+
+
+def test_a_worker_never_gets_a_ca_key(bundle: SecretsBundle) -> None:
+    worker = rendered(bundle, role="worker")
+    assert worker.v1alpha1["machine"]["ca"]["key"] == ""
+    for contract in (V1_13, V1_14):
+        with pytest.raises(RenderError, match=r"machine\.ca\.key is set on a worker"):
+            rendered(bundle, "machine:\n  ca:\n    key: Zm9v\n", contract=contract, role="worker")
+
+
+def test_a_patch_must_not_change_the_machine_type(bundle: SecretsBundle) -> None:
+    with pytest.raises(RenderError, match=r"must not change machine\.type"):
+        rendered(bundle, "machine:\n  type: worker\n")
+
+
+# ---- order ----------------------------------------------------------------------------------------
+
+
+def test_cluster_patches_then_machine_patches(bundle: SecretsBundle) -> None:
+    cfg = rendered(bundle, "machine:\n  network:\n    hostname: from-cluster\n",
+                   machine_patches=("machine:\n  network:\n    hostname: from-machine\n",))
+    assert cfg.v1alpha1["machine"]["network"]["hostname"] == "from-machine"
+    # A machine JSON patch sees what the cluster patch added (it runs after it).
+    cfg = rendered(bundle, "machine:\n  network:\n    hostname: a\n",
+                   machine_patches=('[{"op": "test", "path": "/machine/network/hostname", "value": "a"}]',))
+    assert cfg.v1alpha1["machine"]["network"]["hostname"] == "a"
+    with pytest.raises(PatchError) as info:
+        rendered(bundle, machine_patches=("machine: [",))
+    assert info.value.patch == "machine patch 1"
+
+
+def test_a_failed_patch_leaves_nothing_changed(bundle: SecretsBundle) -> None:
+    inputs = cluster(V1_14, "machine:\n  network:\n    hostname: a\n", "machine:\n  certSANs: {a: b}\n")
+    before = generate(bundle, inputs, MachineInputs()).to_bytes()
+    with pytest.raises(PatchError):
+        render(bundle, inputs, MachineInputs())
+    assert generate(bundle, inputs, MachineInputs()).to_bytes() == before
