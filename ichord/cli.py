@@ -17,6 +17,7 @@ from ichord.errors import IchordError
 #: Modules that add subcommands. Each exposes ``register(subparsers) -> None``.
 COMMAND_MODULES = (
     "ichord.pki.cli",
+    "ichord.demo",
     "ichord.render.cli",
     "ichord.talos.cli",
     "ichord.sim.kube.cli",
