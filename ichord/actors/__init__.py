@@ -1,0 +1,1 @@
+"""Mailbox actors: one per TalosCluster, serialising everything done to that cluster."""

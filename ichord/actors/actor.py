@@ -1,0 +1,139 @@
+"""The cluster actor loop and the supervisor that keeps every actor running.
+
+Loop: wait for a message or the earliest requested wake-up, take the pending set, run one step of
+the cluster, record the next wake-up from the step's typed outcome. Steps are short and
+re-entrant; everything they decide is re-derived from the API and the nodes, so a restarted actor
+(or process) simply runs a step again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Awaitable, Callable, Hashable
+
+import anyio
+import anyio.abc
+import structlog
+
+from ichord import metrics
+from ichord.actors.mailbox import Mailbox
+from ichord.actors.outcome import Outcome, earliest, next_delay
+from ichord.pki.scrub import SCRUBBER
+
+Messages = dict[Hashable, str]
+StepFn = Callable[[Messages], Awaitable[Outcome]]
+Clock = Callable[[], float]
+
+log = structlog.get_logger("ichord.actors")
+
+
+class ClusterActor:
+    def __init__(self, key: str, step: StepFn, *, clock: Clock = time.monotonic) -> None:
+        self.key = key
+        self.mailbox = Mailbox()
+        self._step = step
+        self._clock = clock
+        self._requested: float | None = None
+        self.last_outcome: Outcome | None = None
+        self.steps = 0
+
+    def tell(self, obj: Hashable, reason: str) -> None:
+        self.mailbox.put(obj, reason)
+        metrics.ACTOR_MAILBOX_DEPTH.labels(self.key).set(len(self.mailbox))
+
+    def request_wakeup(self, after: float) -> None:
+        """From inside a step: run again after ``after`` seconds at the latest (the lowest request wins)."""
+        self._requested = earliest(self._requested, after)
+
+    def stop(self) -> None:
+        self.mailbox.close()
+
+    async def run(self) -> None:
+        wake_at: float | None = self._clock()  # a (re)started actor reconciles once straight away
+        while not self.mailbox.closed:
+            timeout = math.inf if wake_at is None else max(0.0, wake_at - self._clock())
+            messages = await self.mailbox.take(None if math.isinf(timeout) else timeout)
+            if self.mailbox.closed:
+                return
+            metrics.ACTOR_MAILBOX_DEPTH.labels(self.key).set(len(self.mailbox))
+            self._requested = None
+            started = time.perf_counter()
+            outcome = await self._step(messages)
+            metrics.ACTOR_STEP_DURATION.observe(time.perf_counter() - started)
+            self.steps += 1
+            self.last_outcome = outcome
+            delay = earliest(next_delay(outcome), self._requested)
+            wake_at = None if delay is None else self._clock() + delay
+
+
+class Supervisor:
+    """Creates, restarts (with backoff) and stops cluster actors inside one task group."""
+
+    def __init__(
+        self,
+        task_group: anyio.abc.TaskGroup,
+        step_for: Callable[[str, ClusterActor], StepFn],
+        *,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 60.0,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._tg = task_group
+        self._step_for = step_for
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._clock = clock
+        self.actors: dict[str, ClusterActor] = {}
+        self._scopes: dict[str, anyio.CancelScope] = {}
+        self.restarts: dict[str, int] = {}
+
+    def ensure(self, key: str) -> ClusterActor:
+        actor = self.actors.get(key)
+        if actor is not None:
+            return actor
+        holder: list[ClusterActor] = []
+
+        async def step(messages: Messages) -> Outcome:
+            return await self._step_for(key, holder[0])(messages)
+
+        actor = ClusterActor(key, step, clock=self._clock)
+        holder.append(actor)
+        self.actors[key] = actor
+        scope = anyio.CancelScope()
+        self._scopes[key] = scope
+        self._tg.start_soon(self._supervise, key, actor, scope, name=f"actor {key}")
+        return actor
+
+    def tell(self, key: str, obj: Hashable, reason: str) -> None:
+        self.ensure(key).tell(obj, reason)
+
+    def stop(self, key: str) -> None:
+        actor = self.actors.pop(key, None)
+        scope = self._scopes.pop(key, None)
+        if actor is not None:
+            actor.stop()
+        if scope is not None:
+            scope.cancel()
+        with contextlib.suppress(KeyError):  # no series yet
+            metrics.ACTOR_MAILBOX_DEPTH.remove(key)
+
+    async def _supervise(self, key: str, actor: ClusterActor, scope: anyio.CancelScope) -> None:
+        backoff = self._backoff_initial
+        with scope:
+            while not actor.mailbox.closed:
+                started = self._clock()
+                try:
+                    await actor.run()
+                    return
+                except Exception as exc:  # one actor crashing never stops the process
+                    self.restarts[key] = self.restarts.get(key, 0) + 1
+                    metrics.ACTOR_RESTARTS.inc()
+                    log.error("actor crashed; restarting", cluster=key, error=SCRUBBER.exception(exc),
+                              restart_in=backoff)
+                    # A long healthy run resets the backoff.
+                    if self._clock() - started > self._backoff_max:
+                        backoff = self._backoff_initial
+                    await anyio.sleep(backoff)
+                    backoff = min(backoff * 2, self._backoff_max)
