@@ -1,0 +1,74 @@
+"""Kubernetes-style conditions (metav1.Condition) kept the way apimachinery's SetStatusCondition does.
+
+lastTransitionTime changes only when the status changes, so timers measured from it (settle delays,
+bounds) survive restarts and are not reset by a rewritten message.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from ichord.pki.scrub import scrub_text
+
+
+def now_rfc3339(now: dt.datetime | None = None) -> str:
+    t = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(microsecond=0)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str) -> dt.datetime:
+    return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str = ""
+
+    def as_dict(self, transition_time: str, observed_generation: int | None) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "type": self.type,
+            "status": self.status,
+            "reason": self.reason,
+            "message": scrub_text(self.message),
+            "lastTransitionTime": transition_time,
+        }
+        if observed_generation is not None:
+            d["observedGeneration"] = observed_generation
+        return d
+
+
+def find(conditions: list[dict[str, Any]] | None, ctype: str) -> dict[str, Any] | None:
+    for c in conditions or []:
+        if c.get("type") == ctype:
+            return c
+    return None
+
+
+def set_condition(
+    conditions: list[dict[str, Any]] | None,
+    cond: Condition,
+    *,
+    observed_generation: int | None = None,
+    now: dt.datetime | None = None,
+) -> list[dict[str, Any]]:
+    """A new list with ``cond`` set; the transition time kept when the status did not change."""
+    out = [dict(c) for c in conditions or [] if c.get("type") != cond.type]
+    old = find(conditions, cond.type)
+    transition = (
+        str(old["lastTransitionTime"])
+        if old is not None and old.get("status") == cond.status and old.get("lastTransitionTime")
+        else now_rfc3339(now)
+    )
+    out.append(cond.as_dict(transition, observed_generation))
+    out.sort(key=lambda c: str(c.get("type")))
+    return out
+
+
+def is_true(conditions: list[dict[str, Any]] | None, ctype: str) -> bool:
+    c = find(conditions, ctype)
+    return c is not None and c.get("status") == "True"

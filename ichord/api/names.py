@@ -1,0 +1,82 @@
+"""Names of ichord's API: group, kinds, annotations, finalizers, condition types and reasons, events.
+
+Constants, never string literals spread over the code (cert-manager's habit): a reason is part of
+the API a user scripts against.
+"""
+
+from __future__ import annotations
+
+GROUP = "ichor.maesh.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+TALOS_CLUSTER = "TalosCluster"
+TALOS_MACHINE = "TalosMachine"
+TALOS_OPERATION = "TalosOperation"
+PLURALS = {TALOS_CLUSTER: "talosclusters", TALOS_MACHINE: "talosmachines", TALOS_OPERATION: "talosoperations"}
+
+# Annotations and finalizers.
+BUNDLE_EXPORTED_ANNOTATION = f"{GROUP}/bundle-exported"
+CREDENTIALS_HANDOFF_ANNOTATION = f"{GROUP}/credentials-handoff"
+CA_ROTATION_FINALIZER = f"{GROUP}/ca-rotation"
+CA_ROTATION_TEMPLATE_ANNOTATION = f"{GROUP}/ca-rotation"
+
+# Bundle Secret keys.
+SECRETS_KEY = "secrets.yaml"
+ROTATION_KEY = "rotation.yaml"
+
+# Leases.
+LEADER_LEASE = "ichord-leader"
+CLUSTER_LOCK_PREFIX = "ichor-lock-"
+
+# Condition types.
+READY = "Ready"
+CONFIG_ROLLOUT = "ConfigRollout"
+STORAGE_EVACUATION = "StorageEvacuation"
+BUNDLE_BACKUP_STALE = "BundleBackupStale"
+CERTIFICATES_EXPIRING = "CertificatesExpiring"
+CA_CLIENTS_NOT_RESTARTED = "CAClientsNotRestarted"
+CA_ROTATION = "CARotation"
+DELETION_HELD = "DeletionHeld"
+
+
+class ReadyReason:
+    """TalosMachine Ready reasons (api.md)."""
+
+    CONVERGED = "Converged"
+    APPLIED = "Applied"
+    REBOOT_REQUIRED = "RebootRequired"
+    API_SERVER_RESTART_REQUIRED = "APIServerRestartRequired"
+    CA_ROTATION_IN_PROGRESS = "CARotationInProgress"
+    UNREACHABLE = "Unreachable"
+    RENDER_FAILED = "RenderFailed"
+    UNSUPPORTED_CHANGE = "UnsupportedChange"
+    CLUSTER_NOT_FOUND = "ClusterNotFound"
+    BUNDLE_INVALID = "BundleInvalid"
+    APPLY_FAILED = "ApplyFailed"
+    NOT_APPROVED = "NotApproved"
+
+
+class LockRefusal:
+    """Why acquire_disruptive_lock refused."""
+
+    HELD = "LockHeld"
+    CLUSTER_CA_ROTATING = "ClusterCARotating"
+    CLUSTER_TRANSITIONING = "ClusterTransitioning"
+
+
+class EventReason:
+    OPERATION_STARTED = "OperationStarted"
+    STAGE_APPLIED = "StageApplied"
+    STAGE_VERIFIED = "StageVerified"
+    ETCD_MEMBER_REBOOTED = "EtcdMemberRebooted"
+    CLIENTS_RESTARTED = "ClientsRestarted"
+    ROTATION_COMPLETED = "RotationCompleted"
+    CONFIG_APPLIED = "ConfigApplied"
+    OPERATION_BLOCKED = "OperationBlocked"
+    BUNDLE_BACKUP_STALE = "BundleBackupStale"
+    CERTIFICATES_EXPIRING = "CertificatesExpiring"
+    CA_CLIENTS_NOT_RESTARTED = "CAClientsNotRestarted"
+    REBOOT_REQUIRED = "RebootRequired"
+    API_SERVER_RESTART_REQUIRED = "APIServerRestartRequired"
+    MACHINE_UNREACHABLE = "MachineUnreachable"
+    RENDER_FAILED = "RenderFailed"
