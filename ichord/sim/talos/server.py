@@ -1,0 +1,154 @@
+"""A grpclib server whose TLS handshake is done per connection, so it can follow a changing config.
+
+The listener accepts plain TCP; each connection is upgraded with ``loop.start_tls`` using the
+context the node's running configuration calls for at that moment. A refused handshake (client
+certificate from a CA the node does not accept, no certificate, wrong ExtKeyUsage) is recorded with
+OpenSSL's reason, and the connection is closed, as apid closes it. Accepted connections are handed
+to grpclib's HTTP/2 protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Callable, Collection
+from typing import Any
+
+from grpclib.server import Server
+
+#: Returns the server context for a new connection, or raises to refuse it.
+ContextFor = Callable[[], ssl.SSLContext]
+#: Checks the verified client leaf (DER); returns why it is refused, or None.
+PeerCheck = Callable[[bytes | None], str | None]
+#: Records a refused handshake: (peer address, reason).
+Refused = Callable[[str, str], None]
+
+HANDSHAKE_TIMEOUT = 10.0
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: NodeServer) -> None:
+        self.server = server
+        self.raw: asyncio.Transport | None = None
+        self.tls: asyncio.BaseTransport | None = None
+        self.h2: Any = None
+        self.pending: list[bytes] = []
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.raw = transport
+        transport.pause_reading()  # nothing is read until start_tls takes over
+        self.server._connections.add(self)
+        self.server._spawn(self._handshake())
+
+    async def _handshake(self) -> None:
+        assert self.raw is not None
+        peer = self.raw.get_extra_info("peername")
+        where = f"{peer[0]}:{peer[1]}" if peer else "?"
+        loop = asyncio.get_running_loop()
+        try:
+            ctx = self.server.context_for()
+            tls = await loop.start_tls(self.raw, self, ctx, server_side=True,
+                                       ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+        except (ssl.SSLError, OSError, ConnectionError) as exc:
+            reason = getattr(exc, "verify_message", None) or str(exc) or type(exc).__name__
+            self.server.refused(where, f"TLS handshake failed: {reason}")
+            self._abort()
+            return
+        except Exception as exc:  # a configuration that cannot serve (e.g. no issuing CA)
+            self.server.refused(where, f"cannot serve TLS: {exc}")
+            self._abort()
+            return
+        if tls is None:
+            self._abort()
+            return
+        self.tls = tls
+        ssl_object = tls.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        why = self.server.peer_check(der)
+        if why is not None:
+            self.server.refused(where, why)
+            tls.abort()
+            self.closed = True
+            return
+        self.h2 = self.server._protocol_factory()
+        self.h2.connection_made(tls)
+        for data in self.pending:
+            self.h2.data_received(data)
+        self.pending.clear()
+
+    def _abort(self) -> None:
+        self.closed = True
+        if self.raw is not None:
+            self.raw.abort()
+
+    def data_received(self, data: bytes) -> None:
+        if self.h2 is not None:
+            self.h2.data_received(data)
+        elif not self.closed:
+            self.pending.append(data)
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def pause_writing(self) -> None:
+        if self.h2 is not None:
+            self.h2.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.h2 is not None:
+            self.h2.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server._connections.discard(self)
+        if self.h2 is not None:
+            self.h2.connection_lost(exc)
+
+    def abort(self) -> None:
+        if self.tls is not None:
+            self.tls.abort()  # type: ignore[attr-defined]
+        self._abort()
+
+
+class NodeServer(Server):
+    """grpclib Server listening with a per-connection TLS gate."""
+
+    def __init__(self, handlers: Collection[Any], context_for: ContextFor, peer_check: PeerCheck,
+                 refused: Refused) -> None:
+        super().__init__(handlers)
+        self.context_for = context_for
+        self.peer_check = peer_check
+        self.refused = refused
+        self._connections: set[_Connection] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def listen(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self), host, port, reuse_address=True)
+        self._server_closed_fut = loop.create_future()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        sockets = self._server.sockets  # type: ignore[attr-defined]
+        return int(sockets[0].getsockname()[1])
+
+    async def shutdown(self) -> None:
+        """Stop listening and drop every connection (the node went away)."""
+        if self._server is None:
+            return
+        self.close()
+        for conn in list(self._connections):
+            conn.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wait_closed(), 2.0)

@@ -1,0 +1,1 @@
+"""Talos API sources (.proto) and the generated bindings (gen/)."""

@@ -1,0 +1,139 @@
+"""etcd across a CA change (ADR 0120 §2 and amendment 1): members load cluster.etcd.ca at boot; a
+member on a CA its peers do not trust cannot rejoin, and a plain replacement loses quorum at the
+middle reboot; the two-certificate bundle (first signs, all trusted) rolls with quorum kept."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+
+import pytest
+
+from ichord.api.contract import V1_14
+from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.pki.ca import CAKind, CertificateAuthority, generate_ca
+from ichord.pki.pem import load_certificate, load_certificates
+from ichord.render.config import MachineConfig
+from ichord.sim.talos.build import node_specs
+from ichord.sim.talos.cluster import SimCluster
+from ichord.sim.talos.node import SimNode
+from ichord.sim.talos.testing import eventually, fast_timings
+from ichord.talos.client import TalosClient
+from ichord.talos.dial import DialBundle
+from ichord.talos.errors import TalosUnreachableError
+from ichord.talos.proto.gen.machine import machine_pb2 as m
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+@pytest.fixture(scope="module")
+def bundle() -> SecretsBundle:
+    return generate_bundle()
+
+
+@pytest.fixture
+async def cluster(bundle: SecretsBundle) -> AsyncIterator[SimCluster]:
+    cl = SimCluster(V1_14, fast_timings())
+    await cl.start(node_specs(bundle, V1_14, 3, 0, first=71))
+    yield cl
+    await cl.close()
+
+
+@pytest.fixture
+async def client(bundle: SecretsBundle) -> AsyncIterator[TalosClient]:
+    async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=2, rpc_timeout=5) as c:
+        yield c
+
+
+def with_etcd_ca(cfg: MachineConfig, certs: list[CertificateAuthority], signer: CertificateAuthority) -> MachineConfig:
+    out = cfg.copy()
+    assert signer.key_pem is not None
+    out.v1alpha1["cluster"]["etcd"]["ca"] = {
+        "crt": base64.b64encode(b"".join(c.cert_pem for c in certs)).decode(),
+        "key": base64.b64encode(signer.key_pem).decode(),
+    }
+    return out
+
+
+async def apply_and_reboot(client: TalosClient, cluster: SimCluster, node: SimNode, cfg: MachineConfig) -> None:
+    await client.apply_configuration(node.endpoint, cfg.to_bytes(), m.ApplyConfigurationRequest.NO_REBOOT)
+    before = await client.boot_id(node.endpoint, V1_14)
+    await client.reboot(node.endpoint)
+    await eventually(lambda: node.up and node.boot_id != before)
+
+
+async def healthy(client: TalosClient, node: SimNode) -> bool:
+    return not list((await client.etcd_status(node.endpoint)).errors)
+
+
+async def test_plain_replacement_cannot_rejoin_and_loses_quorum(cluster: SimCluster, client: TalosClient) -> None:
+    new = generate_ca(CAKind.ETCD)
+    cp1, cp2, cp3 = (cluster.nodes[f"cp-{i}"] for i in (1, 2, 3))
+    await apply_and_reboot(client, cluster, cp1, with_etcd_ca(cp1.running, [new], new))
+    # The configuration alone changed nothing etcd loaded: the reboot did.
+    assert cluster.history.of("etcd_reboot_required", "cp-1")
+    status = await client.etcd_status(cp1.endpoint)
+    assert any("x509: certificate signed by unknown authority" in e for e in status.errors)
+    assert await healthy(client, cp2) and await healthy(client, cp3)
+    assert not cluster.history.of("etcd_quorum_lost")
+    members = await client.etcd_member_list(cp2.endpoint)
+    assert len(members) == 3  # still a member, just not a healthy one
+    # The middle reboot: cp-2 down, cp-1 isolated, cp-3 alone is a minority.
+    await client.apply_configuration(cp2.endpoint, with_etcd_ca(cp2.running, [new], new).to_bytes(),
+                                     m.ApplyConfigurationRequest.NO_REBOOT)
+    cluster.timings.reboot = 0.5  # long enough to ask the survivor while cp-2 is down
+    await client.reboot(cp2.endpoint)
+    await eventually(lambda: bool(cluster.history.of("etcd_quorum_lost")))
+    lost = cluster.history.of("etcd_quorum_lost")[0]
+    assert lost["healthy"] == [] and lost["members"] == 3
+    with pytest.raises(TalosUnreachableError, match="etcdserver: no leader") as err:
+        await client.etcd_member_list(cp3.endpoint)
+    assert err.value.code == "UNAVAILABLE"  # etcd's status passes through machined unchanged
+    await eventually(lambda: cp2.up)
+    # Afterwards the cluster is split by CA: the old-CA member is the one left out.
+    assert await healthy(client, cp1) and await healthy(client, cp2)
+    assert not await healthy(client, cp3)
+
+
+async def test_two_certificate_bundle_rolls_with_quorum(cluster: SimCluster, client: TalosClient,
+                                                        bundle: SecretsBundle) -> None:
+    old, new = bundle.etcd, generate_ca(CAKind.ETCD)
+    stages = [("accepting", [old, new], old), ("issuing", [new, old], new), ("dropping", [new], new)]
+    for stage, certs, signer in stages:
+        nodes = sorted(cluster.nodes.values(), key=lambda n: n.name)
+        for node in nodes:
+            cfg = with_etcd_ca(node.running, certs, signer)
+            await client.apply_configuration(node.endpoint, cfg.to_bytes(), m.ApplyConfigurationRequest.NO_REBOOT)
+        # The node reports the stage's PKI before any reboot (what ADR 0120 checks).
+        trust = await client.read(nodes[0].endpoint, "/system/secrets/etcd/ca.crt")
+        assert [c.subject for c in load_certificates(trust)] == [c.certificate.subject for c in certs]
+        assert load_certificates(trust) == [c.certificate for c in certs], stage
+        for node in nodes:
+            before = await client.boot_id(node.endpoint, V1_14)
+            await client.reboot(node.endpoint)
+            await eventually(lambda n=node, b=before: n.up and n.boot_id != b)
+            for other in nodes:
+                assert await healthy(client, other), (stage, node.name, other.name)
+            peer = load_certificate((await client.etcd_certs(node.endpoint)).etcd_peer)
+            peer.verify_directly_issued_by(signer.certificate)
+    assert not cluster.history.of("etcd_quorum_lost")
+    assert cluster.etcd.has_quorum
+    state = cluster.etcd.state()
+    assert all(m["healthy"] for m in state["members"].values())  # type: ignore[index]
+    roots = {n.name: (await client.etcd_root(n.endpoint)).ca_bundle for n in cluster.nodes.values()}
+    assert set(roots.values()) == {new.cert_pem}
+
+
+async def test_member_that_stays_unhealthy(cluster: SimCluster, client: TalosClient) -> None:
+    cp2 = cluster.nodes["cp-2"]
+    cp2.set_etcd_unhealthy(True)
+    assert not await healthy(client, cp2)
+    assert await healthy(client, cluster.nodes["cp-1"])
+    assert len(await client.etcd_member_list(cluster.nodes["cp-3"].endpoint)) == 3
+    before = cp2.boot_id
+    await client.reboot(cp2.endpoint)
+    await eventually(lambda: cp2.up and cp2.boot_id != before)
+    assert not await healthy(client, cp2)  # the fault survives a reboot
+    assert cluster.history.of("etcd_member_health", "cp-2")[-1]["healthy"] is False
+    cp2.set_etcd_unhealthy(False)
+    assert await healthy(client, cp2)
