@@ -1,0 +1,1 @@
+"""Kubernetes access: client factory with a trust hook, typed errors, CRD access, status, Leases, Events."""

@@ -1,0 +1,61 @@
+"""The one place status is written: read fresh, compute, patch with the read resourceVersion, retry conflicts.
+
+The patch carries ``metadata.resourceVersion``, so the server refuses it (409) if anything wrote the
+object since the read; the mutation then runs again on a fresh read (cluster-api's patch helper
+re-applies conditions the same way).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from ichord.kube.crds import CustomObjects
+from ichord.kube.errors import Conflict, KubeError
+
+log = structlog.get_logger(__name__)
+
+Obj = dict[str, Any]
+#: Gets a copy of the object's status (``{}`` when absent) and returns the new status (None: no change).
+StatusMutation = Callable[[Obj, Obj], Obj | None]
+
+
+class ConflictRetriesExhausted(KubeError):
+    """Every attempt met a newer object; something else keeps writing it."""
+
+    status, default_reason = 409, "Conflict"
+
+
+async def update_status(objects: CustomObjects, namespace: str, name: str, mutate: StatusMutation,
+                        *, attempts: int = 5) -> Obj:
+    """Apply ``mutate(status, object)`` to the latest object's status; returns the object as written.
+
+    Nothing is sent when the mutation changes nothing. NotFound and other errors propagate.
+    """
+    for attempt in range(1, attempts + 1):
+        current = await objects.get(namespace, name)
+        status = copy.deepcopy(current.get("status") or {})
+        new = mutate(status, copy.deepcopy(current))
+        if new is None or new == (current.get("status") or {}):
+            return current
+        patch = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "status": new}
+        try:
+            return await objects.patch_status(namespace, name, _with_removals(current.get("status") or {}, patch))
+        except Conflict:
+            log.info("status conflict, retrying on a fresh read", kind=objects.kind.kind, namespace=namespace,
+                     name=name, attempt=attempt)
+    raise ConflictRetriesExhausted(
+        f"{objects.kind.kind} {namespace}/{name}: status write conflicted {attempts} times; another writer keeps "
+        f"changing it", status=409)
+
+
+def _with_removals(old_status: Obj, patch: Obj) -> Obj:
+    # A merge patch only deletes keys set to null: spell out the top-level status keys the mutation dropped.
+    new_status: Obj = patch["status"]
+    for key in old_status:
+        if key not in new_status:
+            new_status[key] = None
+    return patch

@@ -1,0 +1,74 @@
+"""Every duration the daemon waits, in one place, with one scale factor.
+
+``ICHORD_TIME_SCALE`` (e.g. ``0.01``) shrinks every duration so the demo and the tests run the real
+logic fast. Add a field here for every new wait; never hard-code a duration elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+
+from ichord.errors import IchordError
+
+
+class SettingsError(IchordError):
+    """A setting is malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Durations in seconds, unscaled defaults; ``scaled(f)`` multiplies every one of them."""
+
+    # Leader election (ADR 0063 "leader election outlives an API server restart").
+    lease_duration: float = 120.0
+    renew_deadline: float = 90.0
+    retry_period: float = 10.0
+    # The cluster lock Lease (api.md): held by a running operation, renewed every step.
+    cluster_lock_duration: float = 300.0
+    # Kubernetes requests: every call finishes well inside the renew deadline.
+    kube_request_timeout: float = 30.0
+    min_call_timeout: float = 1.0
+    # Informers: watch timeoutSeconds (jittered up to +50%), client-side inactivity timeout
+    # (bookmarks arrive about every minute), and the backoff after a failed list or watch.
+    watch_timeout: float = 300.0
+    watch_inactivity_timeout: float = 70.0
+    watch_backoff_initial: float = 0.8
+    watch_backoff_max: float = 30.0
+    # Operations (ADR vocabulary).
+    retry: float = 30.0
+    settle: float = 120.0
+    kubelet_settle: float = 90.0
+    client_restart_bound: float = 300.0
+    reboot_retry: float = 300.0
+    node_action_timeout: float = 1200.0
+    drain_bound: float = 600.0
+    trust_sync_tick: float = 10.0
+
+    def scaled(self, factor: float) -> Timing:
+        if factor <= 0:
+            raise SettingsError(f"time scale must be positive, got {factor}")
+        return replace(self, **{f.name: getattr(self, f.name) * factor for f in fields(self)})
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Timing:
+        """Defaults scaled by ``ICHORD_TIME_SCALE`` (1 when unset)."""
+        env = os.environ if environ is None else environ
+        raw = env.get("ICHORD_TIME_SCALE", "").strip()
+        if not raw:
+            return cls()
+        try:
+            factor = float(raw)
+        except ValueError:
+            raise SettingsError(f"ICHORD_TIME_SCALE must be a number such as 0.01, got {raw!r}") from None
+        return cls().scaled(factor)
+
+    @property
+    def kube_call_timeout(self) -> float:
+        """The bound on any single API call: below the renew deadline (client-go's max(renew/2, 1 s))."""
+        return min(self.kube_request_timeout, self.lease_call_timeout)
+
+    @property
+    def lease_call_timeout(self) -> float:
+        """client-go's bound on each leader-election call: max(renew deadline / 2, 1 s)."""
+        return max(self.renew_deadline / 2, self.min_call_timeout)

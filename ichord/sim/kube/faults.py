@@ -1,0 +1,63 @@
+"""Fault injection settings and the request log tests read counts from."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Faults:
+    """What the simulated server does wrong; change the fields at any time during a run."""
+
+    #: Added to every request before it is handled (seconds).
+    latency: float = 0.0
+    #: Probability (0..1) that a request of a verb (get, list, watch, create, update, patch, delete) fails.
+    error_rate: dict[str, float] = field(default_factory=dict)
+    #: The status of an injected failure: 500 InternalError, 503 ServiceUnavailable or 429 TooManyRequests.
+    error_code: int = 500
+    seed: int | None = None
+    _rng: random.Random = field(default_factory=random.Random, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.seed is not None:
+            self._rng.seed(self.seed)
+
+    def reseed(self, seed: int) -> None:
+        """Make the injected failures repeatable from here on."""
+        self.seed = seed
+        self._rng.seed(seed)
+
+    def should_fail(self, verb: str) -> bool:
+        rate = self.error_rate.get(verb, 0.0)
+        return rate > 0 and self._rng.random() < rate
+
+
+@dataclass(frozen=True)
+class LoggedRequest:
+    verb: str
+    path: str
+    status: int
+    resource: str
+
+
+class RequestLog:
+    """Every request served: verb, path, status; counts for assertions and the benchmark."""
+
+    def __init__(self) -> None:
+        self.entries: list[LoggedRequest] = []
+
+    def add(self, verb: str, path: str, status: int, resource: str = "") -> None:
+        self.entries.append(LoggedRequest(verb, path, status, resource))
+
+    def counts(self) -> Counter[tuple[str, int]]:
+        return Counter((e.verb, e.status) for e in self.entries)
+
+    def count(self, verb: str | None = None, status: int | None = None, resource: str | None = None) -> int:
+        return sum(1 for e in self.entries
+                   if (verb is None or e.verb == verb) and (status is None or e.status == status)
+                   and (resource is None or e.resource == resource))
+
+    def clear(self) -> None:
+        self.entries.clear()

@@ -1,0 +1,183 @@
+"""Structural OpenAPI v3 schemas of CRDs: pruning, defaulting and validation like the API server.
+
+Messages follow k8s.io/apimachinery's field errors (``spec.role: Unsupported value: "x": supported
+values: "controlplane", "worker"``). Of ``x-kubernetes-validations`` only the two CEL shapes the chart
+uses are evaluated (``self == oldSelf`` and ``!has(self.a) || self.b == 'v'``); other rules are
+accepted and ignored (a documented limitation of the simulator).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+JSON = dict[str, Any]
+#: (reason, field path, message) like field.Error.
+Cause = tuple[str, str, str]
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _matches_type(value: Any, want: str) -> bool:
+    got = _type_name(value)
+    return got == want or (want == "number" and got == "integer")
+
+
+def _quote(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) else str(value).lower() if isinstance(
+        value, bool) else str(value) if isinstance(value, (int, float)) else json.dumps(value)
+
+
+def prune_and_default(value: Any, schema: JSON, *, top: bool = True) -> Any:
+    """Drop fields the schema does not know and fill in defaults (in place where possible)."""
+    if isinstance(value, dict) and schema.get("type", "object") == "object":
+        props: JSON = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        if props and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            for key in [k for k in value if k not in props]:
+                if top and key in ("apiVersion", "kind", "metadata"):
+                    continue
+                del value[key]
+        for key, sub in props.items():
+            if key == "metadata" and top:
+                continue
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                value[key] = prune_and_default(value[key], sub, top=False)
+        if isinstance(extra, dict):
+            for key in list(value):
+                if key not in props:
+                    value[key] = prune_and_default(value[key], extra, top=False)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [prune_and_default(v, schema["items"], top=False) for v in value]
+    return value
+
+
+def unknown_fields(value: Any, schema: JSON, path: str = "") -> list[str]:
+    """The fields pruning would drop (``fieldValidation=Strict`` refuses them instead)."""
+    out: list[str] = []
+    if isinstance(value, dict) and schema.get("type", "object") == "object":
+        props: JSON = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for key, sub_value in value.items():
+            if not path and key in ("apiVersion", "kind", "metadata"):
+                continue
+            if key in props:
+                out += unknown_fields(sub_value, props[key], _join(path, key))
+            elif isinstance(extra, dict):
+                out += unknown_fields(sub_value, extra, _join(path, key))
+            elif props and not schema.get("x-kubernetes-preserve-unknown-fields"):
+                out.append(_join(path, key))
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            out += unknown_fields(item, schema["items"], f"{path}[{i}]")
+    return out
+
+
+def validate(value: Any, schema: JSON, path: str = "", old: Any = None) -> list[Cause]:
+    """Every violation of ``schema`` by ``value``; ``old`` is the stored value for transition rules."""
+    causes: list[Cause] = []
+    _check(value, schema, path, old, causes)
+    return causes
+
+
+def _check(value: Any, schema: JSON, path: str, old: Any, causes: list[Cause]) -> None:
+    want = schema.get("type")
+    if value is None and schema.get("nullable"):
+        return
+    if want and not _matches_type(value, want):
+        causes.append(("FieldValueTypeInvalid", path, f"Invalid value: \"{_type_name(value)}\": "
+                       f"{path} in body must be of type {want}: \"{_type_name(value)}\""))
+        return
+    if "enum" in schema and value not in schema["enum"]:
+        supported = ", ".join(_quote(v) for v in schema["enum"])
+        causes.append(("FieldValueNotSupported", path,
+                       f"Unsupported value: {_quote(value)}: supported values: {supported}"))
+    _check_bounds(value, schema, path, causes)
+    for rule in schema.get("x-kubernetes-validations") or []:
+        if _rule_fails(rule.get("rule", ""), value, old):
+            msg = rule.get("message") or f"failed rule: {rule.get('rule', '')}"
+            causes.append(("FieldValueInvalid", path, f"Invalid value: \"{_type_name(value)}\": {msg}"))
+    if isinstance(value, dict):
+        props: JSON = schema.get("properties") or {}
+        for req in schema.get("required") or []:
+            if req not in value:
+                causes.append(("FieldValueRequired", _join(path, req), "Required value"))
+        extra = schema.get("additionalProperties")
+        for key, sub_value in value.items():
+            sub = props.get(key) or (extra if isinstance(extra, dict) else None)
+            if sub is None or (key == "metadata" and not path):
+                continue
+            old_sub = old.get(key) if isinstance(old, dict) else None
+            _check(sub_value, sub, _join(path, key), old_sub, causes)
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if schema.get("x-kubernetes-list-type") == "set":
+            seen: list[Any] = []
+            for i, item in enumerate(value):
+                if item in seen:
+                    causes.append(("FieldValueDuplicate", f"{path}[{i}]", f"Duplicate value: {_quote(item)}"))
+                seen.append(item)
+        if isinstance(items, dict):
+            for i, item in enumerate(value):
+                _check(item, items, f"{path}[{i}]", None, causes)
+
+
+_IMPLIES = re.compile(r"^!has\(self\.(\w+)\)\|\|self\.(\w+)==['\"]([^'\"]*)['\"]$")
+
+
+def _rule_fails(rule: str, value: Any, old: Any) -> bool:
+    """The two CEL shapes ichord's CRDs use; any other rule is not evaluated."""
+    compact = rule.replace(" ", "")
+    if compact == "self==oldSelf":
+        return old is not None and value != old
+    m = _IMPLIES.match(compact)
+    if m and isinstance(value, dict):
+        return m.group(1) in value and value.get(m.group(2)) != m.group(3)
+    return False
+
+
+def _check_bounds(value: Any, schema: JSON, path: str, causes: list[Cause]) -> None:
+    def bad(msg: str) -> None:
+        causes.append(("FieldValueInvalid", path, f"Invalid value: {_quote(value)}: {path} in body {msg}"))
+
+    if isinstance(value, str):
+        if "pattern" in schema and re.search(schema["pattern"], value) is None:
+            bad(f"should match '{schema['pattern']}'")
+        if "minLength" in schema and len(value) < schema["minLength"]:
+            bad(f"should be at least {schema['minLength']} chars long")
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            bad(f"may not be longer than {schema['maxLength']}")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            bad(f"should be greater than or equal to {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            bad(f"should be less than or equal to {schema['maximum']}")
+    elif isinstance(value, list):
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            causes.append(("FieldValueInvalid", path, f"Invalid value: {len(value)}: {path} in body should "
+                           f"have at least {schema['minItems']} items"))
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            causes.append(("TooMany", path, f"Too many: {len(value)}: must have at most "
+                           f"{schema['maxItems']} items"))
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key

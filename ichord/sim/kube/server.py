@@ -1,0 +1,228 @@
+"""The simulated Kubernetes API server: lifecycle, HTTPS, faults, outages and the serving-CA switch."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from aiohttp import web
+
+from ichord import yamlio
+from ichord.pki.ca import CAKind, CertificateAuthority, generate_ca
+from ichord.sim.kube import discovery, openapi, routes
+from ichord.sim.kube.behaviours import BehaviourSettings, ClusterBehaviours
+from ichord.sim.kube.certs import issue_serving_certificate, server_ssl_context
+from ichord.sim.kube.faults import Faults, RequestLog
+from ichord.sim.kube.rest import Rest, WatchSettings, json_response
+from ichord.sim.kube.status import ApiError, internal
+from ichord.sim.kube.store import Store
+
+DEFAULT_CRD_DIR = Path(__file__).resolve().parents[3] / "helm" / "ichord" / "crds"
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+@dataclass
+class SimSettings:
+    host: str = "127.0.0.1"
+    port: int = 0
+    #: Retained watch events; a watch from before the window gets 410 Gone.
+    window: int = 5000
+    crd_dir: Path | None = DEFAULT_CRD_DIR
+    #: Names and IPs in the serving certificate (besides the kube-apiserver defaults); None: ``host``.
+    serving_hosts: tuple[str, ...] | None = None
+    #: Bearer token clients must send; None accepts any client.
+    token: str | None = None
+    watch: WatchSettings = field(default_factory=WatchSettings)
+    behaviours: BehaviourSettings = field(default_factory=BehaviourSettings)
+
+
+class KubeSimulator:
+    """Start with ``async with KubeSimulator() as sim``; ``sim.url``, ``sim.ca_pem`` and ``sim.store``."""
+
+    def __init__(self, settings: SimSettings | None = None, *, ca: CertificateAuthority | None = None) -> None:
+        self.settings = settings or SimSettings()
+        self.ca = ca or generate_ca(CAKind.KUBERNETES)
+        self.store = Store(window=self.settings.window)
+        self.faults = Faults()
+        self.requests = RequestLog()
+        self.rest = Rest(self.store, self.settings.watch)
+        self.behaviours = ClusterBehaviours(self.store, self.settings.behaviours, self.ca)
+        self.port = self.settings.port
+        self.down = False
+        self._runner: web.AppRunner | None = None
+        self._ssl = server_ssl_context(issue_serving_certificate(self.ca, self._serving_hosts()))
+        for ns in SYSTEM_NAMESPACES:
+            self.store.create(self.store.resolve("", "v1", "namespaces"), None, {"metadata": {"name": ns}})
+        if self.settings.crd_dir is not None:
+            self.load_crds(self.settings.crd_dir)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def _serving_hosts(self) -> list[str]:
+        hosts = self.settings.serving_hosts
+        return list(hosts) if hosts is not None else [self.settings.host]
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.settings.host}:{self.port}"
+
+    @property
+    def ca_pem(self) -> bytes:
+        """The certificate (never the key) of the CA that signs the serving certificate now."""
+        return self.ca.cert_pem
+
+    def load_crds(self, directory: Path) -> None:
+        for path in sorted(directory.glob("*.yaml")):
+            for doc in yamlio.load_all(path.read_text()):
+                self.store.load_crd(json.loads(json.dumps(doc)))
+
+    async def start(self) -> None:
+        @web.middleware
+        async def middleware(request: web.Request,
+                             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+            return await self._middleware(request, handler)
+
+        app = web.Application(middlewares=[middleware], client_max_size=8 << 20)
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+        await runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.settings.host, self.port))
+        self.port = sock.getsockname()[1]
+        site = web.SockSite(runner, sock, ssl_context=self._ssl)
+        await site.start()
+        self._runner = runner
+        self.down = False
+        self.behaviours.start()
+
+    async def stop(self) -> None:
+        await self.behaviours.stop()
+        await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        self.drop_watches()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> KubeSimulator:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.stop()
+
+    # -- faults ------------------------------------------------------------------------------
+    async def go_down(self) -> None:
+        """Stop serving: new connections are refused and open ones are closed, like a restart."""
+        self.down = True
+        await self._shutdown()
+
+    async def come_up(self) -> None:
+        if self._runner is None:
+            await self.start()
+
+    @asynccontextmanager
+    async def outage(self) -> AsyncIterator[None]:
+        await self.go_down()
+        try:
+            yield
+        finally:
+            await self.come_up()
+
+    async def switch_serving_ca(self, ca: CertificateAuthority) -> None:
+        """Serve a certificate from ``ca`` from now on (the API server restarts to do it)."""
+        self.ca = ca
+        self._ssl = server_ssl_context(issue_serving_certificate(ca, self._serving_hosts()))
+        running = self._runner is not None
+        await self._shutdown()
+        if running:
+            await self.start()
+
+    @property
+    def open_watches(self) -> int:
+        """Watch streams being served now."""
+        return len(self.rest.open_watches)
+
+    def drop_watches(self) -> None:
+        """End every open watch abruptly (connection closed without the final chunk)."""
+        for watcher in list(self.rest.open_watches):
+            watcher.dropped.set()
+
+    def stall_watches(self) -> None:
+        """Leave every open watch connected but silent: no events, no bookmarks (a dead watch)."""
+        for watcher in list(self.rest.open_watches):
+            watcher.stalled = True
+
+    def compact(self) -> None:
+        """Forget all retained watch history: a watch from any older resourceVersion gets 410."""
+        self.store.log.compact(self.store.rv)
+
+    def write_kubeconfig(self, path: Path, *, namespace: str = "default") -> Path:
+        cfg = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "ichord-sim",
+            "clusters": [{"name": "ichord-sim", "cluster": {
+                "server": self.url,
+                "certificate-authority-data": _b64(self.ca_pem)}}],
+            "users": [{"name": "ichord-sim", "user": {"token": self.settings.token or "ichord-sim"}}],
+            "contexts": [{"name": "ichord-sim", "context": {"cluster": "ichord-sim", "user": "ichord-sim",
+                                                             "namespace": namespace}}],
+        }
+        path.write_text(yamlio.dump(cfg))
+        path.chmod(0o600)
+        return path
+
+    # -- HTTP --------------------------------------------------------------------------------
+    async def _middleware(self, request: web.Request,
+                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        route = routes.parse(request.method, request.path, dict(request.query))
+        verb = route.verb if route else request.method.lower()
+        resource = route.plural if route else ""
+        if self.down:
+            if request.transport is not None:
+                request.transport.close()
+            raise ConnectionResetError("simulated API server is down")
+        try:
+            if self.faults.latency > 0:
+                await asyncio.sleep(self.faults.latency)
+            if self.settings.token is not None and request.headers.get(
+                    "Authorization", "") != f"Bearer {self.settings.token}":
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            if self.faults.should_fail(verb):
+                code = self.faults.error_code
+                reason = {503: "ServiceUnavailable", 429: "TooManyRequests"}.get(code, "InternalError")
+                raise ApiError(code, reason, f"injected fault: {verb} failed")
+            response = await handler(request)
+        except ApiError as err:
+            response = json_response(err.status(), err.code)
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # a simulator bug still answers like a server would
+            bug = internal(f"{type(exc).__name__}: {exc}")
+            response = json_response(bug.status(), bug.code)
+        self.requests.add(verb, request.path, response.status, resource)
+        return response
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        route = routes.parse(request.method, request.path, dict(request.query))
+        if route is None:
+            if request.method != "GET":
+                raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+            doc = (openapi.document(self.store, request.path)
+                   or discovery.document(self.store, request.path, f"{self.settings.host}:{self.port}"))
+            if doc is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return json_response(doc)
+        return await self.rest.handle(request, route)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Benchmark the Kubernetes side on the simulator; prints one JSON object.
+
+- write->handler latency (p50/p99): a merge patch through the API until one informer's handler sees it
+- events/s: a burst of concurrent creates through the API, and a burst written straight into the
+  simulator's store (watch delivery alone), counted as they arrive at the informer handler
+- simulator requests/s: concurrent GETs through the real client over HTTPS
+
+Usage: .venv/bin/python scripts/bench_kube.py [--writes 300] [--burst 1000] [--requests 2000] [--concurrency 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import structlog
+
+from ichord.kube.client import from_kubeconfig
+from ichord.kube.crds import GROUP, VERSION, machines
+from ichord.settings import Timing
+from ichord.sim.kube import KubeSimulator
+from ichord.watchers import Informer, Resource, WatchEvent
+
+NS = "default"
+
+
+def machine(name: str) -> dict[str, object]:
+    return {"metadata": {"name": name}, "spec": {"clusterRef": {"name": "c"}, "role": "worker"}}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def bench(writes: int, burst: int, requests: int, concurrency: int) -> dict[str, object]:
+    async with KubeSimulator() as sim:
+        with tempfile.TemporaryDirectory() as tmp:
+            kube = await from_kubeconfig(sim.write_kubeconfig(Path(tmp) / "kc"), timing=Timing())
+        ms = machines(kube)
+        seen: dict[str, float] = {}
+        arrivals: list[float] = []
+
+        def on_event(e: WatchEvent) -> None:
+            now = time.perf_counter()
+            seen[e.obj["metadata"]["resourceVersion"]] = now
+            arrivals.append(now)
+
+        informer = Informer(kube, Resource(GROUP, VERSION, "talosmachines", NS), timing=Timing(),
+                            handlers=[on_event])
+        result: dict[str, object] = {}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(informer.run)
+            await informer.wait_synced()
+            await ms.create(NS, machine("lat"))
+            latencies = []
+            for i in range(writes):
+                t0 = time.perf_counter()
+                rv = (await ms.patch(NS, "lat", {"metadata": {"annotations": {"n": str(i)}}}))["metadata"][
+                    "resourceVersion"]
+                while rv not in seen:  # noqa: ASYNC110  (spin on the handler's record: the measurement)
+                    await asyncio.sleep(0)
+                latencies.append(seen[rv] - t0)
+            result["write_to_handler_ms"] = {"p50": round(statistics.median(latencies) * 1000, 3),
+                                             "p99": round(pct(latencies, 0.99) * 1000, 3), "samples": writes}
+
+            arrivals.clear()
+            sem = asyncio.Semaphore(concurrency)
+
+            async def create(i: int) -> None:
+                async with sem:
+                    await ms.create(NS, machine(f"b{i}"))
+            t0 = time.perf_counter()
+            async with anyio.create_task_group() as burst_tg:
+                for i in range(burst):
+                    burst_tg.start_soon(create, i)
+            while len(arrivals) < burst:  # noqa: ASYNC110
+                await asyncio.sleep(0.001)
+            result["informer_events_per_s_api_writes"] = round(burst / (arrivals[-1] - t0), 1)
+
+            # Watch delivery alone: the cluster's own writes go straight into the store.
+            arrivals.clear()
+            rt = sim.store.resolve(GROUP, VERSION, "talosmachines")
+            t0 = time.perf_counter()
+            for i in range(burst):
+                sim.store.create(rt, NS, machine(f"s{i}"))
+                if i % 50 == 0:
+                    await asyncio.sleep(0)
+            while len(arrivals) < burst:  # noqa: ASYNC110
+                await asyncio.sleep(0.001)
+            result["informer_events_per_s_watch_only"] = round(burst / (arrivals[-1] - t0), 1)
+
+            core = kube.core()
+            done = 0
+
+            async def reader() -> None:
+                nonlocal done
+                while done < requests:
+                    done += 1
+                    await core.read_namespaced_config_map("kube-root-ca.crt", NS)
+            t0 = time.perf_counter()
+            async with anyio.create_task_group() as readers:
+                for _ in range(concurrency):
+                    readers.start_soon(reader)
+            result["simulator_get_requests_per_s"] = round(done / (time.perf_counter() - t0), 1)
+            result["concurrency"] = concurrency
+            result["watch_restarts"] = dict(informer.restarts)
+            tg.cancel_scope.cancel()
+        await kube.close()
+        return result
+
+
+def main() -> None:
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout: the JSON result only
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--writes", type=int, default=300)
+    ap.add_argument("--burst", type=int, default=1000)
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--concurrency", type=int, default=16)
+    args = ap.parse_args()
+    print(json.dumps(asyncio.run(bench(args.writes, args.burst, args.requests, args.concurrency))))
+
+
+if __name__ == "__main__":
+    main()

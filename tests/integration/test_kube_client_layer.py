@@ -1,0 +1,168 @@
+"""The client layer (ichord.kube, informer, elector) against an API server: the simulator always, and a
+real K3s API server through testcontainers when a Docker engine exists (opt-in tier, marker docker)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from ichord import yamlio
+from ichord.kube import errors
+from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.crds import GROUP, VERSION, CustomObjects, Kind, machines
+from ichord.kube.leases import LeaseRecord, create_lease, get_lease, update_lease
+from ichord.kube.reads import read_secret
+from ichord.kube.status import update_status
+from ichord.leader import LeaderElector
+from ichord.settings import Timing
+from ichord.sim.kube import KubeSimulator
+from ichord.sim.kube.server import DEFAULT_CRD_DIR
+from ichord.watchers import Informer, Resource
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+NS = "default"
+FAST = Timing().scaled(0.02)
+
+
+def docker_available() -> str | None:
+    """None when a Docker engine answers, else why not."""
+    if shutil.which("docker") is None:
+        return "no docker CLI on this machine"
+    try:
+        done = subprocess.run(["docker", "info"], capture_output=True, timeout=15, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"docker info failed: {exc}"
+    return None if done.returncode == 0 else "no Docker engine answers `docker info` (K3s needs one)"
+
+
+@pytest.fixture(scope="session")
+def k3s_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    why = docker_available()
+    if why is not None:
+        pytest.skip(why)
+    from testcontainers.community.k3s import K3SContainer
+
+    with K3SContainer() as k3s:
+        path = tmp_path_factory.mktemp("k3s") / "kubeconfig"
+        path.write_text(k3s.config_yaml())
+        yield path
+
+
+async def install_crds(kube: KubeClient) -> None:
+    for path in sorted(DEFAULT_CRD_DIR.glob("*.yaml")):
+        crd = yamlio.load(path.read_text())
+        with contextlib.suppress(errors.AlreadyExists):
+            await kube.raw("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
+    with anyio.fail_after(60):
+        for path in sorted(DEFAULT_CRD_DIR.glob("*.yaml")):
+            name = yamlio.load(path.read_text())["metadata"]["name"]
+            while True:
+                crd = await kube.raw("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                conds = (crd.get("status") or {}).get("conditions") or []
+                if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
+                    break
+                await anyio.sleep(0.2)
+
+
+@pytest.fixture(params=["sim", pytest.param("k3s", marks=pytest.mark.docker)])
+async def kube(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KubeClient]:
+    if request.param == "sim":
+        async with KubeSimulator() as sim:
+            client = await from_kubeconfig(sim.write_kubeconfig(tmp_path / "kc"), timing=FAST)
+            yield client
+            await client.close()
+        return
+    client = await from_kubeconfig(request.getfixturevalue("k3s_kubeconfig"), timing=Timing())
+    await install_crds(client)
+    for name in ("m", "w"):
+        with contextlib.suppress(errors.NotFound):
+            await machines(client).delete(NS, name)
+    yield client
+    await client.close()
+
+
+def machine(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"clusterRef": {"name": "c1"}, "role": "worker"}}
+
+
+class RacedObjects(CustomObjects):
+    """Another writer changes the status between the helper's read and its patch, once."""
+
+    raced = False
+
+    async def patch_status(self, namespace: str, name: str, patch: Any) -> dict[str, Any]:
+        if not self.raced:
+            self.raced = True
+            await super().patch_status(namespace, name, {"status": {"nodeName": "n1"}})
+        return await super().patch_status(namespace, name, patch)
+
+
+async def test_status_helper_retries_a_conflict_on_a_fresh_read(kube: KubeClient) -> None:
+    await machines(kube).create(NS, machine("m"))
+    seen: list[dict[str, Any]] = []
+
+    def mutate(status: dict[str, Any], _obj: dict[str, Any]) -> dict[str, Any]:
+        seen.append(dict(status))
+        return {**status, "configHash": "abc"}
+    raced = RacedObjects(kube, Kind.TALOS_MACHINE)
+    out = await update_status(raced, NS, "m", mutate)
+    assert out["status"] == {"nodeName": "n1", "configHash": "abc"}  # the racing write is kept
+    assert seen == [{}, {"nodeName": "n1"}]  # the second pass ran on a fresh read
+    assert await update_status(raced, NS, "m", lambda s, _o: dict(s)) == out  # no change, no write
+
+
+async def test_typed_errors_from_a_real_api(kube: KubeClient) -> None:
+    ms = machines(kube)
+    created = await ms.create(NS, machine("w"))
+    with pytest.raises(errors.AlreadyExists):
+        await ms.create(NS, machine("w"))
+    stale = dict(created)
+    await ms.patch(NS, "w", {"spec": {"approved": True}})
+    with pytest.raises(errors.Conflict):
+        await ms.replace(NS, "w", stale)
+    with pytest.raises(errors.Invalid) as invalid:
+        await ms.patch(NS, "w", {"spec": {"role": "x"}})
+    assert invalid.value.status == 422 and any(c.get("field") == "spec.role" for c in invalid.value.causes)
+    with pytest.raises(errors.NotFound):
+        await ms.get(NS, "nope")
+    await ms.delete(NS, "w")
+
+
+async def test_leases_and_uncached_secret_reads(kube: KubeClient) -> None:
+    assert await get_lease(kube, NS, "lock-test") is None
+    rec = await create_lease(kube, NS, "lock-test", LeaseRecord("op-uid", 300))
+    with pytest.raises(errors.AlreadyExists):
+        await create_lease(kube, NS, "lock-test", LeaseRecord("other", 300))
+    renewed = await update_lease(kube, NS, "lock-test", rec.with_(transitions=1))
+    assert renewed.transitions == 1 and renewed.holder == "op-uid"
+    with pytest.raises(errors.Conflict):
+        await update_lease(kube, NS, "lock-test", rec.with_(holder="thief"))
+    await kube.raw("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/lock-test")
+    await kube.core().create_namespaced_secret(NS, {"metadata": {"name": "bundle-test"},
+                                                    "stringData": {"secrets.yaml": "x"}, "data": {"k": "eA=="}})
+    secret = await read_secret(kube, NS, "bundle-test")
+    assert secret.data["k"] == b"x" and "eA" not in repr(secret)
+    await kube.core().delete_namespaced_secret("bundle-test", NS)
+
+
+async def test_informer_and_elector(kube: KubeClient) -> None:
+    inf = Informer(kube, Resource(GROUP, VERSION, "talosmachines", NS), timing=FAST)
+    elector = LeaderElector(kube, namespace=NS, name="ichord-leader-test", timing=FAST)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(inf.run)
+        tg.start_soon(elector.run, anyio.sleep_forever)
+        with anyio.fail_after(30):
+            await inf.wait_synced()
+            await machines(kube).create(NS, machine("m"))
+            while inf.get(NS, "m") is None or not elector.is_leader:  # noqa: ASYNC110  (polling the API is the point)
+                await anyio.sleep(0.02)
+        tg.cancel_scope.cancel()
+    lease = await get_lease(kube, NS, "ichord-leader-test")
+    assert lease is not None and lease.holder is None  # released on the voluntary stop

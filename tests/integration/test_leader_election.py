@@ -1,0 +1,182 @@
+"""Leader election against the simulator: one leader of two, takeover after expiry, hand-over on a
+voluntary stop, release only while holding, an outage below the renew deadline survived (with an
+informer), and loss after the renew deadline."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.crds import GROUP, VERSION
+from ichord.leader import LeaderElector, LeadershipLost
+from ichord.settings import Timing
+from ichord.sim.kube import KubeSimulator, SimSettings, WatchSettings
+from ichord.watchers import Informer, Resource
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+NS = "kube-system"
+#: 120/90/10 s at 1/100 scale.
+FAST = Timing().scaled(0.01)
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[KubeSimulator]:
+    async with KubeSimulator(SimSettings(watch=WatchSettings(bookmark_interval=0.05))) as s:
+        yield s
+
+
+@pytest.fixture
+async def clients(sim: KubeSimulator, tmp_path: Path) -> AsyncIterator[list[KubeClient]]:
+    path = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    made = [await from_kubeconfig(path, timing=FAST) for _ in range(2)]
+    yield made
+    for c in made:
+        await c.close()
+
+
+def holder(sim: KubeSimulator) -> tuple[str | None, int]:
+    lease = sim.store.get(sim.store.resolve("coordination.k8s.io", "v1", "leases"), NS, "ichord-leader")
+    return lease["spec"].get("holderIdentity"), lease["spec"].get("leaseTransitions", 0)
+
+
+async def eventually(pred: Callable[[], bool], within: float = 5.0) -> None:
+    with anyio.fail_after(within):
+        while not pred():  # noqa: ASYNC110  (polling the API is the point)
+            await anyio.sleep(0.005)
+
+
+async def forever() -> None:
+    await anyio.sleep_forever()
+
+
+async def test_two_electors_exactly_one_leader(sim: KubeSimulator, clients: list[KubeClient]) -> None:
+    electors = [LeaderElector(c, namespace=NS, identity=f"replica-{i}", timing=FAST) for i, c in enumerate(clients)]
+    async with anyio.create_task_group() as tg:
+        for e in electors:
+            tg.start_soon(e.run, forever)
+        await eventually(lambda: any(e.is_leader for e in electors))
+        for _ in range(60):  # several renew periods: never two leaders, always the Lease's holder
+            leaders = [e.identity for e in electors if e.is_leader]
+            assert len(leaders) == 1
+            assert holder(sim)[0] == leaders[0]
+            await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+
+
+async def test_takeover_only_after_expiry(sim: KubeSimulator, clients: list[KubeClient]) -> None:
+    a = LeaderElector(clients[0], namespace=NS, identity="a", timing=FAST)
+    b = LeaderElector(clients[1], namespace=NS, identity="b", timing=FAST)
+    async with anyio.create_task_group() as tg:
+        crash = anyio.CancelScope()
+
+        async def run_a() -> None:
+            with crash:
+                await a.run(forever, release_on_stop=lambda: False)  # stops like a crash: no release
+        tg.start_soon(run_a)
+        await eventually(lambda: a.is_leader)
+        tg.start_soon(b.run, forever)
+        await anyio.sleep(FAST.retry_period * 3)
+        assert not b.is_leader
+        crash.cancel()
+        stopped = time.monotonic()
+        await eventually(lambda: b.is_leader)
+        waited = time.monotonic() - stopped
+        assert holder(sim) == ("b", 1)
+        tg.cancel_scope.cancel()
+    # b saw a's last renewal no earlier than one retry period before the stop, and waits a full lease.
+    assert waited >= FAST.lease_duration - FAST.retry_period
+
+
+async def test_voluntary_stop_hands_over_at_once(sim: KubeSimulator, clients: list[KubeClient]) -> None:
+    # A 60 s lease: if b had to wait for expiry the test would time out.
+    timing = dataclasses.replace(FAST, lease_duration=60.0)
+    a = LeaderElector(clients[0], namespace=NS, identity="a", timing=timing)
+    b = LeaderElector(clients[1], namespace=NS, identity="b", timing=timing)
+    done = anyio.Event()
+    stopped: list[str] = []
+
+    async def short_work() -> None:
+        await done.wait()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(a.run, short_work, lambda: stopped.append("a"))
+        await eventually(lambda: a.is_leader)
+        tg.start_soon(b.run, forever)
+        done.set()  # a's work returns: a voluntary stop releases the Lease
+        await eventually(lambda: b.is_leader, within=5.0)
+        assert holder(sim) == ("b", 1)
+        tg.cancel_scope.cancel()
+    assert stopped == ["a"]
+
+
+async def test_release_only_while_still_holder(sim: KubeSimulator, clients: list[KubeClient]) -> None:
+    a = LeaderElector(clients[0], namespace=NS, identity="a", timing=FAST)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(a.run, forever)
+        await eventually(lambda: a.is_leader)
+        tg.cancel_scope.cancel()
+    rt = sim.store.resolve("coordination.k8s.io", "v1", "leases")
+    assert holder(sim)[0] is None  # released on the cancel (a voluntary stop)
+    lease = sim.store.get(rt, NS, "ichord-leader")
+    lease["spec"]["holderIdentity"] = "someone-else"
+    sim.store.update(rt, NS, "ichord-leader", lease)
+    assert await a.release() is False
+    assert holder(sim)[0] == "someone-else"
+
+
+async def test_outage_below_renew_deadline_keeps_leadership_and_informer(
+        sim: KubeSimulator, tmp_path: Path) -> None:
+    # 120/90/10 s at 1/50 scale; the outage is 67.5 s of the 90 s renew deadline.
+    timing = Timing().scaled(0.02)
+    kube = await from_kubeconfig(sim.write_kubeconfig(tmp_path / "kc"), timing=timing)
+    elector = LeaderElector(kube, namespace=NS, identity="a", timing=timing)
+    informer = Informer(kube, Resource(GROUP, VERSION, "talosmachines", "default"), timing=timing)
+    lost: list[bool] = []
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(elector.run, forever, lambda: lost.append(True))
+            tg.start_soon(informer.run)
+            await eventually(lambda: elector.is_leader and informer.synced.is_set())
+            async with sim.outage():
+                sim.store.create(sim.store.resolve(GROUP, VERSION, "talosmachines"), "default",
+                                 {"metadata": {"name": "m"}, "spec": {"clusterRef": {"name": "c"}, "role": "worker"}})
+                await anyio.sleep(timing.renew_deadline * 0.75)
+                assert elector.is_leader
+            renewed_before = sim.requests.count("update", 200, "leases")
+            await eventually(lambda: sim.requests.count("update", 200, "leases") > renewed_before)
+            await eventually(lambda: informer.get("default", "m") is not None)
+            assert elector.is_leader and not lost
+            tg.cancel_scope.cancel()
+    finally:
+        await kube.close()
+    assert holder(sim)[0] is None  # released at the end, never lost
+    assert sim.requests.count("update", 200, "leases") >= 2
+
+
+async def test_outage_past_renew_deadline_loses_leadership(sim: KubeSimulator, clients: list[KubeClient]) -> None:
+    a = LeaderElector(clients[0], namespace=NS, identity="a", timing=FAST)
+    work_cancelled: list[bool] = []
+    stopped: list[bool] = []
+
+    async def work() -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            work_cancelled.append(True)
+
+    async def outage_once_leading() -> None:
+        await eventually(lambda: a.is_leader)
+        await sim.go_down()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outage_once_leading)
+        with pytest.raises(LeadershipLost) as lost:
+            await a.run(work, lambda: stopped.append(True))
+    await sim.come_up()
+    assert work_cancelled == [True] and stopped == [True]
+    assert "could not be renewed" in str(lost.value)
+    assert holder(sim)[0] == "a"  # not released: the lease runs out for the next replica
