@@ -1,0 +1,293 @@
+"""One step of a cluster actor: everything done to one TalosCluster, re-derived from the API and nodes.
+
+For now a step reconciles the cluster's machines (ichord.machines); operations join it in later
+issues. A step is short: it reads the bundle Secret uncached, asks each approved machine's node
+what it runs (bounded fan-out), applies safe differences, and writes each status that changed —
+in one place, through the status patch helper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import structlog
+
+from ichord.actors.outcome import Done, Outcome, Requeue, earliest
+from ichord.api import names
+from ichord.api.conditions import Condition, find, set_condition
+from ichord.api.names import ReadyReason
+from ichord.errors import IchordError
+from ichord.kube import crds
+from ichord.kube.client import KubeClient
+from ichord.kube.errors import KubeError, NotFound
+from ichord.kube.events import EventRecorder, ObjectRef
+from ichord.kube.reads import read_secret
+from ichord.kube.status import update_status
+from ichord.machines.reconciler import OWNED_FIELDS, MachineResult, reconcile_machine
+from ichord.machines.view import MachineSpecError, MachineView
+from ichord.pki.bundle import BundleError, SecretsBundle
+from ichord.pki.fingerprint import export_fingerprint
+from ichord.pki.scrub import SCRUBBER
+from ichord.render.errors import RenderError
+from ichord.render.inputs import ClusterInputs
+from ichord.settings import Timing
+from ichord.talos.client import TalosClient
+from ichord.talos.dial import DialBundle
+from ichord.watchers.informer import Informer
+
+log = structlog.get_logger("ichord.actors.cluster")
+Obj = dict[str, Any]
+
+MAX_PARALLEL_MACHINES = 4
+
+
+@dataclass
+class Runtime:
+    """What every cluster actor of this process shares."""
+
+    kube: KubeClient
+    namespace: str  # the controller namespace: bundle Secrets and Leases live here
+    clusters: Informer
+    machines: Informer
+    operations: Informer
+    recorder: EventRecorder
+    timing: Timing
+    resync: float = 300.0  # how often a converged machine's node is read again (drift)
+
+
+def cluster_of(obj: Obj) -> str | None:
+    ref = (obj.get("spec") or {}).get("clusterRef") or {}
+    name = ref.get("name")
+    return str(name) if name else None
+
+
+def rotation_under_way(op: Obj) -> bool:
+    """A ca-rotation with a stage set that has not completed (ADR 0063)."""
+    spec, status = op.get("spec") or {}, op.get("status") or {}
+    stage = (status.get("caRotation") or {}).get("stage") or ""
+    return spec.get("kind") == "ca-rotation" and bool(stage) and status.get("phase") != "Completed" and stage != "Done"
+
+
+class ClusterReconciler:
+    def __init__(self, rt: Runtime, namespace: str, name: str) -> None:
+        self.rt = rt
+        self.namespace = namespace
+        self.name = name
+        self._talos: TalosClient | None = None
+        self._registered_bundle: str | None = None
+
+    def close(self) -> None:
+        if self._talos is not None:
+            self._talos.close()
+
+    # ---- the step -------------------------------------------------------------------------
+
+    async def step(self, _messages: dict[Hashable, str]) -> Outcome:
+        cluster = self.rt.clusters.get(self.namespace, self.name)
+        machines = self._machines()
+        if cluster is None:
+            for m in machines:
+                await self._write_machine(
+                    m,
+                    MachineResult(
+                        Condition(
+                            names.READY,
+                            "False",
+                            ReadyReason.CLUSTER_NOT_FOUND,
+                            f"TalosCluster {self.namespace}/{self.name} does not exist; "
+                            "create it or fix spec.clusterRef.name",
+                        )
+                    ),
+                )
+            return Done()
+        spec = cluster.get("spec") or {}
+        try:
+            inputs = ClusterInputs.from_spec(str(spec.get("clusterName") or self.name), spec)
+        except RenderError as exc:
+            await self._blocked(cluster, machines, "InvalidSpec", f"the TalosCluster spec is invalid: {exc}")
+            return Done()  # only a spec change can fix it
+        bundle = await self._bundle(cluster, machines)
+        if bundle is None:
+            return Requeue(self.rt.timing.retry, "bundle unreadable")
+        await self._set_cluster_ready(cluster, Condition(names.READY, "True", "Reconciled", "the bundle is readable"))
+        talos = self._client(bundle)
+        rotating = await self._rotation_under_way()
+
+        results: dict[tuple[str, str], MachineResult] = {}
+        limiter = anyio.CapacityLimiter(MAX_PARALLEL_MACHINES)
+
+        async def one(m: MachineView) -> None:
+            async with limiter:
+                results[m.key] = await reconcile_machine(
+                    talos,
+                    bundle,
+                    inputs,
+                    m,
+                    rotation_in_progress=rotating,
+                    retry_after=self.rt.timing.retry,
+                    resync_after=self.rt.resync,
+                )
+
+        async with anyio.create_task_group() as tg:
+            for m in machines:
+                if m.approved:
+                    tg.start_soon(one, m)
+        delays: list[float | None] = []
+        for m in machines:
+            if not m.approved:
+                await self._write_machine(
+                    m,
+                    MachineResult(
+                        Condition(
+                            names.READY,
+                            "Unknown",
+                            ReadyReason.NOT_APPROVED,
+                            "the machine is not approved; set spec.approved: true to let ichord manage it",
+                        )
+                    ),
+                )
+                continue
+            result = results[m.key]
+            await self._write_machine(m, result)
+            delays.append(result.requeue_after)
+        delay = earliest(*delays)
+        return Done() if delay is None else Requeue(delay)
+
+    # ---- inputs ---------------------------------------------------------------------------
+
+    def _machines(self) -> list[MachineView]:
+        out = []
+        for (ns, _name), obj in sorted(self.rt.machines.cache.items()):
+            if ns != self.namespace or cluster_of(obj) != self.name:
+                continue
+            try:
+                out.append(MachineView.of(obj))
+            except MachineSpecError:
+                continue
+        return out
+
+    async def _bundle(self, cluster: Obj, machines: list[MachineView]) -> SecretsBundle | None:
+        secret_name = ((cluster.get("spec") or {}).get("secretsRef") or {}).get("name")
+        where = f"Secret {self.rt.namespace}/{secret_name}"
+        try:
+            secret = await read_secret(self.rt.kube, self.rt.namespace, str(secret_name))
+        except NotFound:
+            await self._blocked(
+                cluster,
+                machines,
+                "SecretNotFound",
+                f"{where} (spec.secretsRef) does not exist; create it with the cluster's secrets.yaml",
+            )
+            return None
+        except KubeError as exc:
+            log.warning("bundle read failed", cluster=self.name, error=SCRUBBER.exception(exc))
+            return None
+        raw = secret.data.get(names.SECRETS_KEY)
+        if raw is None:
+            await self._blocked(
+                cluster, machines, names.ReadyReason.BUNDLE_INVALID, f"{where} has no key {names.SECRETS_KEY}"
+            )
+            return None
+        try:
+            bundle = SecretsBundle.from_yaml(raw, f"{where} key {names.SECRETS_KEY}")
+        except BundleError as exc:
+            await self._blocked(cluster, machines, names.ReadyReason.BUNDLE_INVALID, str(exc))
+            return None
+        fp = export_fingerprint(bundle)
+        if fp != self._registered_bundle:
+            SCRUBBER.register_all(bundle.secret_values())
+            self._registered_bundle = fp
+        return bundle
+
+    def _client(self, bundle: SecretsBundle) -> TalosClient:
+        dial = DialBundle.from_bundle(bundle)
+        if self._talos is None:
+            self._talos = TalosClient(dial)
+        else:
+            self._talos.set_dial(dial)
+        return self._talos
+
+    async def _rotation_under_way(self) -> bool:
+        # Uncached: a stale cache must not let the machine reconciler revert a rotation's stage.
+        ops, _ = await crds.operations(self.rt.kube).list_objects(self.namespace)
+        return any(cluster_of(op) == self.name and rotation_under_way(op) for op in ops)
+
+    # ---- writes (the one place) -------------------------------------------------------------
+
+    async def _blocked(self, cluster: Obj, machines: list[MachineView], reason: str, message: str) -> None:
+        changed = await self._set_cluster_ready(cluster, Condition(names.READY, "False", reason, message))
+        if changed:
+            self.rt.recorder.record(ObjectRef.of(cluster), "Warning", reason, message)
+        for m in machines:
+            if m.approved:
+                await self._write_machine(
+                    m,
+                    MachineResult(
+                        Condition(
+                            names.READY,
+                            "False",
+                            ReadyReason.BUNDLE_INVALID if reason != "InvalidSpec" else ReadyReason.RENDER_FAILED,
+                            f"cluster {self.name}: {message}",
+                        )
+                    ),
+                    post=False,
+                )
+
+    async def _set_cluster_ready(self, cluster: Obj, cond: Condition) -> bool:
+        """Set the TalosCluster's Ready condition; True when it changed."""
+        current = find((cluster.get("status") or {}).get("conditions"), names.READY)
+        if current and (current.get("status"), current.get("reason"), current.get("message")) == (
+            cond.status,
+            cond.reason,
+            SCRUBBER.text(cond.message),
+        ):
+            return False
+        generation = int((cluster.get("metadata") or {}).get("generation") or 0)
+
+        def mutate(status: Obj, _obj: Obj) -> Obj:
+            status["conditions"] = set_condition(status.get("conditions"), cond, observed_generation=generation)
+            status["observedGeneration"] = generation
+            return status
+
+        try:
+            await update_status(crds.clusters(self.rt.kube), self.namespace, self.name, mutate)
+        except NotFound:
+            return False
+        return True
+
+    async def _write_machine(self, m: MachineView, result: MachineResult, *, post: bool = True) -> None:
+        old_ready = find(m.status.get("conditions"), names.READY)
+        desired_fields = {k: v for k, v in result.fields.items() if k in OWNED_FIELDS}
+        same_ready = old_ready is not None and (
+            old_ready.get("status"),
+            old_ready.get("reason"),
+            old_ready.get("message"),
+        ) == (result.ready.status, result.ready.reason, SCRUBBER.text(result.ready.message))
+        same_fields = all(m.status.get(k, [] if k.endswith("Paths") else None) == v for k, v in desired_fields.items())
+        if same_ready and same_fields and m.status.get("observedGeneration") == m.generation:
+            return
+
+        def mutate(status: Obj, _obj: Obj) -> Obj:
+            status["conditions"] = set_condition(
+                status.get("conditions"), result.ready, observed_generation=m.generation
+            )
+            status.update(desired_fields)
+            status["observedGeneration"] = m.generation
+            return status
+
+        try:
+            await update_status(crds.machines(self.rt.kube), m.namespace, m.name, mutate)
+        except NotFound:
+            return
+        except IchordError as exc:
+            log.warning("machine status write failed", machine=m.name, error=SCRUBBER.exception(exc))
+            return
+        reason_changed = old_ready is None or old_ready.get("reason") != result.ready.reason
+        if post and result.event is not None and (reason_changed or result.applied):
+            type_, reason, message = result.event
+            self.rt.recorder.record(
+                ObjectRef(names.TALOS_MACHINE, m.namespace, m.name, m.uid, names.API_VERSION), type_, reason, message
+            )

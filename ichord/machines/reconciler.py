@@ -1,0 +1,197 @@
+"""Reconcile one approved machine: render, read what the node runs, then converge or report.
+
+    converged                              -> Ready=True/Converged
+    a safe difference                      -> dry run, apply NO_REBOOT       -> Ready=True/Applied
+    a reboot-requiring difference          -> never applied: rebootPaths     -> Ready=False/RebootRequired
+    an API-server-restart difference (CP)  -> never applied: apiServerRestartPaths
+                                                                             -> Ready=False/APIServerRestartRequired
+       (on a worker it is applied like a safe change)
+    unsupported change                     -> never applied                  -> Ready=False/UnsupportedChange
+    unreachable / render failure           -> Ready=False with the cause
+    a ca-rotation under way                -> Ready=Unknown/CARotationInProgress, nothing else (ADR 0063)
+
+The reconciler never reboots and never restarts the API server behind anyone's back (ADR 0080):
+a `config` operation rolls those out. It returns the status it wants; the actor writes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from ichord.api import names
+from ichord.api.conditions import Condition
+from ichord.api.names import ReadyReason
+from ichord.machines.view import MachineView
+from ichord.pki.bundle import SecretsBundle
+from ichord.pki.scrub import SCRUBBER
+from ichord.render.config import ConfigParseError, MachineConfig
+from ichord.render.errors import RenderError
+from ichord.render.fieldmeta import Classification, classify, summarize_paths
+from ichord.render.generate import render
+from ichord.render.inputs import ClusterInputs, MachineInputs
+from ichord.talos.client import ApplyMode, TalosClient
+from ichord.talos.errors import (
+    TalosCertificateError,
+    TalosError,
+    TalosFailedPreconditionError,
+    TalosUnreachableError,
+)
+
+log = structlog.get_logger("ichord.machines")
+
+# Status fields this reconciler owns on a TalosMachine (everything else is left alone).
+OWNED_FIELDS = ("rebootPaths", "apiServerRestartPaths", "nodeName", "configHash", "talosVersion")
+
+
+@dataclass
+class MachineResult:
+    """What the machine's status should say, and when to look again."""
+
+    ready: Condition
+    fields: dict[str, Any] = field(default_factory=dict)
+    event: tuple[str, str, str] | None = None  # (type, reason, message), posted on a transition
+    requeue_after: float | None = None
+    applied: bool = False
+
+
+def _ready(status: str, reason: str, message: str) -> Condition:
+    return Condition(names.READY, status, reason, message)
+
+
+def _error_message(exc: BaseException) -> str:
+    return SCRUBBER.text(str(exc))
+
+
+async def reconcile_machine(
+    talos: TalosClient,
+    bundle: SecretsBundle,
+    cluster: ClusterInputs,
+    machine: MachineView,
+    *,
+    rotation_in_progress: bool,
+    retry_after: float,
+    resync_after: float,
+) -> MachineResult:
+    if rotation_in_progress:
+        # Standing aside: no render, no dial, no apply (ADR 0063 "does not fight the stages").
+        return MachineResult(
+            _ready(
+                "Unknown",
+                ReadyReason.CA_ROTATION_IN_PROGRESS,
+                "a CA rotation is under way for this cluster; the machine is reconciled again when it completes",
+            ),
+        )
+    try:
+        inputs = MachineInputs.from_spec(machine.spec)
+        rendered = render(bundle, cluster, inputs)
+    except RenderError as exc:
+        return MachineResult(
+            _ready("False", ReadyReason.RENDER_FAILED, f"cannot render the configuration: {_error_message(exc)}"),
+            event=(
+                "Warning",
+                names.EventReason.RENDER_FAILED,
+                f"cannot render the configuration: {_error_message(exc)}",
+            ),
+        )
+    endpoint = machine.address
+    try:
+        running_bytes = await talos.machine_config(endpoint)
+        running = MachineConfig.parse(running_bytes)
+        node_name = machine.hostname or await talos.nodename(endpoint)
+        version = await talos.version(endpoint)
+    except (TalosUnreachableError, TalosCertificateError) as exc:
+        msg = f"the Talos API at {endpoint} cannot be reached: {_error_message(exc)}"
+        return MachineResult(
+            _ready("False", ReadyReason.UNREACHABLE, msg),
+            event=("Warning", names.EventReason.MACHINE_UNREACHABLE, msg),
+            requeue_after=retry_after,
+        )
+    except (TalosError, ConfigParseError) as exc:
+        msg = f"cannot read the node's configuration: {_error_message(exc)}"
+        return MachineResult(_ready("False", ReadyReason.UNREACHABLE, msg), requeue_after=retry_after)
+
+    base = {"nodeName": node_name, "talosVersion": version.tag, "configHash": rendered.hash()}
+    if running.plain() == rendered.plain():
+        return MachineResult(
+            _ready("True", ReadyReason.CONVERGED, "the node runs the rendered configuration"),
+            fields={**base, "rebootPaths": [], "apiServerRestartPaths": []},
+            requeue_after=resync_after,
+        )
+
+    result = classify(running, rendered, cluster.contract, machine.role)
+    decided = _report_only(result, machine)
+    if decided is not None:
+        decided.fields = {**base, **decided.fields}
+        decided.requeue_after = resync_after
+        return decided
+
+    try:
+        await talos.apply_configuration(endpoint, rendered.to_bytes(), ApplyMode.NO_REBOOT, dry_run=True)
+        applied = await talos.apply_configuration(endpoint, rendered.to_bytes(), ApplyMode.NO_REBOOT)
+    except TalosFailedPreconditionError:
+        # another apply is running on the node (talosctl, or a rotation's): look again shortly
+        return MachineResult(
+            _ready("Unknown", ReadyReason.APPLY_FAILED, "another configuration apply is in progress"),
+            fields=base,
+            requeue_after=retry_after,
+        )
+    except (TalosUnreachableError, TalosCertificateError) as exc:
+        msg = f"the Talos API at {endpoint} cannot be reached: {_error_message(exc)}"
+        return MachineResult(_ready("False", ReadyReason.UNREACHABLE, msg), requeue_after=retry_after)
+    except TalosError as exc:
+        msg = f"the node refused the configuration: {_error_message(exc)}"
+        return MachineResult(
+            _ready("False", ReadyReason.APPLY_FAILED, msg),
+            fields=base,
+            event=("Warning", ReadyReason.APPLY_FAILED, msg),
+            requeue_after=retry_after,
+        )
+    paths = [c.path for c in result.changes]
+    message = f"applied without a reboot ({applied.mode_name}); {summarize_paths(paths)}"
+    log.info("configuration applied", machine=machine.name, cluster=machine.cluster, fields=len(paths))
+    return MachineResult(
+        _ready("True", ReadyReason.APPLIED, message),
+        fields={**base, "rebootPaths": [], "apiServerRestartPaths": []},
+        event=("Normal", names.EventReason.CONFIG_APPLIED, message),
+        requeue_after=0.0,  # verify on the next step that the node runs it
+        applied=True,
+    )
+
+
+def _report_only(result: Classification, machine: MachineView) -> MachineResult | None:
+    """The differences that are reported and never applied; None when the change may be applied."""
+    if result.unsupported:
+        items = [f"{u.path} ({u.reason})" for u in result.unsupported]
+        msg = (
+            "the rendered configuration differs in a way a running node cannot take: "
+            + "; ".join(items[:3])
+            + (f"; and {len(items) - 3} more" if len(items) > 3 else "")
+        )
+        return MachineResult(_ready("False", ReadyReason.UNSUPPORTED_CHANGE, msg))
+    if result.reboot_paths:
+        paths = list(result.reboot_paths)
+        msg = (
+            f"{len(paths)} change(s) need a reboot and were not applied ({summarize_paths(paths)}); "
+            f"roll them out one node at a time with a TalosOperation of kind config for cluster {machine.cluster}"
+        )
+        return MachineResult(
+            _ready("False", ReadyReason.REBOOT_REQUIRED, msg),
+            fields={"rebootPaths": paths, "apiServerRestartPaths": list(result.api_server_restart_paths)},
+            event=("Warning", names.EventReason.REBOOT_REQUIRED, msg),
+        )
+    if result.api_server_restart_paths and machine.is_control_plane:
+        paths = list(result.api_server_restart_paths)
+        msg = (
+            f"{len(paths)} change(s) restart kube-apiserver and were not applied ({summarize_paths(paths)}); "
+            f"roll them out one control plane at a time with a TalosOperation of kind config for cluster "
+            f"{machine.cluster}"
+        )
+        return MachineResult(
+            _ready("False", ReadyReason.API_SERVER_RESTART_REQUIRED, msg),
+            fields={"rebootPaths": [], "apiServerRestartPaths": paths},
+            event=("Warning", names.EventReason.API_SERVER_RESTART_REQUIRED, msg),
+        )
+    return None

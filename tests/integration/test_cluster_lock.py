@@ -1,0 +1,74 @@
+"""The cluster lock on the Kubernetes API simulator over HTTPS."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from ichord.actors.lock import acquire_disruptive_lock, lock_holder, release_lock
+from ichord.api.names import LockRefusal
+from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.sim.kube import KubeSimulator
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+NS = "ichord-system"
+
+
+@pytest.fixture
+async def kube(tmp_path: Path) -> AsyncIterator[KubeClient]:
+    async with KubeSimulator() as sim:
+        client = await from_kubeconfig(sim.write_kubeconfig(tmp_path / "kc"))
+        await client.raw("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
+                                                              "metadata": {"name": NS}})
+        yield client
+        await client.close()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
+
+    def __call__(self) -> dt.datetime:
+        return self.t
+
+
+async def test_lock_lifecycle(kube: KubeClient) -> None:
+    clock = Clock()
+
+    async def take(uid: str, cps: int = 3, rotating: str | None = None):  # type: ignore[no-untyped-def]
+        return await acquire_disruptive_lock(kube, NS, "demo", uid, approved_control_planes=cps,
+                                             rotating_operation_uid=rotating, duration=300, now=clock)
+
+    assert (await take("op-a")).acquired
+    assert await lock_holder(kube, NS, "demo", now=clock) == "op-a"
+    refused = await take("op-b")
+    assert not refused.acquired and refused.reason == LockRefusal.HELD and "op-a" in refused.message
+    # renewing by the holder works; a stale lock of a dead operation is taken over
+    clock.t += dt.timedelta(seconds=200)
+    assert (await take("op-a")).acquired
+    clock.t += dt.timedelta(seconds=299)
+    assert not (await take("op-b")).acquired
+    clock.t += dt.timedelta(seconds=2)
+    assert (await take("op-b")).acquired
+    assert await lock_holder(kube, NS, "demo", now=clock) == "op-b"
+    # release only by the holder
+    assert not await release_lock(kube, NS, "demo", "op-a")
+    assert await release_lock(kube, NS, "demo", "op-b")
+    assert await lock_holder(kube, NS, "demo", now=clock) is None
+    assert (await take("op-c")).acquired
+
+
+async def test_refusals_before_anything_is_written(kube: KubeClient) -> None:
+    even = await acquire_disruptive_lock(kube, NS, "demo", "op-a", approved_control_planes=2,
+                                         rotating_operation_uid=None, duration=300)
+    assert not even.acquired and even.reason == LockRefusal.CLUSTER_TRANSITIONING
+    rotating = await acquire_disruptive_lock(kube, NS, "demo", "op-a", approved_control_planes=3,
+                                             rotating_operation_uid="op-rot", duration=300)
+    assert not rotating.acquired and rotating.reason == LockRefusal.CLUSTER_CA_ROTATING
+    assert await lock_holder(kube, NS, "demo") is None  # nothing was written
+    own = await acquire_disruptive_lock(kube, NS, "demo", "op-rot", approved_control_planes=3,
+                                        rotating_operation_uid="op-rot", duration=300)
+    assert own.acquired
