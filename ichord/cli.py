@@ -18,6 +18,7 @@ from ichord.errors import IchordError
 COMMAND_MODULES = (
     "ichord.pki.cli",
     "ichord.demo",
+    "ichord.run_cli",
     "ichord.render.cli",
     "ichord.talos.cli",
     "ichord.sim.kube.cli",

@@ -130,8 +130,9 @@ class Supervisor:
                 except Exception as exc:  # one actor crashing never stops the process
                     self.restarts[key] = self.restarts.get(key, 0) + 1
                     metrics.ACTOR_RESTARTS.inc()
-                    log.error("actor crashed; restarting", cluster=key, error=SCRUBBER.exception(exc),
-                              restart_in=backoff)
+                    log.error(
+                        "actor crashed; restarting", cluster=key, error=SCRUBBER.exception(exc), restart_in=backoff
+                    )
                     # A long healthy run resets the backoff.
                     if self._clock() - started > self._backoff_max:
                         backoff = self._backoff_initial

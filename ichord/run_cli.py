@@ -1,0 +1,64 @@
+"""``ichord run``: the daemon. Settings from flags, then the environment (downward API), then defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import anyio
+
+from ichord import log
+from ichord.daemon import DaemonSettings, run_daemon
+from ichord.settings import SettingsError, Timing
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run the daemon (in-cluster, or against --kubeconfig)",
+        description="Run ichord: informers on every replica, the cluster actors on the elected leader. "
+        "ICHORD_TIME_SCALE scales every duration (tests and the demo); ICHORD_FAILPOINTS arms failpoints.",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG") or None,
+        help="kubeconfig file (default: in-cluster service account)",
+    )
+    p.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE", "ichord-system"),
+        help="controller namespace: bundle Secrets and Leases (default $POD_NAMESPACE or %(default)s)",
+    )
+    p.add_argument("--identity", default=None, help="leader-election identity (default $POD_NAME or host_uuid)")
+    p.add_argument("--metrics-addr", default="0.0.0.0:8080", help="host:port for /metrics /healthz /readyz")
+    p.add_argument("--port-file", help="write the bound metrics port here (with port 0)")
+    p.add_argument("--resync", type=float, help="seconds between drift checks of a converged machine")
+    p.add_argument("--log-level", default=os.environ.get("ICHORD_LOG_LEVEL", "info"))
+    p.add_argument("--log-format", choices=("json", "console"), default="json")
+    p.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
+    host, sep, port = str(args.metrics_addr).rpartition(":")
+    if not sep or not port.isdigit():
+        raise SettingsError(f"--metrics-addr must be host:port, got {args.metrics_addr!r}")
+    settings = DaemonSettings(
+        kubeconfig=args.kubeconfig,
+        namespace=args.namespace,
+        metrics_host=host or "0.0.0.0",  # noqa: S104
+        metrics_port=int(port),
+        port_file=args.port_file,
+        timing=Timing.from_env(),
+        resync=args.resync,
+    )
+    if args.identity:
+        settings.identity = args.identity
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    log.configure(args.log_level, json=args.log_format == "json")
+    anyio.run(run_daemon, settings, backend="asyncio")
+    return 0
