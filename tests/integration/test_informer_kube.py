@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
-from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.client import KubeClient
 from ichord.kube.crds import GROUP, VERSION, machines
 from ichord.settings import Timing
-from ichord.sim.kube import KubeSimulator, SimSettings, WatchSettings
+from ichord.sim.kube import KubeSimulator, SimSettings
 from ichord.sim.kube.status import ApiError
 from ichord.watchers import Informer, Resource, WatchEvent
+from tests.integration._kube_helpers import eventually, fast_bookmarks, machine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 NS = "default"
@@ -25,26 +23,13 @@ MACHINES = Resource(GROUP, VERSION, "talosmachines", NS)
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[KubeSimulator]:
-    async with KubeSimulator(SimSettings(watch=WatchSettings(bookmark_interval=0.05))) as s:
-        yield s
+def sim_settings() -> SimSettings:
+    return fast_bookmarks()
 
 
 @pytest.fixture
-async def kube(sim: KubeSimulator, tmp_path: Path) -> AsyncIterator[KubeClient]:
-    c = await from_kubeconfig(sim.write_kubeconfig(tmp_path / "kubeconfig"), timing=TIMING)
-    yield c
-    await c.close()
-
-
-async def eventually(pred: Callable[[], bool], within: float = 5.0) -> None:
-    with anyio.fail_after(within):
-        while not pred():  # noqa: ASYNC110  (polling the API is the point)
-            await anyio.sleep(0.01)
-
-
-def machine(name: str) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {"clusterRef": {"name": "c1"}, "role": "worker"}}
+def kube_timing() -> Timing:
+    return TIMING
 
 
 def server_state(sim: KubeSimulator) -> dict[str, str]:

@@ -25,6 +25,7 @@ from ichord.settings import Timing
 from ichord.sim.kube import KubeSimulator
 from ichord.sim.kube.server import DEFAULT_CRD_DIR
 from ichord.watchers import Informer, Resource
+from tests.integration._kube_helpers import machine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 NS = "default"
@@ -86,10 +87,6 @@ async def kube(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
             await machines(client).delete(NS, name)
     yield client
     await client.close()
-
-
-def machine(name: str) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {"clusterRef": {"name": "c1"}, "role": "worker"}}
 
 
 class RacedObjects(CustomObjects):

@@ -73,7 +73,7 @@ async def test_insecure_kubeconfig_is_refused(tmp_path: Path) -> None:
         cfg = yamlio.load(path.read_text())
         cluster = cfg["clusters"][0]["cluster"]
         del cluster["certificate-authority-data"]
-        cluster["insecure-skip-tls-verify"] = True
+        cluster["insecure-skip-tls-verify"] = True  # negative: the client must refuse it
         path.write_text(yamlio.dump(cfg))
         with pytest.raises(errors.KubeError, match="refuses"):
             await from_kubeconfig(path)

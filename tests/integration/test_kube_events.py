@@ -3,14 +3,12 @@ scrubbing, and a failed post that is logged, never raised."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
-from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.client import KubeClient
 from ichord.kube.events import COMBINED_PREFIX, NORMAL, WARNING, EventRecorder, ObjectRef
 from ichord.sim.kube import KubeSimulator
 
@@ -24,19 +22,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[KubeSimulator]:
-    async with KubeSimulator() as s:
-        yield s
-
-
-@pytest.fixture
-async def kube(sim: KubeSimulator, tmp_path: Path) -> AsyncIterator[KubeClient]:
-    c = await from_kubeconfig(sim.write_kubeconfig(tmp_path / "kubeconfig"))
-    yield c
-    await c.close()
 
 
 def events(sim: KubeSimulator) -> list[dict[str, Any]]:

@@ -3,37 +3,24 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client as k8s
 
 from ichord.kube import errors
-from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.client import KubeClient
 from ichord.kube.crds import GROUP, VERSION, machines, operations
-from ichord.sim.kube import KubeSimulator, SimSettings, WatchSettings
+from ichord.sim.kube import KubeSimulator, SimSettings
+from tests.integration._kube_helpers import fast_bookmarks, machine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 NS = "default"
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[KubeSimulator]:
-    async with KubeSimulator(SimSettings(watch=WatchSettings(bookmark_interval=0.05))) as s:
-        yield s
-
-
-@pytest.fixture
-async def kube(sim: KubeSimulator, tmp_path: Path) -> AsyncIterator[KubeClient]:
-    c = await from_kubeconfig(sim.write_kubeconfig(tmp_path / "kubeconfig"))
-    yield c
-    await c.close()
-
-
-def machine(name: str, **spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {"clusterRef": {"name": "c1"}, "role": "worker", **spec}}
+def sim_settings() -> SimSettings:
+    return fast_bookmarks()
 
 
 async def test_crud_and_typed_errors(kube: KubeClient) -> None:

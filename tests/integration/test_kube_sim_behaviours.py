@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -15,6 +15,7 @@ from ichord.kube.reads import node_ready, read_config_map, read_node
 from ichord.pki.ca import CAKind, generate_ca
 from ichord.settings import Timing
 from ichord.sim.kube import BehaviourSettings, KubeSimulator, SimSettings
+from tests.integration._kube_helpers import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 NS = "default"
@@ -23,23 +24,18 @@ LAGS = BehaviourSettings(root_ca_publish_lag=0.2, projected_ca_lag=0.2, rollout_
 
 
 @pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[KubeSimulator]:
-    behaviours = dataclasses.replace(LAGS, projected_ca_path=tmp_path / "ca.crt")
-    async with KubeSimulator(SimSettings(behaviours=behaviours)) as s:
-        yield s
+def sim_settings(tmp_path: Path) -> SimSettings:
+    return SimSettings(behaviours=dataclasses.replace(LAGS, projected_ca_path=tmp_path / "ca.crt"))
 
 
-@pytest.fixture
-async def kube(sim: KubeSimulator, tmp_path: Path) -> AsyncIterator[KubeClient]:
-    c = await from_kubeconfig(sim.write_kubeconfig(tmp_path / "kubeconfig"))
-    yield c
-    await c.close()
-
-
-async def eventually(pred: Callable[[], bool], within: float = 5.0) -> None:
-    with anyio.fail_after(within):
-        while not pred():  # noqa: ASYNC110  (polling the API is the point)
-            await anyio.sleep(0.01)
+async def once_created(kube: KubeClient, namespace: str, name: str) -> dict[str, Any]:
+    """The ConfigMap, read again while the simulator has not (re)created it yet (5 s at most)."""
+    with anyio.fail_after(5):
+        while True:
+            try:
+                return await read_config_map(kube, namespace, name)
+            except errors.NotFound:
+                await anyio.sleep(0.02)
 
 
 async def test_root_ca_publishing_lags_and_projected_lags_more(sim: KubeSimulator, kube: KubeClient,
@@ -58,13 +54,7 @@ async def test_root_ca_publishing_lags_and_projected_lags_more(sim: KubeSimulato
     assert (await read_config_map(kube, "kube-public", "kube-root-ca.crt"))["data"]["ca.crt"] != old
     await eventually(lambda: projected.read_bytes() == new_ca.cert_pem)
     await kube.core().create_namespace({"metadata": {"name": "fresh"}})
-    with anyio.fail_after(5):
-        while True:
-            try:
-                cm = await read_config_map(kube, "fresh", "kube-root-ca.crt")
-                break
-            except errors.NotFound:
-                await anyio.sleep(0.02)
+    cm = await once_created(kube, "fresh", "kube-root-ca.crt")
     assert cm["data"]["ca.crt"] == new_ca.cert_pem.decode()
 
 
@@ -127,13 +117,7 @@ async def test_extension_apiserver_authentication_merges_and_recreates(sim: Kube
     cm = await read_config_map(kube, "kube-system", "extension-apiserver-authentication")
     assert cm["data"]["requestheader-client-ca-file"] == (first.cert_pem + second.cert_pem).decode()
     await kube.core().delete_namespaced_config_map("extension-apiserver-authentication", "kube-system")
-    with anyio.fail_after(5):
-        while True:
-            try:
-                cm = await read_config_map(kube, "kube-system", "extension-apiserver-authentication")
-                break
-            except errors.NotFound:
-                await anyio.sleep(0.02)
+    cm = await once_created(kube, "kube-system", "extension-apiserver-authentication")
     assert cm["data"]["requestheader-client-ca-file"] == second.cert_pem.decode()
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -16,8 +17,10 @@ from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.crds import GROUP, VERSION
 from ichord.leader import LeaderElector, LeadershipLost
 from ichord.settings import Timing
-from ichord.sim.kube import KubeSimulator, SimSettings, WatchSettings
+from ichord.sim.kube import KubeSimulator, SimSettings
 from ichord.watchers import Informer, Resource
+from tests.integration._kube_helpers import eventually as eventually_every
+from tests.integration._kube_helpers import fast_bookmarks
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 NS = "kube-system"
@@ -26,9 +29,8 @@ FAST = Timing().scaled(0.01)
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[KubeSimulator]:
-    async with KubeSimulator(SimSettings(watch=WatchSettings(bookmark_interval=0.05))) as s:
-        yield s
+def sim_settings() -> SimSettings:
+    return fast_bookmarks()
 
 
 @pytest.fixture
@@ -45,10 +47,8 @@ def holder(sim: KubeSimulator) -> tuple[str | None, int]:
     return lease["spec"].get("holderIdentity"), lease["spec"].get("leaseTransitions", 0)
 
 
-async def eventually(pred: Callable[[], bool], within: float = 5.0) -> None:
-    with anyio.fail_after(within):
-        while not pred():  # noqa: ASYNC110  (polling the API is the point)
-            await anyio.sleep(0.005)
+#: Leases move at 1/100 scale: poll at 5 ms.
+eventually = partial(eventually_every, step=0.005)
 
 
 async def forever() -> None:

@@ -4,43 +4,28 @@ reacting to configuration changes, v1.13 apply modes, TRY rollback and injected 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
 from ichord.api.contract import V1_13, V1_14
-from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CAKind, generate_ca
 from ichord.render.config import MachineConfig
-from ichord.sim.talos.build import node_specs
 from ichord.sim.talos.cluster import SimCluster
-from ichord.sim.talos.testing import eventually, fast_timings
+from ichord.sim.talos.testing import eventually
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 from ichord.talos.errors import TalosDeadlineError, TalosRPCError, TalosUnreachableError
 from ichord.talos.proto.gen.machine import machine_pb2 as m
+from tests.integration._talos_helpers import TalosLayout
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 Mode = m.ApplyConfigurationRequest
 
 
-@pytest.fixture(scope="module")
-def bundle() -> SecretsBundle:
-    return generate_bundle()
-
-
 @pytest.fixture
-async def cluster(bundle: SecretsBundle) -> AsyncIterator[SimCluster]:
-    cl = SimCluster(V1_14, fast_timings(apiserver_ready_delay=0.3))
-    await cl.start(node_specs(bundle, V1_14, 1, 1, first=51))
-    yield cl
-    await cl.close()
-
-
-@pytest.fixture
-async def client(bundle: SecretsBundle) -> AsyncIterator[TalosClient]:
-    async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=2, rpc_timeout=5) as c:
-        yield c
+def talos_layout() -> TalosLayout:
+    return TalosLayout(control_planes=1, workers=1, first=51, timings={"apiserver_ready_delay": 0.3})
 
 
 def with_accepted_k8s_ca(cfg: MachineConfig, pem: bytes) -> MachineConfig:
@@ -121,52 +106,44 @@ async def test_apiserver_gets_a_new_container_after_a_delay(cluster: SimCluster,
 
 
 async def test_try_mode_rolls_back_and_a_later_apply_cancels_it(bundle: SecretsBundle) -> None:
-    cl = SimCluster(V1_14, fast_timings(try_timeout=0.1))
-    await cl.start(node_specs(bundle, V1_14, 1, 0, first=55))
-    try:
-        async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=2) as c:
-            node = cl.nodes["cp-1"]
-            original = node.running.hash()
-            trial = node.running.copy()
-            trial.v1alpha1["machine"]["certSANs"] = ["try.example"]
-            tried = await c.apply_configuration(node.endpoint, trial.to_bytes(), Mode.TRY)
-            assert tried.mode_name == "TRY"
-            assert "automatically reverted back in 0.1s" in tried.mode_details
-            assert node.running.hash() == trial.hash()
-            assert node.persistent.hash() == original
-            await eventually(lambda: node.running.hash() == original)
-            await c.apply_configuration(node.endpoint, trial.to_bytes(), Mode.TRY)
-            await c.apply_configuration(node.endpoint, trial.to_bytes(), Mode.NO_REBOOT)
-            await asyncio.sleep(0.2)
-            assert node.running.hash() == trial.hash()  # the rollback was cancelled
-    finally:
-        await cl.close()
+    layout = TalosLayout(control_planes=1, workers=0, first=55, timings={"try_timeout": 0.1})
+    async with layout.running(bundle) as cl, TalosClient(DialBundle.from_bundle(bundle), dial_timeout=2) as c:
+        node = cl.nodes["cp-1"]
+        original = node.running.hash()
+        trial = node.running.copy()
+        trial.v1alpha1["machine"]["certSANs"] = ["try.example"]
+        tried = await c.apply_configuration(node.endpoint, trial.to_bytes(), Mode.TRY)
+        assert tried.mode_name == "TRY"
+        assert "automatically reverted back in 0.1s" in tried.mode_details
+        assert node.running.hash() == trial.hash()
+        assert node.persistent.hash() == original
+        await eventually(lambda: node.running.hash() == original)
+        await c.apply_configuration(node.endpoint, trial.to_bytes(), Mode.TRY)
+        await c.apply_configuration(node.endpoint, trial.to_bytes(), Mode.NO_REBOOT)
+        await asyncio.sleep(0.2)
+        assert node.running.hash() == trial.hash()  # the rollback was cancelled
 
 
 async def test_v113_reboot_and_auto_modes_reboot(bundle: SecretsBundle) -> None:
-    cl = SimCluster(V1_13, fast_timings())
-    await cl.start(node_specs(bundle, V1_13, 1, 1, first=57))
-    try:
-        async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=2) as c:
-            node = cl.nodes["worker-1"]
-            boot = node.boot_id
-            changed = node.running.copy()
-            changed.v1alpha1["machine"]["token"] = "abcdef.0123456789abcdef"
-            res = await c.apply_configuration(node.endpoint, changed.to_bytes(), Mode.AUTO)
-            assert res.mode_name == "REBOOT"
-            assert res.mode_details == ("Applied configuration with a reboot: this config change can't be applied "
-                                        "in immediate mode\ndiff: .machine.token")
-            await eventually(lambda: node.up and node.boot_id != boot)
-            assert await c.boot_id(node.endpoint, V1_13) == node.boot_id
-            assert node.running.hash() == changed.hash()
-            boot = node.boot_id
-            res = await c.apply_configuration(node.endpoint, node.running.to_bytes(), Mode.REBOOT)
-            assert res.mode_name == "REBOOT"
-            await eventually(lambda: node.up and node.boot_id != boot)
-            res = await c.apply_configuration(node.endpoint, node.running.to_bytes(), Mode.AUTO)
-            assert res.mode_name == "NO_REBOOT"  # nothing that needs a reboot changed
-    finally:
-        await cl.close()
+    layout = TalosLayout(contract=V1_13, control_planes=1, workers=1, first=57)
+    async with layout.running(bundle) as cl, TalosClient(DialBundle.from_bundle(bundle), dial_timeout=2) as c:
+        node = cl.nodes["worker-1"]
+        boot = node.boot_id
+        changed = node.running.copy()
+        changed.v1alpha1["machine"]["token"] = "abcdef.0123456789abcdef"
+        res = await c.apply_configuration(node.endpoint, changed.to_bytes(), Mode.AUTO)
+        assert res.mode_name == "REBOOT"
+        assert res.mode_details == ("Applied configuration with a reboot: this config change can't be applied "
+                                    "in immediate mode\ndiff: .machine.token")
+        await eventually(lambda: node.up and node.boot_id != boot)
+        assert await c.boot_id(node.endpoint, V1_13) == node.boot_id
+        assert node.running.hash() == changed.hash()
+        boot = node.boot_id
+        res = await c.apply_configuration(node.endpoint, node.running.to_bytes(), Mode.REBOOT)
+        assert res.mode_name == "REBOOT"
+        await eventually(lambda: node.up and node.boot_id != boot)
+        res = await c.apply_configuration(node.endpoint, node.running.to_bytes(), Mode.AUTO)
+        assert res.mode_name == "NO_REBOOT"  # nothing that needs a reboot changed
 
 
 async def test_faults(cluster: SimCluster, client: TalosClient, bundle: SecretsBundle) -> None:

@@ -4,45 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator
 
 import pytest
 from cryptography import x509
 
 from ichord import yamlio
 from ichord.api.contract import V1_14
-from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.pki.bundle import SecretsBundle
 from ichord.pki.pem import load_certificate, load_certificates
 from ichord.render.config import MachineConfig
-from ichord.sim.talos.build import node_specs
 from ichord.sim.talos.cluster import SimCluster
-from ichord.sim.talos.testing import eventually, fast_timings
+from ichord.sim.talos.testing import eventually
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 from ichord.talos.errors import TalosCertificateError, TalosNotFoundError, TalosUnreachableError
 from ichord.talos.proto.gen.cosi import state_pb2
 from ichord.talos.proto.gen.machine import machine_pb2 as m
+from tests.integration._talos_helpers import TalosLayout
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
-@pytest.fixture(scope="module")
-def bundle() -> SecretsBundle:
-    return generate_bundle()
-
-
 @pytest.fixture
-async def cluster(bundle: SecretsBundle) -> AsyncIterator[SimCluster]:
-    cl = SimCluster(V1_14, fast_timings())
-    await cl.start(node_specs(bundle, V1_14, 2, 1, first=21))
-    yield cl
-    await cl.close()
-
-
-@pytest.fixture
-async def client(bundle: SecretsBundle) -> AsyncIterator[TalosClient]:
-    async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=2, rpc_timeout=5) as c:
-        yield c
+def talos_layout() -> TalosLayout:
+    return TalosLayout(control_planes=2, workers=1, first=21)
 
 
 def ep(cluster: SimCluster, name: str) -> str:

@@ -4,20 +4,18 @@ refuses a node whose serving certificate it does not trust. Real mutual TLS thro
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 from cryptography.x509 import ObjectIdentifier
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from ichord.api.contract import V1_13, V1_14, VersionContract
-from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.api.contract import V1_13
+from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CAKind, ClientCertificate, generate_ca
 from ichord.render.config import MachineConfig
-from ichord.sim.talos.build import node_specs
 from ichord.sim.talos.certs import sign_leaf
 from ichord.sim.talos.cluster import SimCluster
-from ichord.sim.talos.testing import fast_timings
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 from ichord.talos.errors import (
@@ -30,33 +28,21 @@ from ichord.talos.errors import (
     TalosUnimplementedError,
 )
 from ichord.talos.proto.gen.machine import machine_pb2 as m
+from tests.integration._talos_helpers import TalosLayout
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 NO_REBOOT = m.ApplyConfigurationRequest.NO_REBOOT
 
 
-@pytest.fixture(scope="module")
-def bundle() -> SecretsBundle:
-    return generate_bundle()
-
-
-async def _cluster(bundle: SecretsBundle, contract: VersionContract, **timings: float) -> SimCluster:
-    cl = SimCluster(contract, fast_timings(**timings))
-    await cl.start(node_specs(bundle, contract, 1, 1, first=31 if contract == V1_14 else 41))
-    return cl
+@pytest.fixture
+def talos_layout() -> TalosLayout:
+    return TalosLayout(control_planes=1, workers=1, first=31, timings={"apply_duration": 0.2})
 
 
 @pytest.fixture
-async def cluster(bundle: SecretsBundle) -> AsyncIterator[SimCluster]:
-    cl = await _cluster(bundle, V1_14, apply_duration=0.2)
-    yield cl
-    await cl.close()
-
-
-@pytest.fixture
-async def admin(bundle: SecretsBundle) -> AsyncIterator[TalosClient]:
-    async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=2, rpc_timeout=5) as c:
-        yield c
+def admin(client: TalosClient) -> TalosClient:
+    """The os:admin client, named for what it is beside the other roles these tests try."""
+    return client
 
 
 class _CustomEKU(DialBundle):
@@ -194,25 +180,22 @@ async def test_service_restart_etcd_is_refused(cluster: SimCluster, admin: Talos
 
 
 async def test_v113_refuses_no_reboot_for_a_change_that_needs_a_reboot(bundle: SecretsBundle) -> None:
-    cl = await _cluster(bundle, V1_13)
-    try:
-        async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=2) as c:
-            node = cl.nodes["worker-1"]
-            changed = node.running.copy()
-            changed.v1alpha1["machine"]["token"] = "abcdef.0123456789abcdef"
-            with pytest.raises(TalosInvalidArgumentError) as err:
-                await c.apply_configuration(node.endpoint, changed.to_bytes(), NO_REBOOT)
-            assert err.value.detail.startswith("this config change can't be applied in immediate mode")
-            assert ".machine.token" in err.value.detail
-            # A change inside CanApplyImmediate goes through; BootID does not exist before v1.14.
-            ok = node.running.copy()
-            ok.v1alpha1["machine"]["certSANs"] = ["w.example"]
-            assert (await c.apply_configuration(node.endpoint, ok.to_bytes(), NO_REBOOT)).mode_name == "NO_REBOOT"
-            with pytest.raises(TalosPermissionDeniedError):
-                await c.cosi_get(node.endpoint, "runtime", "BootIDs.runtime.talos.dev", "boot-id")
-            assert (await c.boot_id(node.endpoint, V1_13)) == node.boot_id  # through Read
-    finally:
-        await cl.close()
+    layout = TalosLayout(contract=V1_13, control_planes=1, workers=1, first=41)
+    async with layout.running(bundle) as cl, TalosClient(DialBundle.from_bundle(bundle), dial_timeout=2) as c:
+        node = cl.nodes["worker-1"]
+        changed = node.running.copy()
+        changed.v1alpha1["machine"]["token"] = "abcdef.0123456789abcdef"
+        with pytest.raises(TalosInvalidArgumentError) as err:
+            await c.apply_configuration(node.endpoint, changed.to_bytes(), NO_REBOOT)
+        assert err.value.detail.startswith("this config change can't be applied in immediate mode")
+        assert ".machine.token" in err.value.detail
+        # A change inside CanApplyImmediate goes through; BootID does not exist before v1.14.
+        ok = node.running.copy()
+        ok.v1alpha1["machine"]["certSANs"] = ["w.example"]
+        assert (await c.apply_configuration(node.endpoint, ok.to_bytes(), NO_REBOOT)).mode_name == "NO_REBOOT"
+        with pytest.raises(TalosPermissionDeniedError):
+            await c.cosi_get(node.endpoint, "runtime", "BootIDs.runtime.talos.dev", "boot-id")
+        assert (await c.boot_id(node.endpoint, V1_13)) == node.boot_id  # through Read
 
 
 async def test_errors_never_carry_key_material(cluster: SimCluster, bundle: SecretsBundle) -> None:

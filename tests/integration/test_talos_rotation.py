@@ -5,22 +5,20 @@ the right credentials and refuse the wrong ones, and apid never restarts."""
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 from cryptography.hazmat.primitives.hashes import SHA256
 
-from ichord.api.contract import V1_14
-from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CAKind, CertificateAuthority, generate_ca
 from ichord.render.config import MachineConfig
-from ichord.sim.talos.build import node_specs
 from ichord.sim.talos.cluster import SimCluster
-from ichord.sim.talos.testing import fast_timings
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 from ichord.talos.errors import TalosCertificateError
 from ichord.talos.proto.gen.machine import machine_pb2 as m
+from tests.integration._talos_helpers import TalosLayout
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 Patch = Callable[[MachineConfig, bool], None]
@@ -30,17 +28,9 @@ def b64(pem: bytes) -> str:
     return base64.b64encode(pem).decode()
 
 
-@pytest.fixture(scope="module")
-def bundle() -> SecretsBundle:
-    return generate_bundle()
-
-
 @pytest.fixture
-async def cluster(bundle: SecretsBundle) -> AsyncIterator[SimCluster]:
-    cl = SimCluster(V1_14, fast_timings())
-    await cl.start(node_specs(bundle, V1_14, 3, 1, first=61))
-    yield cl
-    await cl.close()
+def talos_layout() -> TalosLayout:
+    return TalosLayout(control_planes=3, workers=1, first=61)
 
 
 async def patch_all(client: TalosClient, cluster: SimCluster, patch: Patch) -> None:
