@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "ichord.render.cli",
     "ichord.talos.cli",
     "ichord.sim.kube.cli",
+    "ichord.sim.cli",
 )
 
 

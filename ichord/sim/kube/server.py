@@ -6,6 +6,8 @@ import asyncio
 import base64
 import json
 import socket
+import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from ichord.pki.ca import CAKind, CertificateAuthority, generate_ca
 from ichord.sim.kube import discovery, openapi, routes
 from ichord.sim.kube.behaviours import BehaviourSettings, ClusterBehaviours
 from ichord.sim.kube.certs import issue_serving_certificate, server_ssl_context
+from ichord.sim.kube.clientauth import ClientCertAuth, ClientCertRejectedError, request_client_certificates
 from ichord.sim.kube.faults import Faults, RequestLog
 from ichord.sim.kube.rest import Rest, WatchSettings, json_response
 from ichord.sim.kube.status import ApiError, internal
@@ -39,6 +42,9 @@ class SimSettings:
     serving_hosts: tuple[str, ...] | None = None
     #: Bearer token clients must send; None accepts any client.
     token: str | None = None
+    #: Client CAs for x509 authentication (kube-apiserver's --client-ca-file); None: no certificate asked.
+    #: A certificate that does not chain to one gets 401; a request without one falls back to ``token``.
+    client_cas: tuple[bytes, ...] | None = None
     watch: WatchSettings = field(default_factory=WatchSettings)
     behaviours: BehaviourSettings = field(default_factory=BehaviourSettings)
 
@@ -56,14 +62,35 @@ class KubeSimulator:
         self.behaviours = ClusterBehaviours(self.store, self.settings.behaviours, self.ca)
         self.port = self.settings.port
         self.down = False
+        self.client_auth = ClientCertAuth(self.settings.client_cas) if self.settings.client_cas is not None else None
+        #: Client certificates refused (401): when, why, the certificate's subject.
+        self.x509_failures: list[dict[str, object]] = []
+        #: Outages and restarts of this API server (down, up, serving-CA switch), in order.
+        self.outages: list[dict[str, object]] = []
+        self._t0 = time.monotonic()
         self._runner: web.AppRunner | None = None
-        self._ssl = server_ssl_context(issue_serving_certificate(self.ca, self._serving_hosts()))
+        self._ssl = self._ssl_context()
         for ns in SYSTEM_NAMESPACES:
             self.store.create(self.store.resolve("", "v1", "namespaces"), None, {"metadata": {"name": ns}})
         if self.settings.crd_dir is not None:
             self.load_crds(self.settings.crd_dir)
 
     # -- lifecycle ---------------------------------------------------------------------------
+    def _ssl_context(self) -> ssl.SSLContext:
+        ctx = server_ssl_context(issue_serving_certificate(self.ca, self._serving_hosts()))
+        if self.client_auth is not None:
+            request_client_certificates(ctx)
+        return ctx
+
+    def _record(self, kind: str, **data: object) -> None:
+        self.outages.append({"at": round(time.monotonic() - self._t0, 6), "wall": time.time(), "kind": kind, **data})
+
+    def set_client_cas(self, cas: tuple[bytes, ...]) -> None:
+        """Accept client certificates from ``cas`` from now on (certificate auth must be on)."""
+        if self.client_auth is None:
+            raise RuntimeError("client-certificate authentication is off; set SimSettings.client_cas")
+        self.client_auth.set_cas(cas)
+
     def _serving_hosts(self) -> list[str]:
         hosts = self.settings.serving_hosts
         return list(hosts) if hosts is not None else [self.settings.host]
@@ -124,11 +151,13 @@ class KubeSimulator:
     async def go_down(self) -> None:
         """Stop serving: new connections are refused and open ones are closed, like a restart."""
         self.down = True
+        self._record("down")
         await self._shutdown()
 
     async def come_up(self) -> None:
         if self._runner is None:
             await self.start()
+            self._record("up")
 
     @asynccontextmanager
     async def outage(self) -> AsyncIterator[None]:
@@ -141,7 +170,8 @@ class KubeSimulator:
     async def switch_serving_ca(self, ca: CertificateAuthority) -> None:
         """Serve a certificate from ``ca`` from now on (the API server restarts to do it)."""
         self.ca = ca
-        self._ssl = server_ssl_context(issue_serving_certificate(ca, self._serving_hosts()))
+        self._ssl = self._ssl_context()
+        self._record("serving_ca_switch", subject=ca.certificate.subject.rfc4514_string())
         running = self._runner is not None
         await self._shutdown()
         if running:
@@ -193,7 +223,7 @@ class KubeSimulator:
         try:
             if self.faults.latency > 0:
                 await asyncio.sleep(self.faults.latency)
-            if self.settings.token is not None and request.headers.get(
+            if not self._client_certificate_ok(request) and self.settings.token is not None and request.headers.get(
                     "Authorization", "") != f"Bearer {self.settings.token}":
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             if self.faults.should_fail(verb):
@@ -210,6 +240,22 @@ class KubeSimulator:
             response = json_response(bug.status(), bug.code)
         self.requests.add(verb, request.path, response.status, resource)
         return response
+
+    def _client_certificate_ok(self, request: web.Request) -> bool:
+        """True when a client certificate authenticated the request; 401 when one was sent and fails."""
+        if self.client_auth is None or request.transport is None:
+            return False
+        ssl_object = request.transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if der is None:
+            return False
+        try:
+            self.client_auth.check(der)
+        except ClientCertRejectedError as exc:
+            self.x509_failures.append({"at": round(time.monotonic() - self._t0, 6), "wall": time.time(),
+                                       "reason": str(exc), "path": request.path})
+            raise ApiError(401, "Unauthorized", "Unauthorized") from None
+        return True
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         route = routes.parse(request.method, request.path, dict(request.query))

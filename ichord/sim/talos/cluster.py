@@ -42,6 +42,8 @@ class SimCluster:
         self._servers: dict[str, NodeServer] = {}
         self._tls: dict[str, NodeTLS] = {}
         self._ports: dict[str, int] = {}
+        #: The API server URL the Kubeconfig RPC names; None: the configuration's cluster endpoint.
+        self.kubeconfig_server: str | None = None
 
     def version_tag(self, contract: VersionContract) -> str:
         return VERSION_TAGS.get((contract.major, contract.minor), f"{contract}.0")

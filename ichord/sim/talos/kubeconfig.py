@@ -21,7 +21,8 @@ from ichord.sim.talos.config_view import ConfigView
 ADMIN_CERT_VALIDITY = dt.timedelta(days=365)
 
 
-def admin_kubeconfig(view: ConfigView) -> bytes:
+def admin_kubeconfig(view: ConfigView, server: str | None = None) -> bytes:
+    """``server`` overrides the configuration's cluster endpoint (where a simulated API server listens)."""
     issuing = view.k8s_issuing
     if issuing is None or issuing.key_pem is None:
         raise LookupError("no issuing Kubernetes API CA in the configuration")
@@ -34,7 +35,8 @@ def admin_kubeconfig(view: ConfigView) -> bytes:
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": name, "cluster": {
-            "server": view.endpoint, "certificate-authority-data": b64(b"".join(view.k8s_accepted)).decode()}}],
+            "server": server or view.endpoint,
+            "certificate-authority-data": b64(b"".join(view.k8s_accepted)).decode()}}],
         "users": [{"name": f"admin@{name}", "user": {
             "client-certificate-data": b64(cert).decode(), "client-key-data": b64(key).decode()}}],
         "contexts": [{"name": f"admin@{name}", "context": {

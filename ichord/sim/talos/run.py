@@ -11,6 +11,7 @@ import contextlib
 import json
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, TextIO
 
@@ -44,9 +45,11 @@ def scaled(scale: float) -> Timings:
                    apiserver_ready_delay=base.apiserver_ready_delay * scale)
 
 
-def state_app(cluster: SimCluster) -> web.Application:
+def state_app(cluster: SimCluster, state_of: Callable[[], dict[str, Any]] | None = None) -> web.Application:
+    """``state_of`` replaces what GET /state serves (the combined environment adds its Kubernetes side)."""
     async def state(_: web.Request) -> web.Response:
-        return web.json_response(cluster.state(), dumps=lambda o: json.dumps(o, default=str))
+        doc = state_of() if state_of is not None else cluster.state()
+        return web.json_response(doc, dumps=lambda o: json.dumps(o, default=str))
 
     async def history(request: web.Request) -> web.Response:
         since = int(request.query.get("since", "0"))

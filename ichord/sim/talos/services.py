@@ -184,7 +184,7 @@ class MachineService(_Base, machine_grpc.MachineServiceBase):
         node, _ = self.target(stream, ADMIN)
         _control_plane(node, "kubeconfig")
         try:
-            data = archive(admin_kubeconfig(node.view))
+            data = archive(admin_kubeconfig(node.view, node.cluster.kubeconfig_server))
         except LookupError as exc:
             raise GRPCError(Status.FAILED_PRECONDITION, str(exc)) from None
         await self.stream_bytes(stream, data)

@@ -1,0 +1,93 @@
+"""`ichord sim`: a whole simulated cluster (Talos nodes + their Kubernetes API + ichord's objects).
+
+Plain ``ichord sim [options]`` runs the combined environment until SIGTERM/SIGINT (exit 0), printing
+one JSON line per thing to find; ``ichord sim kube`` and ``ichord sim talos`` stay the single
+simulators. Whichever module registers first creates ``sim``; this one makes its subcommand optional.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from ichord.api.contract import parse_contract
+from ichord.errors import IchordError
+from ichord.pki.bundle import SecretsBundle
+
+
+def _sim_parser(subparsers: Any) -> argparse.ArgumentParser:
+    sim: argparse.ArgumentParser | None = subparsers.choices.get("sim")
+    if sim is None:
+        sim = subparsers.add_parser("sim", help="run simulators of Talos nodes and of the Kubernetes API")
+    for action in sim._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            action.required = False
+            break
+    else:
+        sim.add_subparsers(dest="simulator", required=False, metavar="SIMULATOR")
+    return sim
+
+
+def register(subparsers: Any) -> None:
+    p = _sim_parser(subparsers)
+    p.description = ("Without a SIMULATOR: start a simulated Talos cluster and its own Kubernetes API server, "
+                     "create the bundle Secret, the TalosCluster and the TalosMachines, write a kubeconfig, "
+                     "print one JSON line per endpoint and run until interrupted.")
+    p.add_argument("--control-planes", type=int, default=3)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--talos-version", default="v1.14", help="v1.13 or v1.14 (behaviour and rendered contract)")
+    p.add_argument("--bundle", type=Path, help="secrets bundle (secrets.yaml); default: a new one")
+    p.add_argument("--namespace", default="ichord-system", help="ichord's namespace (bundle Secret, Leases)")
+    p.add_argument("--cluster-name", default="demo", help="the TalosCluster's name")
+    p.add_argument("--management-api", choices=("self", "separate"), default="self",
+                   help="self: ichord's objects on the managed cluster's API; separate: a second API server")
+    p.add_argument("--kubeconfig", type=Path, default=Path("ichord-sim.kubeconfig"),
+                   help="where to write ichord's kubeconfig (default %(default)s)")
+    p.add_argument("--ip-prefix", default="127.0.0.", help="loopback block of the nodes (default %(default)s)")
+    p.add_argument("--first-address", type=int, default=11, help="last octet of the first node's address")
+    p.add_argument("--talos-port", type=int, default=50000, help="apid port on every address (0: any free port)")
+    p.add_argument("--api-port", type=int, default=6443, help="Kubernetes API port (0: any free port)")
+    p.add_argument("--state-port", type=int, default=0, help="serve the state/history JSON here (0: any free port)")
+    p.add_argument("--time-scale", type=float, default=1.0, help="multiply every simulated delay by this")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.control_planes < 1 or args.workers < 0:
+        raise IchordError("--control-planes must be at least 1 and --workers at least 0")
+    if not (args.ip_prefix.startswith("127.") and args.ip_prefix.endswith(".") and args.ip_prefix.count(".") == 3):
+        raise IchordError(f"--ip-prefix {args.ip_prefix!r} is not a loopback block like 127.0.0.")
+    if args.time_scale <= 0:
+        raise IchordError("--time-scale must be positive")
+    bundle = SecretsBundle.load(args.bundle) if args.bundle else None
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args, bundle))
+    return 0
+
+
+async def _serve(args: argparse.Namespace, bundle: SecretsBundle | None) -> None:
+    from ichord.sim.combined import SimEnvironment  # noqa: PLC0415 - keep `ichord --help` light
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    env = SimEnvironment(
+        control_planes=args.control_planes, workers=args.workers, contract=parse_contract(args.talos_version),
+        bundle=bundle, namespace=args.namespace, cluster_name=args.cluster_name, time_scale=args.time_scale,
+        management_api=args.management_api, ip_prefix=args.ip_prefix, first=args.first_address,
+        talos_port=args.talos_port, api_port=args.api_port, state_port=args.state_port,
+        kubeconfig=args.kubeconfig.resolve())
+    async with env:
+        for line in env.summary():
+            print(json.dumps(line), flush=True)
+        print(f"ready in {env.started_in:.2f}s; `ichord run --kubeconfig {env.kubeconfig}` runs the daemon against it",
+              file=sys.stderr, flush=True)
+        await stop.wait()
+    print("stopped", file=sys.stderr, flush=True)
