@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "ichord.pki.cli",
     "ichord.demo",
     "ichord.run_cli",
+    "ichord.cluster_cli",
     "ichord.render.cli",
     "ichord.talos.cli",
     "ichord.sim.kube.cli",

@@ -28,6 +28,7 @@ from ichord.api.names import GROUP, LEADER_LEASE, PLURALS, TALOS_CLUSTER, TALOS_
 from ichord.kube.client import KubeClient, from_kubeconfig, in_cluster
 from ichord.kube.events import EventRecorder
 from ichord.leader import LeaderElector, default_identity
+from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, forget_cluster
 from ichord.server import HealthServer
 from ichord.settings import Timing
 from ichord.watchers.informer import Informer, Resource
@@ -47,6 +48,7 @@ class DaemonSettings:
     port_file: str | None = None  # where the bound metrics port is written (tests, port 0)
     timing: Timing = field(default_factory=Timing.from_env)
     resync: float | None = None
+    certificate_expiry_warning_days: float = DEFAULT_WARNING_DAYS
 
 
 async def make_client(settings: DaemonSettings) -> KubeClient:
@@ -70,7 +72,8 @@ class Daemon:
         self.recorder = EventRecorder(kube, instance=settings.identity)
         self.runtime = Runtime(kube, settings.namespace, self.clusters, self.machines, self.operations,
                                self.recorder, timing,
-                               resync=settings.resync if settings.resync is not None else timing.settle * 2.5)
+                               resync=settings.resync if settings.resync is not None else timing.drift_resync,
+                               warning_days=settings.certificate_expiry_warning_days)
         self.server = HealthServer(ready_checks={
             "informers": lambda: all(i.synced.is_set() for i in (self.clusters, self.machines, self.operations)),
         })
@@ -84,8 +87,18 @@ class Daemon:
     # ---- routing ----------------------------------------------------------------------------
 
     def _tell(self, namespace: str, cluster: str, obj: tuple[str, str], reason: str) -> None:
-        if self.supervisor is not None:
-            self.supervisor.tell(f"{namespace}/{cluster}", obj, reason)
+        if self.supervisor is None:
+            return
+        key = f"{namespace}/{cluster}"
+        if obj[0] == TALOS_CLUSTER and reason == "DELETED" and key not in self._known_clusters():
+            # Nothing refers to the cluster any more: stop its actor and drop its series.
+            self.supervisor.stop(key)
+            rec = self._reconcilers.pop(key, None)
+            if rec is not None:
+                rec.close()
+            forget_cluster(namespace, cluster)
+            return
+        self.supervisor.tell(key, obj, reason)
 
     def _step_for(self, key: str, _actor: ClusterActor) -> StepFn:
         rec = self._reconcilers.get(key)

@@ -61,8 +61,10 @@ def configure(level: str = "info", *, json: bool = True, stream: TextIO | None =
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # Third-party chatter (aiohttp access lines, hpack) stays at warning unless asked for.
-    for noisy in ("aiohttp.access", "hpack", "grpclib"):
+    # Third-party chatter stays at warning whatever the level: kubernetes_asyncio's debug lines print
+    # whole response bodies (Secrets included, in encodings the scrubber cannot know), hpack and
+    # grpclib print frames.
+    for noisy in ("aiohttp.access", "hpack", "grpclib", "kubernetes_asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
 
 

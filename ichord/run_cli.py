@@ -34,6 +34,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--metrics-addr", default="0.0.0.0:8080", help="host:port for /metrics /healthz /readyz")
     p.add_argument("--port-file", help="write the bound metrics port here (with port 0)")
     p.add_argument("--resync", type=float, help="seconds between drift checks of a converged machine")
+    p.add_argument("--certificate-expiry-warning-days", type=float, default=90.0,
+                   help="CertificatesExpiring turns True this many days before a CA expires (default %(default)g; "
+                   "keep it equal to the chart's prometheus.rules.certificateExpiryDays)")
     p.add_argument("--log-level", default=os.environ.get("ICHORD_LOG_LEVEL", "info"))
     p.add_argument("--log-format", choices=("json", "console"), default="json")
     p.set_defaults(func=run)
@@ -52,6 +55,9 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         timing=Timing.from_env(),
         resync=args.resync,
     )
+    if args.certificate_expiry_warning_days < 0:
+        raise SettingsError("--certificate-expiry-warning-days must be 0 or more")
+    settings.certificate_expiry_warning_days = args.certificate_expiry_warning_days
     if args.identity:
         settings.identity = args.identity
     return settings

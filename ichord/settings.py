@@ -44,6 +44,11 @@ class Timing:
     node_action_timeout: float = 1200.0
     drain_bound: float = 600.0
     trust_sync_tick: float = 10.0
+    # How often a converged machine's node is read again to catch drift made behind ichord's back.
+    drift_resync: float = 300.0
+    # CA expiry (ADR 0063 Decision 1): the bundle is re-read hourly; an unreadable one after 5 minutes.
+    expiry_reread: float = 3600.0
+    expiry_retry: float = 300.0
 
     def scaled(self, factor: float) -> Timing:
         if factor <= 0:

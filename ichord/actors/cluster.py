@@ -8,6 +8,7 @@ in one place, through the status patch helper.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from ichord.kube.reads import read_secret
 from ichord.kube.status import update_status
 from ichord.machines.reconciler import OWNED_FIELDS, MachineResult, reconcile_machine
 from ichord.machines.view import MachineSpecError, MachineView
+from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, expiry_pass, forget_cluster
 from ichord.pki.bundle import BundleError, SecretsBundle
 from ichord.pki.fingerprint import export_fingerprint
 from ichord.pki.scrub import SCRUBBER
@@ -56,6 +58,7 @@ class Runtime:
     recorder: EventRecorder
     timing: Timing
     resync: float = 300.0  # how often a converged machine's node is read again (drift)
+    warning_days: float = DEFAULT_WARNING_DAYS  # --certificate-expiry-warning-days
 
 
 def cluster_of(obj: Obj) -> str | None:
@@ -71,6 +74,15 @@ def rotation_under_way(op: Obj) -> bool:
     return spec.get("kind") == "ca-rotation" and bool(stage) and status.get("phase") != "Completed" and stage != "Done"
 
 
+def _combine(outcome: Outcome, expiry_in: float) -> Outcome:
+    """The machines' outcome, woken no later than the next expiry read."""
+    if isinstance(outcome, Requeue):
+        return Requeue(min(outcome.after, expiry_in), outcome.reason)
+    if isinstance(outcome, Done):
+        return Requeue(expiry_in, "expiry re-read")
+    return outcome
+
+
 class ClusterReconciler:
     def __init__(self, rt: Runtime, namespace: str, name: str) -> None:
         self.rt = rt
@@ -78,6 +90,9 @@ class ClusterReconciler:
         self.name = name
         self._talos: TalosClient | None = None
         self._registered_bundle: str | None = None
+        # Parsing a bundle checks its RSA-4096 key (~0.3 s of CPU): reuse it while the bytes are the same.
+        self._bundle_cache: tuple[bytes, SecretsBundle] | None = None
+        self._expiry_due: float | None = None
 
     def close(self) -> None:
         if self._talos is not None:
@@ -85,10 +100,12 @@ class ClusterReconciler:
 
     # ---- the step -------------------------------------------------------------------------
 
-    async def step(self, _messages: dict[Hashable, str]) -> Outcome:
+    async def step(self, messages: dict[Hashable, str]) -> Outcome:
         cluster = self.rt.clusters.get(self.namespace, self.name)
         machines = self._machines()
         if cluster is None:
+            forget_cluster(self.namespace, self.name)
+            self._expiry_due = None
             for m in machines:
                 await self._write_machine(
                     m,
@@ -103,6 +120,22 @@ class ClusterReconciler:
                     ),
                 )
             return Done()
+        expiry_in = await self._expiry(cluster, messages)
+        outcome = await self._machines_phase(cluster, machines)
+        return _combine(outcome, expiry_in)
+
+    async def _expiry(self, cluster: Obj, messages: dict[Hashable, str]) -> float:
+        """CA expiry as its own phase, first in the step so slow machine work never delays it."""
+        now = time.monotonic()
+        cluster_changed = any(isinstance(k, tuple) and k and k[0] == names.TALOS_CLUSTER for k in messages)
+        if self._expiry_due is None or now >= self._expiry_due or cluster_changed:
+            delay = await expiry_pass(self.rt.kube, cluster, namespace_of_secret=self.rt.namespace,
+                                      recorder=self.rt.recorder, timing=self.rt.timing,
+                                      warning_days=self.rt.warning_days)
+            self._expiry_due = now + delay
+        return max(0.0, self._expiry_due - now)
+
+    async def _machines_phase(self, cluster: Obj, machines: list[MachineView]) -> Outcome:
         spec = cluster.get("spec") or {}
         try:
             inputs = ClusterInputs.from_spec(str(spec.get("clusterName") or self.name), spec)
@@ -191,11 +224,14 @@ class ClusterReconciler:
                 cluster, machines, names.ReadyReason.BUNDLE_INVALID, f"{where} has no key {names.SECRETS_KEY}"
             )
             return None
+        if self._bundle_cache is not None and self._bundle_cache[0] == raw:
+            return self._bundle_cache[1]
         try:
             bundle = SecretsBundle.from_yaml(raw, f"{where} key {names.SECRETS_KEY}")
         except BundleError as exc:
             await self._blocked(cluster, machines, names.ReadyReason.BUNDLE_INVALID, str(exc))
             return None
+        self._bundle_cache = (raw, bundle)
         fp = export_fingerprint(bundle)
         if fp != self._registered_bundle:
             SCRUBBER.register_all(bundle.secret_values())

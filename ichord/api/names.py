@@ -80,3 +80,19 @@ class EventReason:
     API_SERVER_RESTART_REQUIRED = "APIServerRestartRequired"
     MACHINE_UNREACHABLE = "MachineUnreachable"
     RENDER_FAILED = "RenderFailed"
+
+
+class CertificatesExpiringReason:
+    """TalosCluster CertificatesExpiring reasons (ADR 0063, "Addendum: expiry alerting")."""
+
+    EXPIRING = "CAsExpiring"
+    EXPIRED = "CAsExpired"
+    NOT_EXPIRING = "NoCAExpiring"
+
+
+class BundleBackupStaleReason:
+    """TalosCluster BundleBackupStale reasons: raised by the rotation, lowered by the expiry pass."""
+
+    CA_ROTATED = "CARotated"
+    BUNDLE_EXPORTED = "BundleExported"
+

@@ -7,6 +7,7 @@ deletion, delete preconditions, and CRD schema pruning/defaulting/validation.
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime as dt
 import secrets
@@ -170,6 +171,12 @@ class Store:
 
     def _admit(self, rt: ResourceType, obj: JSON, old: JSON | None, strict: bool = False) -> None:
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+        if rt.key == ("", "secrets") and "stringData" in obj:
+            # Like the API server: stringData is write-only, merged into data (base64) on every write.
+            data = obj.setdefault("data", {}) or {}
+            for key, value in (obj.pop("stringData") or {}).items():
+                data[key] = base64.b64encode(str(value).encode()).decode()
+            obj["data"] = data
         if rt.custom and rt.schema is not None:
             unknown = _schema.unknown_fields(obj, rt.schema) if strict else []
             if unknown:

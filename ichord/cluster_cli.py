@@ -1,0 +1,177 @@
+"""``ichord cluster ...``: commands about one TalosCluster, run with the user's kubeconfig.
+
+``bundle-export`` saves the live secrets bundle and acknowledges it with the annotation
+``ichor.maesh.dev/bundle-exported: <ExportFingerprint>`` (ADR 0063 "BundleBackupStale", ADR 0120
+§5); the daemon's expiry pass lowers BundleBackupStale when that equals the live bundle's. The CLI
+writes metadata only, never spec or status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ichord.api.names import BUNDLE_EXPORTED_ANNOTATION, ROTATION_KEY, SECRETS_KEY
+from ichord.errors import IchordError
+from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.crds import clusters
+from ichord.kube.errors import NotFound
+from ichord.kube.reads import read_secret
+from ichord.pki.bundle import SecretsBundle
+from ichord.pki.fingerprint import export_fingerprint
+
+#: Where ``ichor init`` keeps a cluster's bundle (ADR 0063 Decision 4); ``{name}`` is the TalosCluster.
+DEFAULT_EXPORT_PATH = "~/.ichor/clusters/{name}/secrets.yaml"
+
+
+class ClusterCommandError(IchordError):
+    """An ``ichord cluster`` command cannot do what was asked; the message says why and what to do."""
+
+
+class RotationUnderWay(ClusterCommandError):
+    """The bundle Secret holds rotation.yaml: the bundle will change at Finalizing."""
+
+
+class ExportNotVerified(ClusterCommandError):
+    """The file read back is not the live bundle; no annotation was written."""
+
+
+def register(subparsers: Any) -> None:
+    cluster = subparsers.add_parser("cluster", help="commands about one TalosCluster (bundle export, ...)")
+    sub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
+    _register_bundle_export(sub)
+
+
+def _register_bundle_export(sub: Any) -> None:
+    p = sub.add_parser(
+        "bundle-export",
+        help="save the live secrets bundle and clear BundleBackupStale",
+        description=(
+            "Read the cluster's live secrets bundle from its Secret (uncached), write it with mode 0600, "
+            "read the file back, and only if it holds the live bundle annotate the TalosCluster with "
+            f"{BUNDLE_EXPORTED_ANNOTATION}=<ExportFingerprint>; the daemon then lowers BundleBackupStale. "
+            "Refused while a CA rotation is under way (the Secret holds rotation.yaml): the bundle changes "
+            "at Finalizing, so export after the rotation completes. An earlier export at the same path is "
+            "replaced (it describes CAs the nodes may no longer accept)."
+        ),
+    )
+    p.add_argument("name", metavar="NAME", help="the TalosCluster")
+    p.add_argument("-n", "--namespace", help="the TalosCluster's namespace (default: the kubeconfig context's)")
+    p.add_argument("-o", "--output", type=Path,
+                   help=f"file to write (default {DEFAULT_EXPORT_PATH.format(name='NAME')}; missing parent "
+                        "directories are created with mode 0700; an existing file is overwritten)")
+    p.add_argument("--secret-namespace",
+                   help="namespace of the bundle Secret spec.secretsRef.name names; it lives in the "
+                        "controller's namespace, which the CLI cannot know, so the default is the "
+                        "TalosCluster's namespace (the usual install keeps both together)")
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context (default: the current context)")
+    p.set_defaults(func=_bundle_export_main)
+
+
+def _bundle_export_main(args: argparse.Namespace) -> int:
+    report = asyncio.run(_bundle_export_cli(args))
+    print(f"wrote {report.path} (mode 0600), the live bundle of TalosCluster {report.namespace}/{report.name}")
+    print(f"export fingerprint {report.fingerprint}")
+    print(f"annotated {BUNDLE_EXPORTED_ANNOTATION}; the daemon lowers BundleBackupStale at its next expiry pass")
+    return 0
+
+
+async def _bundle_export_cli(args: argparse.Namespace) -> ExportReport:
+    kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
+    async with kube:
+        return await bundle_export(kube, args.name, namespace=args.namespace or kube.namespace,
+                                   output=args.output, secret_namespace=args.secret_namespace)
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    namespace: str
+    name: str
+    path: Path
+    fingerprint: str
+
+
+async def bundle_export(kube: KubeClient, name: str, *, namespace: str, output: Path | None = None,
+                        secret_namespace: str | None = None) -> ExportReport:
+    """Export the live bundle of TalosCluster ``namespace/name`` and annotate it (the whole command)."""
+    objects = clusters(kube)
+    try:
+        cluster = await objects.get(namespace, name)
+    except NotFound:
+        raise ClusterCommandError(f"TalosCluster {namespace}/{name} not found; check the name and -n") from None
+    secret_name = ((cluster.get("spec") or {}).get("secretsRef") or {}).get("name")
+    if not secret_name:
+        raise ClusterCommandError(f"TalosCluster {namespace}/{name} has no spec.secretsRef.name; nothing to export")
+    secret_ns = secret_namespace or namespace
+    try:
+        secret = await read_secret(kube, secret_ns, str(secret_name))
+    except NotFound:
+        raise ClusterCommandError(
+            f"the bundle Secret {secret_ns}/{secret_name} does not exist; if it lives in the controller's "
+            f"namespace, pass --secret-namespace") from None
+    if ROTATION_KEY in secret.data:
+        raise RotationUnderWay(
+            f"a CA rotation of {namespace}/{name} is under way (Secret {secret_ns}/{secret_name} holds "
+            f"{ROTATION_KEY}); the bundle changes when the rotation reaches Finalizing, so an export now "
+            f"would be stale at once. Export after the rotation completes. Nothing was written.")
+    raw = secret.data.get(SECRETS_KEY)
+    if raw is None:
+        raise ClusterCommandError(f"Secret {secret_ns}/{secret_name} has no {SECRETS_KEY} key; nothing to export")
+    live = SecretsBundle.from_yaml(raw, f"Secret {secret_ns}/{secret_name} key {SECRETS_KEY}")
+    fingerprint = export_fingerprint(live)
+
+    path = (output or Path(DEFAULT_EXPORT_PATH.format(name=name))).expanduser()
+    write_private(path, raw)
+    saved = SecretsBundle.load(path)
+    if export_fingerprint(saved) != fingerprint or path.read_bytes() != raw:
+        raise ExportNotVerified(f"{path} does not hold the live bundle after writing it (another writer, or "
+                                f"a full disk?); the TalosCluster was not annotated. Run the export again.")
+    await objects.patch(namespace, name, {"metadata": {"annotations": {BUNDLE_EXPORTED_ANNOTATION: fingerprint}}})
+    return ExportReport(namespace, name, path, fingerprint)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` with mode 0600, atomically; missing parents are created 0700."""
+    _make_private_dirs(path.parent)
+    # A temporary file in the same directory, renamed over the target: a reader never sees half a
+    # bundle, and the content is never in a file with looser permissions.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise ClusterCommandError(f"cannot write {path} ({exc.strerror}); choose another path with -o") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _make_private_dirs(directory: Path) -> None:
+    missing: list[Path] = []
+    d = directory
+    while not d.exists():
+        missing.append(d)
+        d = d.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+            os.chmod(d, 0o700)  # mkdir's mode is masked by the umask
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise ClusterCommandError(f"cannot create {d} ({exc.strerror}); choose another path with -o") from None
+

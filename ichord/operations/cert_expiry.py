@@ -1,0 +1,357 @@
+"""The CA expiry pass (ADR 0063 Decision 1, "Addendum: expiry alerting"; ADR 0120 §5).
+
+Per cluster: read the bundle Secret uncached, publish each CA's notAfter in
+``TalosCluster.status.certificates`` and as ``ichor_certificate_expiry_timestamp_seconds``, keep the
+``CertificatesExpiring`` condition, and lower ``BundleBackupStale`` once the live bundle was exported.
+Only ``status.certificates`` and those two conditions are written, and only when they change, so an
+idle daemon does not write hourly. An unreadable bundle fails nothing and is retried after
+``Timing.expiry_retry``; nothing read from the Secret ever reaches a message or a log line.
+
+The pass must run inside the cluster's actor: it is serialised with the ca-rotation there, which is
+what keeps it from lowering a BundleBackupStale the rotation raised after this pass read the bundle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from cryptography import x509
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from ichord.api.conditions import Condition, find, now_rfc3339, set_condition
+from ichord.api.names import (
+    BUNDLE_BACKUP_STALE,
+    BUNDLE_EXPORTED_ANNOTATION,
+    CERTIFICATES_EXPIRING,
+    SECRETS_KEY,
+    BundleBackupStaleReason,
+    CertificatesExpiringReason,
+    EventReason,
+)
+from ichord.errors import IchordError
+from ichord.kube.client import KubeClient
+from ichord.kube.crds import clusters
+from ichord.kube.errors import KubeError, NotFound
+from ichord.kube.events import WARNING, EventRecorder, ObjectRef
+from ichord.kube.reads import read_secret
+from ichord.kube.status import update_status
+from ichord.metrics import CERTIFICATE_EXPIRY
+from ichord.pki import pem as _pem
+from ichord.pki.bundle import BundleError, SecretsBundle
+from ichord.pki.ca import CAKind, CertificateAuthority
+from ichord.pki.fingerprint import ca_fingerprint, export_fingerprint
+from ichord.pki.pem import PEMError
+from ichord.pki.rotation import Target
+from ichord.pki.scrub import scrub_text
+from ichord.settings import SettingsError, Timing
+
+log = structlog.get_logger(__name__)
+
+Obj = dict[str, Any]
+
+#: status.certificates order (api.md); the names are the rotation targets' (ADR 0120 §1).
+CERTIFICATE_ORDER: tuple[Target, ...] = (
+    Target.TALOS, Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR, Target.ETCD,
+)
+DEFAULT_WARNING_DAYS = 90
+
+
+class BundleUnreadable(IchordError):
+    """The bundle Secret cannot be turned into a bundle; the message never quotes the Secret."""
+
+
+# ---- the pure decision ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CertificateExpiry:
+    """One CA of the bundle as status shows it: name, notAfter, SHA-256 fingerprint of the certificate."""
+
+    name: str
+    not_after: dt.datetime
+    fingerprint: str
+
+    @property
+    def not_after_rfc3339(self) -> str:
+        return now_rfc3339(self.not_after)
+
+    def as_status(self) -> dict[str, str]:
+        return {"name": self.name, "notAfter": self.not_after_rfc3339, "fingerprint": self.fingerprint}
+
+
+@dataclass(frozen=True)
+class ExpiryResult:
+    certificates: tuple[CertificateExpiry, ...]
+    #: Inside the warning window and not yet expired / already expired.
+    expiring: tuple[CertificateExpiry, ...]
+    expired: tuple[CertificateExpiry, ...]
+    condition: Condition
+
+    def status_certificates(self) -> list[dict[str, str]]:
+        return [c.as_status() for c in self.certificates]
+
+
+def certificate_expiries(bundle: SecretsBundle) -> tuple[CertificateExpiry, ...]:
+    return tuple(
+        CertificateExpiry(t.value, bundle.ca(t.ca_kind).not_after, ca_fingerprint(bundle.ca(t.ca_kind)))
+        for t in CERTIFICATE_ORDER
+    )
+
+
+def expiry_status(bundle: SecretsBundle, now: dt.datetime, warning_days: float) -> ExpiryResult:
+    """status.certificates and the CertificatesExpiring condition for ``bundle`` at ``now``.
+
+    The message names CAs and UTC dates, never days left, so it changes only when the bundle does
+    (or once, when a CA crosses into the window or expires).
+    """
+    if warning_days < 0:
+        raise SettingsError(f"--certificate-expiry-warning-days must be 0 or more, got {warning_days:g}")
+    certs = certificate_expiries(bundle)
+    horizon = now + dt.timedelta(days=warning_days)
+    expired = tuple(c for c in certs if c.not_after <= now)
+    expiring = tuple(c for c in certs if now < c.not_after <= horizon)
+    window = f"the {warning_days:g}-day warning window"
+    if not expired and not expiring:
+        earliest = min(certs, key=lambda c: c.not_after)
+        cond = Condition(
+            CERTIFICATES_EXPIRING, "False", CertificatesExpiringReason.NOT_EXPIRING,
+            f"No CA expires within {window}; the earliest is {earliest.name} on {earliest.not_after_rfc3339}.")
+        return ExpiryResult(certs, expiring, expired, cond)
+    named = [f"{c.name} expired on {c.not_after_rfc3339}" for c in expired]
+    named += [f"{c.name} expires on {c.not_after_rfc3339}" for c in expiring]
+    targets = ", ".join(c.name for c in certs if c in expired or c in expiring)
+    reason = CertificatesExpiringReason.EXPIRED if expired else CertificatesExpiringReason.EXPIRING
+    message = (f"CAs expired or expiring within {window}: {'; '.join(named)}. Rotate them with a "
+               f"ca-rotation TalosOperation (targets: {targets}), then save the new bundle with "
+               f"`ichord cluster bundle-export`.")
+    return ExpiryResult(certs, expiring, expired, Condition(CERTIFICATES_EXPIRING, "True", reason, message))
+
+
+def exported_fingerprint(cluster_obj: Obj) -> str | None:
+    annotations = (cluster_obj.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(BUNDLE_EXPORTED_ANNOTATION)
+    return str(value) if value else None
+
+
+def backup_stale_lowered(cluster_obj: Obj, bundle: SecretsBundle) -> bool:
+    """True when the export annotation names the live bundle (ADR 0120 §5: ExportFingerprint).
+
+    An export of the pre-rotation bundle carries the old fingerprint and does not count.
+    """
+    return exported_fingerprint(cluster_obj) == export_fingerprint(bundle)
+
+
+def backup_current_condition(bundle: SecretsBundle) -> Condition:
+    return Condition(
+        BUNDLE_BACKUP_STALE, "False", BundleBackupStaleReason.BUNDLE_EXPORTED,
+        f"The live secrets bundle was exported (ExportFingerprint {export_fingerprint(bundle)}); the saved "
+        f"copy matches the CAs in the cluster's Secret.")
+
+
+def wants_expiry_pass(old: Obj | None, new: Obj) -> bool:
+    """Whether a TalosCluster change should run a pass now rather than at the hourly re-read.
+
+    An export annotation written by ``bundle-export`` or a changed secretsRef would otherwise wait
+    up to an hour to show.
+    """
+    if old is None:
+        return True
+    return (exported_fingerprint(old) != exported_fingerprint(new)
+            or _secret_name(old) != _secret_name(new))
+
+
+# ---- the pass against the API -----------------------------------------------------------------
+
+
+def _secret_name(cluster_obj: Obj) -> str | None:
+    ref = (cluster_obj.get("spec") or {}).get("secretsRef") or {}
+    name = ref.get("name")
+    return str(name) if name else None
+
+
+async def read_bundle(kube: KubeClient, namespace: str, secret_name: str) -> SecretsBundle:
+    """The live bundle's CA certificates, read uncached; every failure is an IchordError.
+
+    Returns a public view (see ``public_bundle``): the expiry pass needs the certificates only.
+    """
+    secret = await read_secret(kube, namespace, secret_name)
+    raw = secret.data.get(SECRETS_KEY)
+    if raw is None:
+        raise BundleUnreadable(f"Secret {namespace}/{secret_name} has no {SECRETS_KEY} key; put the Talos "
+                               f"secrets bundle there")
+    return public_bundle(raw, f"Secret {namespace}/{secret_name} key {SECRETS_KEY}")
+
+
+#: Parsed public views by SHA-256 of the Secret's bytes: an unchanged bundle is not parsed again.
+_PARSED: OrderedDict[bytes, SecretsBundle] = OrderedDict()
+_PARSED_MAX = 4096
+_CA_ENTRIES = {CAKind.OS: "os", CAKind.KUBERNETES: "k8s", CAKind.AGGREGATOR: "k8saggregator", CAKind.ETCD: "etcd"}
+
+
+def public_bundle(raw: bytes, source: str = "secrets bundle") -> SecretsBundle:
+    """The bundle's four CA certificates as a SecretsBundle holding no secret (every secret field empty).
+
+    A full ``SecretsBundle.from_yaml`` validates every key (the RSA service-account key alone costs
+    ~0.3 s of CPU); expiry needs the certificates only, so it parses just them, and keeps the result
+    for unchanged bytes. Key defects are the machine reconciler's to report (BundleInvalid). Never
+    save this view.
+    """
+    digest = hashlib.sha256(raw).digest()
+    cached = _PARSED.get(digest)
+    if cached is not None:
+        _PARSED.move_to_end(digest)
+        return cached
+    try:
+        doc = YAML(typ="safe").load(raw)
+    except (YAMLError, ValueError, UnicodeError, RecursionError):
+        # The parser's message may quote the input: say only that it failed.
+        raise BundleError(["it is not valid YAML"], source) from None
+    if not isinstance(doc, dict):
+        raise BundleError(["it is not a YAML mapping"], source)
+    problems: list[str] = []
+    cas: dict[CAKind, CertificateAuthority] = {}
+    certs = doc.get("certs")
+    for kind, entry in _CA_ENTRIES.items():
+        entry_doc = certs.get(entry) if isinstance(certs, dict) else None
+        crt = entry_doc.get("crt") if isinstance(entry_doc, dict) else None
+        if not isinstance(crt, str) or not crt:
+            problems.append(f"certs.{entry}.crt is missing")
+            continue
+        try:
+            ca = CertificateAuthority(_pem.b64_pem_decode(crt, f"certs.{entry}.crt"))
+            cert = _pem.load_certificate(ca.cert_pem, f"certs.{entry}.crt")
+        except PEMError as exc:
+            problems.append(str(exc))
+            continue
+        if not _is_ca(cert):
+            problems.append(f"certs.{entry}.crt is not a CA certificate")
+            continue
+        cas[kind] = ca
+    if problems:
+        raise BundleError(problems, source)
+    view = SecretsBundle(
+        cluster_id="", cluster_secret="", bootstrap_token="", trustd_token="", secretbox_encryption_secret=None,
+        aescbc_encryption_secret=None, etcd=cas[CAKind.ETCD], k8s=cas[CAKind.KUBERNETES],
+        k8s_aggregator=cas[CAKind.AGGREGATOR], k8s_service_account_key=b"", os=cas[CAKind.OS])
+    _PARSED[digest] = view
+    while len(_PARSED) > _PARSED_MAX:
+        _PARSED.popitem(last=False)
+    return view
+
+
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
+
+
+def publish_metrics(namespace: str, name: str, result: ExpiryResult) -> None:
+    for cert in result.certificates:
+        CERTIFICATE_EXPIRY.labels(namespace=namespace, name=name, certificate=cert.name).set(
+            cert.not_after.timestamp())
+
+
+def forget_cluster(namespace: str, name: str) -> None:
+    """Drop a deleted cluster's expiry series (ADR 0063 Decision 1)."""
+    for target in CERTIFICATE_ORDER:
+        with contextlib.suppress(KeyError):
+            CERTIFICATE_EXPIRY.remove(namespace, name, target.value)
+
+
+@dataclass
+class _Written:
+    turned_true: bool = False
+    lowered: bool = False
+
+
+def _same(old: Obj | None, cond: Condition) -> bool:
+    return (old is not None and old.get("status") == cond.status and old.get("reason") == cond.reason
+            and old.get("message") == scrub_text(cond.message))
+
+
+def _mutation(result: ExpiryResult, bundle: SecretsBundle, now: dt.datetime,
+              written: _Written) -> Callable[[Obj, Obj], Obj | None]:
+    def mutate(status: Obj, obj: Obj) -> Obj | None:
+        written.turned_true = written.lowered = False
+        conditions: list[Obj] | None = status.get("conditions")
+        changed = False
+        certificates = result.status_certificates()
+        if status.get("certificates") != certificates:
+            status["certificates"] = certificates
+            changed = True
+        old = find(conditions, CERTIFICATES_EXPIRING)
+        if not _same(old, result.condition):
+            conditions = set_condition(conditions, result.condition, now=now)
+            changed = True
+            written.turned_true = result.condition.status == "True" and (old is None or old.get("status") != "True")
+        stale = find(conditions, BUNDLE_BACKUP_STALE)
+        # Raised only by the rotation; lowered here, against the annotation of the object being written.
+        if stale is not None and stale.get("status") == "True" and backup_stale_lowered(obj, bundle):
+            conditions = set_condition(conditions, backup_current_condition(bundle), now=now)
+            changed = written.lowered = True
+        if not changed:
+            return None
+        status["conditions"] = conditions
+        return status
+
+    return mutate
+
+
+async def expiry_pass(
+    kube: KubeClient,
+    cluster_obj: Obj,
+    *,
+    namespace_of_secret: str,
+    recorder: EventRecorder,
+    timing: Timing,
+    warning_days: float = DEFAULT_WARNING_DAYS,
+    now: dt.datetime | None = None,
+) -> float:
+    """One expiry read of a cluster; returns the seconds until the next one.
+
+    ``timing.expiry_reread`` after a read, ``timing.expiry_retry`` when the bundle could not be read
+    or the status could not be written. Never raises for an API or bundle failure.
+    """
+    meta = cluster_obj.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    bound = log.bind(namespace=namespace, cluster=name)
+    now = now or dt.datetime.now(dt.UTC)
+    secret_name = _secret_name(cluster_obj)
+    try:
+        if secret_name is None:
+            raise BundleUnreadable("spec.secretsRef.name is empty; name the bundle Secret there")
+        bundle = await read_bundle(kube, namespace_of_secret, secret_name)
+    except IchordError as exc:
+        # KubeError, BundleError, BundleUnreadable: only the typed message is logged, scrubbed.
+        message = scrub_text(str(exc))
+        bound.warning("bundle unreadable; expiry not published, retrying", error_type=type(exc).__name__,
+                      error=message, retry_in=timing.expiry_retry)
+        return timing.expiry_retry
+
+    result = expiry_status(bundle, now, warning_days)
+    publish_metrics(namespace, name, result)
+    written = _Written()
+    try:
+        obj = await update_status(clusters(kube), namespace, name, _mutation(result, bundle, now, written))
+    except NotFound:
+        bound.info("cluster gone before its expiry status was written")
+        return timing.expiry_retry
+    except KubeError as exc:
+        bound.warning("expiry status not written; retrying", error=scrub_text(str(exc)),
+                      retry_in=timing.expiry_retry)
+        return timing.expiry_retry
+    if written.turned_true:
+        recorder.record(ObjectRef.of(obj), WARNING, EventReason.CERTIFICATES_EXPIRING, result.condition.message)
+        bound.warning("CAs expiring", certificates=[c.name for c in result.expired + result.expiring])
+    if written.lowered:
+        bound.info("BundleBackupStale lowered: the live bundle was exported")
+    return timing.expiry_reread
