@@ -158,6 +158,15 @@ async def test_readyz_metrics_and_leader_takeover_after_sigkill(sim_env: SimEnvi
             async with http.get(f"http://127.0.0.1:{leader.port}/metrics") as r:
                 text = await r.text()
             assert "ichord_leader 1.0" in text
+            # the expiry phase published every CA of the cluster, in status and as a metric
+            for ca in ("talos", "kubernetes", "kubernetes-aggregator", "etcd"):
+                assert f'certificate="{ca}"' in text
+            assert f'name="{env.cluster_name}"' in text
+            cluster = await crds.clusters(kube).get(env.namespace, env.cluster_name)
+            names = sorted(c["name"] for c in cluster["status"]["certificates"])
+            assert names == ["etcd", "kubernetes", "kubernetes-aggregator", "talos"]
+            conds = {c["type"]: c for c in cluster["status"]["conditions"]}
+            assert conds["CertificatesExpiring"]["status"] == "False"
             assert "ichord_kube_request_duration_seconds_count" in text
             assert "ichord_actor_step_duration_seconds_count" in text
 
