@@ -106,17 +106,13 @@ class ClusterReconciler:
         if cluster is None:
             forget_cluster(self.namespace, self.name)
             self._expiry_due = None
+            message = f"TalosCluster {self.namespace}/{self.name} does not exist; create it or fix spec.clusterRef.name"
             for m in machines:
                 await self._write_machine(
                     m,
                     MachineResult(
-                        Condition(
-                            names.READY,
-                            "False",
-                            ReadyReason.CLUSTER_NOT_FOUND,
-                            f"TalosCluster {self.namespace}/{self.name} does not exist; "
-                            "create it or fix spec.clusterRef.name",
-                        )
+                        Condition(names.READY, "False", ReadyReason.CLUSTER_NOT_FOUND, message),
+                        event=("Warning", ReadyReason.CLUSTER_NOT_FOUND, message),
                     ),
                 )
             return Done()
@@ -129,9 +125,14 @@ class ClusterReconciler:
         now = time.monotonic()
         cluster_changed = any(isinstance(k, tuple) and k and k[0] == names.TALOS_CLUSTER for k in messages)
         if self._expiry_due is None or now >= self._expiry_due or cluster_changed:
-            delay = await expiry_pass(self.rt.kube, cluster, namespace_of_secret=self.rt.namespace,
-                                      recorder=self.rt.recorder, timing=self.rt.timing,
-                                      warning_days=self.rt.warning_days)
+            delay = await expiry_pass(
+                self.rt.kube,
+                cluster,
+                namespace_of_secret=self.rt.namespace,
+                recorder=self.rt.recorder,
+                timing=self.rt.timing,
+                warning_days=self.rt.warning_days,
+            )
             self._expiry_due = now + delay
         return max(0.0, self._expiry_due - now)
 

@@ -215,10 +215,25 @@ async def test_bad_input_is_reported_and_nothing_applied(sim_env: SimEnvironment
         await kube.raw("POST", f"/api/v1/namespaces/{env.namespace}/secrets", body={
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": env.secret_name},
             "stringData": {"secrets.yaml": env.bundle.to_yaml()}})
+        # one machine's own patch does not apply: that machine says so, the others are served
+        broken = env.machine_names[-1]
+        await crds.machines(kube).patch(env.namespace, broken, {"spec": {"patches": ["machine: [oops\n"]}})
+
+        async def one_broken() -> bool:
+            for m in env.machine_names:
+                r = await machine_ready(kube, env, m)
+                want = "RenderFailed" if m == broken else "Converged"
+                if r is None or r["reason"] != want:
+                    return False
+            return True
+
+        await eventually(one_broken, what="one machine RenderFailed, the others Converged")
+        # a cluster patch that does not apply: RenderFailed everywhere, nothing applied anywhere
         await _patch_cluster(kube, env, ["machine: [this is not a mapping\n"])
         await eventually(lambda: all_ready(kube, env, ("RenderFailed",)), what="RenderFailed")
         assert all(env.applies(m) == [] for m in env.machine_names)
         events = await kube.raw("GET", f"/api/v1/namespaces/{env.namespace}/events")
-        assert "SecretNotFound" in {e["reason"] for e in events["items"]}
+        reasons = {e["reason"] for e in events["items"]}
+        assert {"SecretNotFound", "ClusterNotFound", "RenderFailed"} <= reasons
     finally:
         assert await daemon.stop() == 0
