@@ -251,3 +251,11 @@ async def test_lone_control_plane_takes_the_api_down_while_it_reboots_v113(
             await eventually(lambda: not env.kube.down and env.node_ready(cp) == "True", within=3)
             assert len((await kc.core().list_node()).items) == 1
         assert [o["kind"] for o in env.kube.outages] == ["down", "up"]
+
+
+async def test_any_free_talos_port_is_what_the_objects_name(bundle: SecretsBundle) -> None:
+    async with SimEnvironment(bundle=bundle, talos_port=0, workers=0, control_planes=1) as env:
+        for m in env.machines:
+            node = env.talos.nodes[m.name]
+            assert node.port != 0
+            assert env.machine_specs[m.name]["address"] == node.endpoint == m.address

@@ -148,6 +148,11 @@ class SimEnvironment:
         except OSError as exc:
             raise SimEnvironmentError(f"cannot serve a Talos node on {prefix}x:{self._talos_port}: {exc.strerror}; "
                                       "pick another --ip-prefix or --talos-port 0") from None
+        # With port 0 every node listens on a port of its own choosing: the objects must name it.
+        self.machines = [replace(m, port=self.talos.nodes[m.name].port) if m.port == 0 else m
+                         for m in self.machines]
+        for m in self.machines:
+            mspecs[m.name]["address"] = m.address
         self._register_nodes()
         objects.create_objects(self.management.store, namespace=self.namespace, cluster=self.cluster_name,
                                secret=self.secret_name, bundle=bundle, cspec=cspec, mspecs=mspecs)

@@ -155,17 +155,21 @@ class Rest:
                     if request.transport is not None:
                         request.transport.close()  # abrupt: no terminating chunk
                     return resp
-                if get in done:
-                    kind, obj = get.result()
-                    if as_table:
-                        obj = tables.table(rt, [obj], int(obj["metadata"]["resourceVersion"]), self.store.clock())
-                    await resp.write(_line({"type": kind, "object": obj}))
-                    continue
-                get.cancel()
-                if loop.time() >= next_bookmark:
-                    next_bookmark = loop.time() + self.watch_settings.bookmark_interval
-                    if bookmarks and not watcher.stalled and watcher.queue.empty():
-                        await resp.write(_line(self._bookmark(rt)))
+                try:
+                    if get in done:
+                        kind, obj = get.result()
+                        if as_table:
+                            obj = tables.table(rt, [obj], int(obj["metadata"]["resourceVersion"]),
+                                               self.store.clock())
+                        await resp.write(_line({"type": kind, "object": obj}))
+                        continue
+                    get.cancel()
+                    if loop.time() >= next_bookmark:
+                        next_bookmark = loop.time() + self.watch_settings.bookmark_interval
+                        if bookmarks and not watcher.stalled and watcher.queue.empty():
+                            await resp.write(_line(self._bookmark(rt)))
+                except ConnectionResetError:
+                    return resp  # the client went away: the watch simply ends, as on a real server
         finally:
             dropped.cancel()
             self.store.log.unsubscribe(watcher)
