@@ -44,6 +44,13 @@ class Timing:
     node_action_timeout: float = 1200.0
     drain_bound: float = 600.0
     trust_sync_tick: float = 10.0
+    # CA rotation (ADR 0063 amendments): the settle after kube-root-ca.crt carries the new CA, the
+    # continuous Ready time of every Node before the first client restart, and the restart bound.
+    ca_client_settle_delay: float = 120.0
+    ca_kubelet_settle_delay: float = 90.0
+    ca_client_restart_timeout: float = 300.0
+    # How long after a pass applied before it is verified (the kubelet restart a CA change causes has begun).
+    ca_pass_verify_delay: float = 5.0
     # How often a converged machine's node is read again to catch drift made behind ichord's back.
     drift_resync: float = 300.0
     # CA expiry (ADR 0063 Decision 1): the bundle is re-read hourly; an unreadable one after 5 minutes.

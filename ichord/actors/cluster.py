@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import structlog
 
-from ichord.actors.outcome import Done, Outcome, Requeue, earliest
+from ichord.actors.outcome import Done, Outcome, Requeue, earliest, next_delay
 from ichord.api import names
 from ichord.api.conditions import Condition, find, set_condition
 from ichord.api.names import ReadyReason
@@ -29,6 +29,8 @@ from ichord.kube.reads import read_secret
 from ichord.kube.status import update_status
 from ichord.machines.reconciler import OWNED_FIELDS, MachineResult, reconcile_machine
 from ichord.machines.view import MachineSpecError, MachineView
+from ichord.operations.ca_rotation import RotationContext, is_ca_rotation
+from ichord.operations.ca_rotation import advance as advance_ca_rotation
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, expiry_pass, forget_cluster
 from ichord.pki.bundle import BundleError, SecretsBundle
 from ichord.pki.fingerprint import export_fingerprint
@@ -117,7 +119,10 @@ class ClusterReconciler:
                 )
             return Done()
         expiry_in = await self._expiry(cluster, messages)
+        rotation_in = await self._ca_rotation_phase()
         outcome = await self._machines_phase(cluster, machines)
+        if rotation_in is not None:
+            outcome = _combine(outcome, rotation_in)
         return _combine(outcome, expiry_in)
 
     async def _expiry(self, cluster: Obj, messages: dict[Hashable, str]) -> float:
@@ -189,6 +194,22 @@ class ClusterReconciler:
             delays.append(result.requeue_after)
         delay = earliest(*delays)
         return Done() if delay is None else Requeue(delay)
+
+    # ---- the ca-rotation operation phase (ichord.operations.ca_rotation) -----------------------
+
+    async def _ca_rotation_phase(self) -> float | None:
+        """One step of each ca-rotation of this cluster, oldest first; the earliest wake-up asked for."""
+        ops, _ = await crds.operations(self.rt.kube).list_objects(self.namespace)
+        ours = sorted((op for op in ops if cluster_of(op) == self.name and is_ca_rotation(op)),
+                      key=lambda op: str((op.get("metadata") or {}).get("creationTimestamp") or ""))
+        ctx = RotationContext(self.rt.kube, self.rt.namespace, self.rt.recorder, self.rt.timing)
+        delays = []
+        for op in ours:
+            finished = (op.get("status") or {}).get("phase") in ("Completed", "Failed")
+            if finished and names.CA_ROTATION_FINALIZER not in ((op.get("metadata") or {}).get("finalizers") or []):
+                continue
+            delays.append(next_delay(await advance_ca_rotation(ctx, op)))
+        return earliest(*delays)
 
     # ---- inputs ---------------------------------------------------------------------------
 

@@ -96,3 +96,43 @@ class BundleBackupStaleReason:
     CA_ROTATED = "CARotated"
     BUNDLE_EXPORTED = "BundleExported"
 
+
+
+class CARotationReason:
+    """TalosOperation CARotation condition reasons and ca-rotation terminal reasons (api.md, ADR 0063, 0120)."""
+
+    BLOCKED = "Blocked"
+    ROTATED = "Rotated"
+    ROTATED_CLIENTS_NOT_BACK = "RotatedClientsNotBack"
+    AWAITING_CREDENTIALS = "AwaitingCredentials"
+    SETTLING_CLIENTS = "SettlingClients"
+    AWAITING_NODES = "AwaitingNodes"
+    SETTLING_NODES = "SettlingNodes"
+    RESTARTING_CLIENTS = "RestartingClients"
+    IN_PROGRESS = "InProgress"
+    PLANNED = "Planned"
+    UNSUPPORTED_TARGET = "UnsupportedTarget"
+    INVALID_SPEC = "InvalidSpec"
+
+
+class CAClientsNotRestartedReason:
+    """TalosCluster CAClientsNotRestarted reasons (ADR 0063 "the CNI is restarted first")."""
+
+    NOT_BACK = "RotatedClientsNotBack"
+    ALL_BACK = "ClientsRestarted"
+
+
+class Phase:
+    """TalosOperation status.phase."""
+
+    PENDING = "Pending"
+    IN_PROGRESS = "InProgress"
+    PAUSED = "Paused"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+#: kube-root-ca.crt, the ConfigMap every pod's projected ca.crt is made from.
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+#: The pod-template annotation of a rollout restart (kubectl rollout restart).
+RESTARTED_AT_ANNOTATION = "kubectl.kubernetes.io/restartedAt"

@@ -1,0 +1,86 @@
+"""Finalizing: the replaced bundle is verified on every machine, and the cluster conditions are raised.
+
+- BundleBackupStale (reason CARotated) and a Warning Event naming the export command: the bundle on
+  the operator's machine describes a PKI no node accepts any more (ADR 0063 Decision 4).
+- Every machine answers a plain dial with the replaced bundle and runs exactly what it renders.
+- CAClientsNotRestarted: True when a restarted client was not back within the bound, False when a
+  rotation's clients all came back.
+"""
+
+from __future__ import annotations
+
+from ichord.api import names
+from ichord.api.conditions import Condition, find, set_condition
+from ichord.api.names import BundleBackupStaleReason, CAClientsNotRestartedReason
+from ichord.kube import crds
+from ichord.kube.events import ObjectRef
+from ichord.kube.status import update_status
+from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
+from ichord.pki.scrub import SCRUBBER
+from ichord.render.config import ConfigParseError, MachineConfig
+from ichord.render.errors import RenderError
+from ichord.render.generate import render
+from ichord.render.inputs import MachineInputs
+from ichord.talos.dial import DialBundle
+from ichord.talos.errors import TalosError
+
+
+async def _set_cluster_condition(ctx: RotationContext, inputs: Inputs, cond: Condition) -> bool:
+    """Set a TalosCluster condition; True when it changed."""
+    changed = False
+
+    def mutate(status: Obj, _obj: Obj) -> Obj:
+        nonlocal changed
+        old = find(status.get("conditions"), cond.type)
+        if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (
+                cond.status, cond.reason, SCRUBBER.text(cond.message)):
+            return status
+        changed = True
+        status["conditions"] = set_condition(status.get("conditions"), cond, now=ctx.now())
+        return status
+
+    inputs.cluster = await update_status(crds.clusters(ctx.kube), inputs.op_namespace, inputs.cluster_name, mutate)
+    return changed
+
+
+async def raise_backup_stale(ctx: RotationContext, inputs: Inputs) -> None:
+    name = inputs.cluster_name
+    message = (f"the CAs of cluster {name} were rotated by operation {inputs.name}; the exported secrets bundle is "
+               f"stale: run `ichord cluster bundle-export {name}`")
+    cond = Condition(names.BUNDLE_BACKUP_STALE, "True", BundleBackupStaleReason.CA_ROTATED, message)
+    if await _set_cluster_condition(ctx, inputs, cond):
+        ctx.recorder.record(ObjectRef.of(inputs.cluster), "Warning", names.EventReason.BUNDLE_BACKUP_STALE, message)
+
+
+async def set_clients_not_restarted(ctx: RotationContext, inputs: Inputs, not_back: list[str]) -> None:
+    if not_back:
+        message = (f"after CA rotation {inputs.name} these clients were not available again within the bound: "
+                   f"{', '.join(not_back)}; restart their pods if they report x509 errors")
+        cond = Condition(names.CA_CLIENTS_NOT_RESTARTED, "True", CAClientsNotRestartedReason.NOT_BACK, message)
+    else:
+        message = f"every client CA rotation {inputs.name} restarted is available again"
+        cond = Condition(names.CA_CLIENTS_NOT_RESTARTED, "False", CAClientsNotRestartedReason.ALL_BACK, message)
+    if await _set_cluster_condition(ctx, inputs, cond) and not_back:
+        ctx.recorder.record(ObjectRef.of(inputs.cluster), "Warning", names.EventReason.CA_CLIENTS_NOT_RESTARTED,
+                            message)
+
+
+async def verify_replaced(ctx: RotationContext, inputs: Inputs) -> str | None:
+    """None when every machine answers the replaced bundle's plain dial and runs exactly its render."""
+    talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
+    try:
+        for m in inputs.machines:
+            try:
+                desired = render(inputs.bundle, inputs.cluster_inputs, MachineInputs.from_spec(m.spec))
+            except RenderError as exc:
+                return f"machine {m.name} cannot be rendered from the replaced bundle: {SCRUBBER.exception(exc)}"
+            try:
+                running = MachineConfig.parse(await talos.machine_config(m.address))
+            except (TalosError, ConfigParseError) as exc:
+                return (f"machine {m.name} ({m.address}) does not answer the replaced bundle: "
+                        f"{SCRUBBER.exception(exc)}")
+            if running.plain() != desired.plain():
+                return f"machine {m.name} does not run what the replaced bundle renders"
+        return None
+    finally:
+        talos.close()

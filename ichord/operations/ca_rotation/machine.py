@@ -1,0 +1,266 @@
+"""The ca-rotation state machine: ``advance(ctx, op)`` runs one step and says when to run the next.
+
+Every step reads everything it decides on (operation, cluster, machines, bundle Secret, nodes) and
+writes status in the step that decided it; nothing lives in memory between steps (ADR 0063). The
+stage only moves forward, and only after the stage under way is verified.
+
+    stage ""             plan, finalizer, lock, preflight, rotation.yaml saved      -> Accepting
+    Accepting            pass (apply, later verify)                                 -> AwaitingCredentials
+    AwaitingCredentials  the hand-off annotation equals the token                   -> Issuing
+    Issuing              pass, kube-root-ca.crt everywhere, caClientSettleDelay     -> Dropping
+    Dropping             pass, then the one Secret update                           -> Finalizing
+    Finalizing           replaced bundle verified, Nodes settled, clients restarted -> Done (Completed)
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from ichord.actors.outcome import Done, Outcome, Requeue
+from ichord.api import names
+from ichord.api.carotation import Stage
+from ichord.api.names import CARotationReason, EventReason, Phase
+from ichord.failpoints import failpoint
+from ichord.kube.errors import KubeError
+from ichord.operations.ca_rotation import finalize, finalizing, handoff
+from ichord.operations.ca_rotation.bundle_secret import BundleSecretError, replace_bundle, save_rotation
+from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
+from ichord.operations.ca_rotation.lifecycle import (
+    blocked_without_inputs,
+    ensure_finalizer,
+    enter,
+    enter_finalizing,
+    fail,
+    hand_trust,
+    is_ca_rotation,
+    issuing_dial,
+    let_go,
+    lock,
+    stage_mutations,
+)
+from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, root_ca_lagging
+from ichord.operations.ca_rotation.passes import apply_pass, kubernetes_cas, verify_pass
+from ichord.operations.ca_rotation.plan import (
+    PASS_STAGES,
+    PlannedMachine,
+    TargetSpecError,
+    UnsupportedTargetError,
+    next_stage,
+    plan_status,
+    replaced_by,
+    spec_targets,
+)
+from ichord.operations.ca_rotation.preflight import preflight
+from ichord.operations.ca_rotation.status import (
+    blocked,
+    condition,
+    event,
+    in_progress,
+    log_transition,
+    phase,
+    since_transition,
+    started,
+    write,
+)
+from ichord.pki.rotation import Rotation, Target
+from ichord.pki.scrub import SCRUBBER
+
+log = structlog.get_logger("ichord.operations.ca_rotation")
+
+
+def _stage_of(op: Obj) -> Stage | None:
+    text = ((op.get("status") or {}).get("caRotation") or {}).get("stage") or ""
+    return Stage.parse(text) if text else None
+
+
+async def advance(ctx: RotationContext, op: Obj) -> Outcome:
+    """One step of the ca-rotation ``op`` (a TalosOperation as read)."""
+    if not is_ca_rotation(op):
+        return Done()
+    try:
+        return await _advance(ctx, op)
+    except (KubeError, BundleSecretError, ManagedAPIError) as exc:
+        # An API (often the managed cluster's own, restarting for the new CA) did not answer: look again soon.
+        # Every step is idempotent and re-derived, so repeating it is always safe.
+        meta = op.get("metadata") or {}
+        log.info("ca-rotation step interrupted", operation=meta.get("name"), namespace=meta.get("namespace"),
+                 error=SCRUBBER.exception(exc))
+        return Requeue(ctx.timing.ca_pass_verify_delay, "API unavailable")
+
+
+async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
+    status = op.get("status") or {}
+    if status.get("phase") in (Phase.COMPLETED, Phase.FAILED):
+        await let_go(ctx, op)
+        return Done()
+    stage = _stage_of(op)
+    if stage is None:
+        try:
+            spec_targets(op)
+        except (UnsupportedTargetError, TargetSpecError) as exc:
+            reason = (CARotationReason.UNSUPPORTED_TARGET if isinstance(exc, UnsupportedTargetError)
+                      else CARotationReason.INVALID_SPEC)
+            return await fail(ctx, op, reason, str(exc))
+    try:
+        inputs = await load_inputs(ctx, op)
+    except InputsError as exc:
+        return await blocked_without_inputs(ctx, op, f"{exc.reason}: {exc.message}")
+    if stage is None:
+        return await _start(ctx, inputs)
+    if stage in PASS_STAGES:
+        return await _pass(ctx, inputs, stage)
+    if stage is Stage.AWAITING_CREDENTIALS:
+        return await _await_credentials(ctx, inputs)
+    if stage is Stage.FINALIZING:
+        return await finalizing.step(ctx, inputs)
+    return await finalizing.complete(ctx, inputs, [])  # Done written, Completed not yet
+
+
+# ---- start --------------------------------------------------------------------------------
+
+
+async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
+    targets = spec_targets(inputs.op)
+    plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines])
+    spec = inputs.op.get("spec") or {}
+    meta = inputs.op.get("metadata") or {}
+    if meta.get("deletionTimestamp") and inputs.rotation is None:
+        await let_go(ctx, inputs.op)  # deleted before anything was written: nothing to hold
+        return Done()
+    if spec.get("paused"):
+        message = "plan only: spec.paused is true; set it to false to start the rotation"
+        await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), phase(Phase.PENDING, message),
+                    condition(ctx, "False", CARotationReason.PLANNED, message))
+        return Done()
+    if inputs.status.get("plan") != plan:
+        await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), started(ctx))
+    await ensure_finalizer(ctx, inputs)
+    refusal = await lock(ctx, inputs)
+    if refusal is not None:
+        return refusal
+    problems = await preflight(ctx, inputs)
+    if problems:
+        return await blocked(ctx, inputs, "preflight: " + "; ".join(problems))
+    secret_name = str(((inputs.cluster.get("spec") or {}).get("secretsRef") or {}).get("name"))
+    failpoint("ca-rotation.save.before")
+    saved = await save_rotation(ctx.kube, ctx.namespace, secret_name, targets)
+    failpoint("ca-rotation.saved")
+    rotation = saved.rotation
+    hand_trust(ctx, rotation)
+    how = "adopted the rotation.yaml a previous start saved" if saved.adopted else "saved the new CAs to rotation.yaml"
+    await enter(ctx, inputs, rotation, Stage.ACCEPTING, extra=[started(ctx)])
+    event(ctx, inputs, "Normal", EventReason.OPERATION_STARTED,
+          f"CA rotation of {', '.join(t.value for t in rotation.targets)} started: {how}")
+    return Requeue(0.0, "stage Accepting")
+
+
+# ---- passes -------------------------------------------------------------------------------
+
+
+async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
+    rotation = inputs.rotation
+    certs = inputs.ca_status.get("certificates") or []
+    if rotation is None:
+        if stage is Stage.DROPPING and replaced_by(inputs.bundle, certs):
+            # The Secret was replaced but the process died before status learned it (ADR 0063 step 4).
+            await finalize.raise_backup_stale(ctx, inputs)
+            await enter_finalizing(ctx, inputs)
+            return Requeue(0.0, "stage Finalizing")
+        return await blocked(ctx, inputs, f"the bundle Secret holds no {names.ROTATION_KEY} although the rotation is "
+                                          f"in {stage.value}; restore it from a backup of the Secret")
+    hand_trust(ctx, rotation)
+    refusal = await lock(ctx, inputs)
+    if refusal is not None:
+        return refusal
+    result = await apply_pass(ctx, inputs, rotation, stage)
+    if result.problem is not None:
+        return await blocked(ctx, inputs, result.problem, machines=result.machines)
+    if result.applied:
+        message = f"{stage.value}: applied to {', '.join(result.applied)}; verifying in the next step"
+        await write(ctx, inputs, lambda s: s.__setitem__("machines", result.machines),
+                    *in_progress(ctx, CARotationReason.IN_PROGRESS, message))
+        event(ctx, inputs, "Normal", EventReason.STAGE_APPLIED, message)
+        return Requeue(ctx.timing.ca_pass_verify_delay, f"verify {stage.value}")
+    problem = await verify_pass(ctx, inputs, rotation, stage)
+    if problem is not None:
+        return await blocked(ctx, inputs, problem, machines=result.machines)
+    if stage is Stage.ACCEPTING:
+        return await _after_accepting(ctx, inputs, rotation)
+    if stage is Stage.ISSUING:
+        return await _issuing_gate(ctx, inputs, rotation)
+    return await _replace(ctx, inputs, rotation)
+
+
+async def _after_accepting(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome:
+    nxt = next_stage(Stage.ACCEPTING, rotation.targets)
+    event(ctx, inputs, "Normal", EventReason.STAGE_VERIFIED, "Accepting verified on every machine")
+    if nxt is not Stage.AWAITING_CREDENTIALS:
+        await enter(ctx, inputs, rotation, nxt)
+        return Requeue(0.0, f"stage {nxt.value}")
+    message = (f"waiting for the operator's credentials from the new CAs: run `ichord cluster credentials "
+               f"{inputs.cluster_name} --acknowledge`")
+    entered = await handoff.enter(ctx, inputs, *stage_mutations(ctx, inputs, rotation, nxt),
+                                  *in_progress(ctx, CARotationReason.AWAITING_CREDENTIALS, message))
+    if not entered:
+        return Requeue(0.0, "the operation changed while entering AwaitingCredentials")
+    log_transition(inputs, "ca-rotation stage", to=nxt.value)
+    return Requeue(ctx.timing.retry, "awaiting credentials")
+
+
+async def _await_credentials(ctx: RotationContext, inputs: Inputs) -> Outcome:
+    rotation = inputs.rotation
+    if rotation is None:
+        return await blocked(ctx, inputs, f"the bundle Secret holds no {names.ROTATION_KEY} in AwaitingCredentials")
+    hand_trust(ctx, rotation)
+    refusal = await lock(ctx, inputs)
+    if refusal is not None:
+        return refusal
+    if handoff.acknowledged(inputs.op):
+        await enter(ctx, inputs, rotation, Stage.ISSUING)
+        return Requeue(0.0, "stage Issuing")
+    message = (f"waiting for the operator's credentials from the new CAs: run `ichord cluster credentials "
+               f"{inputs.cluster_name} --acknowledge`")
+    await write(ctx, inputs, *in_progress(ctx, CARotationReason.AWAITING_CREDENTIALS, message))
+    return Requeue(ctx.timing.retry, "awaiting credentials")
+
+
+async def _issuing_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome:
+    """kube-root-ca.crt holds the new Kubernetes CA everywhere, then caClientSettleDelay (ADR 0063)."""
+    new_k8s = rotation.new.get(Target.KUBERNETES)
+    if new_k8s is not None:
+        talos = ctx.talos_factory(issuing_dial(inputs, rotation))
+        try:
+            async with admin_client(talos, inputs.control_planes, kubernetes_cas(inputs, rotation)) as kc:
+                lagging = await root_ca_lagging(kc, new_k8s.cert_pem)
+        finally:
+            talos.close()
+        if lagging:
+            shown = ", ".join(lagging[:5]) + (f" and {len(lagging) - 5} more" if len(lagging) > 5 else "")
+            message = f"Issuing verified; waiting for {names.ROOT_CA_CONFIGMAP} to hold the new CA in: {shown}"
+            await write(ctx, inputs, *in_progress(ctx, CARotationReason.IN_PROGRESS, message))
+            return Requeue(ctx.timing.ca_pass_verify_delay, "kube-root-ca.crt")
+    delay = ctx.timing.ca_client_settle_delay
+    elapsed = since_transition(inputs.status, CARotationReason.SETTLING_CLIENTS, ctx.now())
+    if elapsed is None:
+        message = (f"Issuing verified and {names.ROOT_CA_CONFIGMAP} holds the new CA; letting in-cluster clients "
+                   f"settle for {delay:g} s")
+        await write(ctx, inputs, *in_progress(ctx, CARotationReason.SETTLING_CLIENTS, message, timed=True))
+        return Requeue(delay, "settling clients")
+    if elapsed < delay:
+        return Requeue(delay - elapsed, "settling clients")
+    event(ctx, inputs, "Normal", EventReason.STAGE_VERIFIED, "Issuing verified and clients settled")
+    await enter(ctx, inputs, rotation, Stage.DROPPING)
+    return Requeue(0.0, "stage Dropping")
+
+
+async def _replace(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome:
+    """Dropping verified: the one Secret update, then Finalizing."""
+    event(ctx, inputs, "Normal", EventReason.STAGE_VERIFIED, "Dropping verified on every machine")
+    secret_name = str(((inputs.cluster.get("spec") or {}).get("secretsRef") or {}).get("name"))
+    failpoint("ca-rotation.replace.before")
+    inputs.bundle = await replace_bundle(ctx.kube, ctx.namespace, secret_name, inputs.bundle, rotation,
+                                         inputs.secret.resource_version)
+    failpoint("ca-rotation.replace.after")
+    await finalize.raise_backup_stale(ctx, inputs)
+    await enter_finalizing(ctx, inputs)
+    return Requeue(0.0, "stage Finalizing")

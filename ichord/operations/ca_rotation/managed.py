@@ -1,0 +1,112 @@
+"""The managed cluster's Kubernetes API, read live through the admin kubeconfig a Talos node issues.
+
+There is no standing credential for the managed cluster (ADR 0120 Amendment 3): each check asks a
+control plane for a fresh admin kubeconfig (signed by its issuing Kubernetes CA) and trusts every
+Kubernetes CA of the rotation, so the serving-CA switch of Issuing cannot fail the read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ichord.api.names import ROOT_CA_CONFIGMAP
+from ichord.errors import IchordError
+from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.errors import KubeError, NotFound
+from ichord.kube.reads import list_nodes, node_ready
+from ichord.machines.view import MachineView
+from ichord.pki import pem as _pem
+from ichord.pki.scrub import SCRUBBER
+from ichord.talos.client import TalosClient
+from ichord.talos.errors import TalosError
+
+
+class ManagedAPIError(IchordError):
+    """The managed cluster's API cannot be reached or read; the operation waits (Blocked)."""
+
+
+@contextlib.asynccontextmanager
+async def admin_client(talos: TalosClient, control_planes: Sequence[MachineView],
+                       trusted: Sequence[bytes]) -> AsyncIterator[KubeClient]:
+    """A client from the first control plane that issues an admin kubeconfig; trust = ``trusted`` CAs."""
+    errors = []
+    raw: bytes | None = None
+    for cp in control_planes:
+        try:
+            raw = await talos.kubeconfig(cp.address)
+            break
+        except TalosError as exc:
+            errors.append(f"{cp.name}: {SCRUBBER.exception(exc)}")
+    if raw is None:
+        raise ManagedAPIError("no control plane issued an admin kubeconfig (" + "; ".join(errors) + ")")
+    trust = [block for ca in trusted for block in _pem.pem_blocks(ca)]
+    with tempfile.TemporaryDirectory(prefix="ichord-admin-") as tmp:
+        os.chmod(tmp, 0o700)
+        path = Path(tmp) / "kubeconfig"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        try:
+            client = await from_kubeconfig(path, trust=lambda: trust, namespace="kube-system")
+        except KubeError as exc:
+            raise ManagedAPIError(f"the admin kubeconfig cannot be used: {SCRUBBER.exception(exc)}") from None
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def not_ready_nodes(kc: KubeClient) -> list[str]:
+    """Names of the Nodes that are not Ready (read live, never a cache)."""
+    try:
+        nodes = await list_nodes(kc)
+    except KubeError as exc:
+        raise ManagedAPIError(f"cannot list the Nodes: {SCRUBBER.exception(exc)}") from None
+    if not nodes:
+        raise ManagedAPIError("the managed cluster lists no Node")
+    return sorted(str(n["metadata"]["name"]) for n in nodes if not node_ready(n))
+
+
+async def root_ca_lagging(kc: KubeClient, cert_pem: bytes) -> list[str]:
+    """Namespaces whose kube-root-ca.crt does not hold ``cert_pem`` (ADR 0063 "serving-CA switch")."""
+    want = _pem.pem_blocks(cert_pem)
+    try:
+        namespaces = await kc.raw("GET", "/api/v1/namespaces")
+        maps = await kc.raw("GET", "/api/v1/configmaps",
+                            query=[("fieldSelector", f"metadata.name={ROOT_CA_CONFIGMAP}")])
+    except KubeError as exc:
+        raise ManagedAPIError(f"cannot read {ROOT_CA_CONFIGMAP}: {SCRUBBER.exception(exc)}") from None
+    holds: set[str] = set()
+    for cm in maps.get("items") or []:
+        if cm["metadata"].get("name") != ROOT_CA_CONFIGMAP:
+            continue
+        data = str((cm.get("data") or {}).get("ca.crt") or "").encode()
+        blocks = _pem.pem_blocks(data) if data.strip() else []
+        if all(b in blocks for b in want):
+            holds.add(str(cm["metadata"].get("namespace")))
+    active = [str(ns["metadata"]["name"]) for ns in namespaces.get("items") or []
+              if (ns.get("status") or {}).get("phase", "Active") == "Active"]
+    return sorted(ns for ns in active if ns not in holds)
+
+
+async def get_workload(kc: KubeClient, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        out: dict[str, Any] = await kc.raw("GET", f"/apis/apps/v1/namespaces/{namespace}/{plural}/{name}")
+    except NotFound:
+        return None
+    except KubeError as exc:
+        raise ManagedAPIError(f"cannot read {plural}/{name}: {SCRUBBER.exception(exc)}") from None
+    return out
+
+
+async def patch_workload(kc: KubeClient, plural: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    try:
+        await kc.raw("PATCH", f"/apis/apps/v1/namespaces/{namespace}/{plural}/{name}", body=patch,
+                     content_type="application/merge-patch+json")
+    except KubeError as exc:
+        raise ManagedAPIError(f"cannot restart {plural}/{name}: {SCRUBBER.exception(exc)}") from None

@@ -1,0 +1,110 @@
+"""The passes Accepting, Issuing, Dropping: apply the stage's render where a node differs, verify later.
+
+Which machines a pass still has to visit is never stored: it is re-derived from each node (its
+running configuration against the stage's render), so a pass killed after any apply resumes with
+no apply repeated (ADR 0063 step 3). Control planes first, then workers; dry run, then NO_REBOOT.
+Verification is a separate step from applying, so a CA change's kubelet restart has begun first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from ichord.api.carotation import Stage
+from ichord.failpoints import failpoint
+from ichord.machines.view import MachineView
+from ichord.operations.ca_rotation.context import Inputs, RotationContext
+from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, not_ready_nodes
+from ichord.operations.ca_rotation.plan import apply_dial, verify_dial
+from ichord.pki.rotation import Rotation, Target
+from ichord.pki.scrub import SCRUBBER
+from ichord.render.config import ConfigParseError, MachineConfig
+from ichord.render.errors import RenderError
+from ichord.render.inputs import MachineInputs
+from ichord.render.stages import StageRenderError, render_stage
+from ichord.talos.client import ApplyMode
+from ichord.talos.errors import TalosError
+
+log = structlog.get_logger("ichord.operations.ca_rotation")
+
+
+@dataclass
+class PassResult:
+    applied: list[str] = field(default_factory=list)  # machines applied in this step
+    problem: str | None = None  # the cause that holds the stage (Blocked)
+    machines: list[dict[str, Any]] = field(default_factory=list)  # status.machines
+
+
+def stage_render(inputs: Inputs, rotation: Rotation, stage: Stage, m: MachineView) -> MachineConfig:
+    return render_stage(inputs.bundle, rotation, stage, inputs.cluster_inputs, MachineInputs.from_spec(m.spec))
+
+
+def kubernetes_cas(inputs: Inputs, rotation: Rotation) -> list[bytes]:
+    """Every Kubernetes CA the managed API server may serve from during the rotation."""
+    new = rotation.new.get(Target.KUBERNETES)
+    return [inputs.bundle.k8s.cert_pem] + ([new.cert_pem] if new else [])
+
+
+async def apply_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> PassResult:
+    """Apply ``stage`` to every machine that does not run it yet (one step; failpoints around each apply)."""
+    result = PassResult()
+    talos = ctx.talos_factory(apply_dial(inputs.bundle, rotation, stage))
+    try:
+        for m in inputs.machines:
+            try:
+                desired = stage_render(inputs, rotation, stage, m)
+            except (RenderError, StageRenderError) as exc:
+                result.problem = f"machine {m.name} cannot be rendered for {stage.value}: {SCRUBBER.exception(exc)}"
+                result.machines.append({"name": m.name, "state": "RenderFailed", "message": result.problem})
+                return result
+            try:
+                running = MachineConfig.parse(await talos.machine_config(m.address))
+            except (TalosError, ConfigParseError) as exc:
+                result.problem = f"machine {m.name} ({m.address}) does not answer: {SCRUBBER.exception(exc)}"
+                result.machines.append({"name": m.name, "state": "Unreachable", "message": result.problem})
+                return result
+            if running.plain() == desired.plain():
+                result.machines.append({"name": m.name, "state": stage.value, "message": f"runs {stage.value}"})
+                continue
+            data = desired.to_bytes()
+            try:
+                await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT, dry_run=True)
+                failpoint(f"ca-rotation.apply.before.{stage.value.lower()}")
+                await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT)
+            except TalosError as exc:
+                result.problem = f"machine {m.name} refused the {stage.value} configuration: {SCRUBBER.exception(exc)}"
+                result.machines.append({"name": m.name, "state": "ApplyFailed", "message": result.problem})
+                return result
+            failpoint(f"ca-rotation.apply.after.{stage.value.lower()}")
+            log.info("ca-rotation stage applied", cluster=inputs.cluster_name, operation=inputs.name,
+                     stage=stage.value, machine=m.name)
+            result.applied.append(m.name)
+            result.machines.append({"name": m.name, "state": stage.value, "message": f"applied {stage.value}"})
+        return result
+    finally:
+        talos.close()
+
+
+async def verify_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> str | None:
+    """None when every machine answers the stage's credentials and every Node is Ready; else the cause."""
+    talos = ctx.talos_factory(verify_dial(inputs.bundle, rotation, stage))
+    try:
+        for m in inputs.machines:
+            try:
+                await talos.version(m.address)
+            except TalosError as exc:
+                return (f"machine {m.name} ({m.address}) does not answer the {stage.value} credentials: "
+                        f"{SCRUBBER.exception(exc)}")
+        try:
+            async with admin_client(talos, inputs.control_planes, kubernetes_cas(inputs, rotation)) as kc:
+                not_ready = await not_ready_nodes(kc)
+        except ManagedAPIError as exc:
+            return str(exc)
+        if not_ready:
+            return f"Node(s) not Ready after {stage.value}: {', '.join(not_ready)}"
+        return None
+    finally:
+        talos.close()

@@ -1,0 +1,62 @@
+"""Preflight (stage empty): nothing is written, not even a CA, unless the cluster is whole (ADR 0063 step 1).
+
+Every approved machine answers ichord, runs exactly what ichord renders for it (no unrelated pending
+change is swept into the rotation), and every Kubernetes Node is Ready. A machine that is down when
+the old CA is dropped could never be reached again.
+"""
+
+from __future__ import annotations
+
+from ichord.machines.view import MachineView
+from ichord.operations.ca_rotation.context import Inputs, RotationContext
+from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, not_ready_nodes
+from ichord.pki.scrub import SCRUBBER
+from ichord.render.config import ConfigParseError, MachineConfig
+from ichord.render.errors import RenderError
+from ichord.render.generate import render
+from ichord.render.inputs import MachineInputs
+from ichord.talos.client import TalosClient
+from ichord.talos.dial import DialBundle
+from ichord.talos.errors import TalosError
+
+
+async def _machine_problem(talos: TalosClient, inputs: Inputs, m: MachineView) -> str | None:
+    try:
+        desired = render(inputs.bundle, inputs.cluster_inputs, MachineInputs.from_spec(m.spec))
+    except RenderError as exc:
+        return f"machine {m.name} cannot be rendered: {SCRUBBER.exception(exc)}"
+    try:
+        running = MachineConfig.parse(await talos.machine_config(m.address))
+    except (TalosError, ConfigParseError) as exc:
+        return f"machine {m.name} ({m.address}) does not answer: {SCRUBBER.exception(exc)}"
+    if running.plain() != desired.plain():
+        return (f"machine {m.name} does not run the configuration ichord renders for it; let it converge "
+                "(or roll out its pending change) before rotating")
+    return None
+
+
+async def preflight(ctx: RotationContext, inputs: Inputs) -> list[str]:
+    """The reasons the rotation may not start (empty: it may)."""
+    if not inputs.machines:
+        return [f"cluster {inputs.cluster_name} has no approved machine"]
+    if not inputs.control_planes:
+        return [f"cluster {inputs.cluster_name} has no approved control plane"]
+    problems: list[str] = []
+    talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
+    try:
+        for m in inputs.machines:
+            problem = await _machine_problem(talos, inputs, m)
+            if problem:
+                problems.append(problem)
+        if problems:
+            return problems
+        try:
+            async with admin_client(talos, inputs.control_planes, [inputs.bundle.k8s.cert_pem]) as kc:
+                not_ready = await not_ready_nodes(kc)
+        except ManagedAPIError as exc:
+            return [str(exc)]
+        if not_ready:
+            problems.append(f"Node(s) not Ready: {', '.join(not_ready)}")
+        return problems
+    finally:
+        talos.close()

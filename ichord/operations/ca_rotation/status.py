@@ -1,0 +1,113 @@
+"""The one place a ca-rotation writes its TalosOperation status; every message goes through the scrubber.
+
+Timers (caClientSettleDelay, caKubeletSettleDelay, caClientRestartTimeout) are measured from the
+CARotation condition's lastTransitionTime. Unlike plain metav1 semantics, a change of *reason* also
+moves it here (``timed=True``): the wait named by the reason starts when the reason is first written,
+and is kept, persisted, while the same reason is rewritten (so it survives a restart).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from ichord.actors.outcome import Blocked
+from ichord.api import names
+from ichord.api.conditions import Condition, find, now_rfc3339, parse_time, set_condition
+from ichord.api.names import CARotationReason, Phase
+from ichord.kube import crds
+from ichord.kube.events import ObjectRef
+from ichord.kube.status import update_status
+from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
+from ichord.pki.scrub import SCRUBBER
+
+log = structlog.get_logger("ichord.operations.ca_rotation")
+
+Mutation = Callable[[Obj], None]
+
+
+def set_ca_condition(status: Obj, cond: Condition, now: dt.datetime, *, timed: bool = False) -> None:
+    conditions = status.get("conditions") or []
+    old = find(conditions, cond.type)
+    if timed and old is not None and old.get("reason") != cond.reason:
+        conditions = [c for c in conditions if c.get("type") != cond.type]
+    status["conditions"] = set_condition(conditions, cond, now=now)
+
+
+def since_transition(op_status: Obj, reason: str, now: dt.datetime) -> float | None:
+    """Seconds since the CARotation condition took ``reason`` (None when it does not hold that reason)."""
+    cond = find(op_status.get("conditions"), names.CA_ROTATION)
+    if cond is None or cond.get("reason") != reason or not cond.get("lastTransitionTime"):
+        return None
+    return (now - parse_time(str(cond["lastTransitionTime"]))).total_seconds()
+
+
+async def write(ctx: RotationContext, inputs: Inputs, *mutations: Mutation) -> Obj:
+    """Apply ``mutations`` to a fresh read of the status (conflicts retried) and keep ``inputs.op`` current."""
+
+    def mutate(status: Obj, _obj: Obj) -> Obj:
+        for m in mutations:
+            m(status)
+        return status
+
+    obj = await update_status(crds.operations(ctx.kube), inputs.op_namespace, inputs.name, mutate)
+    inputs.op = obj
+    return obj
+
+
+def phase(value: str, message: str) -> Mutation:
+    def m(status: Obj) -> None:
+        status["phase"] = value
+        status["message"] = SCRUBBER.text(message)
+
+    return m
+
+
+def condition(ctx: RotationContext, status_value: str, reason: str, message: str, *, timed: bool = False) -> Mutation:
+    now = ctx.now()
+
+    def m(status: Obj) -> None:
+        set_ca_condition(status, Condition(names.CA_ROTATION, status_value, reason, SCRUBBER.text(message)), now,
+                         timed=timed)
+
+    return m
+
+
+def started(ctx: RotationContext) -> Mutation:
+    stamp = now_rfc3339(ctx.now())
+
+    def m(status: Obj) -> None:
+        status.setdefault("startedAt", stamp)
+
+    return m
+
+
+def in_progress(ctx: RotationContext, reason: str, message: str, *, timed: bool = False) -> list[Mutation]:
+    return [phase(Phase.IN_PROGRESS, message), condition(ctx, "Unknown", reason, message, timed=timed)]
+
+
+def event(ctx: RotationContext, inputs: Inputs, type_: str, reason: str, message: str) -> None:
+    ctx.recorder.record(ObjectRef.of(inputs.op), type_, reason, SCRUBBER.text(message))
+
+
+def log_transition(inputs: Inputs, what: str, **fields: Any) -> None:
+    log.info(SCRUBBER.text(what), cluster=inputs.cluster_name, operation=inputs.name,
+             stage=inputs.ca_status.get("stage") or "", **{k: SCRUBBER.value(v) for k, v in fields.items()})
+
+
+async def blocked(ctx: RotationContext, inputs: Inputs, message: str, *,
+                  reason: str = CARotationReason.BLOCKED, machines: list[Obj] | None = None) -> Blocked:
+    """Paused, CARotation=False/Blocked naming the cause; retried every Timing.retry (ADR 0063)."""
+    message = SCRUBBER.text(message)
+    before = find(inputs.status.get("conditions"), names.CA_ROTATION)
+    muts: list[Mutation] = [phase(Phase.PAUSED, message), condition(ctx, "False", CARotationReason.BLOCKED, message)]
+    if machines is not None:
+        muts.append(lambda s: s.__setitem__("machines", machines))
+    await write(ctx, inputs, *muts)
+    if before is None or before.get("message") != message or before.get("reason") != CARotationReason.BLOCKED:
+        event(ctx, inputs, "Warning", names.EventReason.OPERATION_BLOCKED, message)
+        log_transition(inputs, "ca-rotation blocked", cause=message)
+    return Blocked(reason, message, ctx.timing.retry)
