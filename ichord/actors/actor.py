@@ -30,8 +30,10 @@ log = structlog.get_logger("ichord.actors")
 
 
 class ClusterActor:
-    def __init__(self, key: str, step: StepFn, *, clock: Clock = time.monotonic) -> None:
+    def __init__(self, key: str, step: StepFn, *, clock: Clock = time.monotonic,
+                 limiter: anyio.CapacityLimiter | None = None) -> None:
         self.key = key
+        self._limiter = limiter
         self.mailbox = Mailbox()
         self._step = step
         self._clock = clock
@@ -59,8 +61,13 @@ class ClusterActor:
                 return
             metrics.ACTOR_MAILBOX_DEPTH.labels(self.key).set(len(self.mailbox))
             self._requested = None
-            started = time.perf_counter()
-            outcome = await self._step(messages)
+            if self._limiter is not None:
+                async with self._limiter:
+                    started = time.perf_counter()
+                    outcome = await self._step(messages)
+            else:
+                started = time.perf_counter()
+                outcome = await self._step(messages)
             metrics.ACTOR_STEP_DURATION.observe(time.perf_counter() - started)
             self.steps += 1
             self.last_outcome = outcome
@@ -79,8 +86,12 @@ class Supervisor:
         backoff_initial: float = 1.0,
         backoff_max: float = 60.0,
         clock: Clock = time.monotonic,
+        max_concurrent_steps: int = 16,
     ) -> None:
         self._tg = task_group
+        # A thousand actors woken together (start-up, a resync) must not all step at once: their
+        # API calls would time out behind each other and the leader's lease renewal with them.
+        self._limiter = anyio.CapacityLimiter(max_concurrent_steps)
         self._step_for = step_for
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
@@ -98,7 +109,7 @@ class Supervisor:
         async def step(messages: Messages) -> Outcome:
             return await self._step_for(key, holder[0])(messages)
 
-        actor = ClusterActor(key, step, clock=self._clock)
+        actor = ClusterActor(key, step, clock=self._clock, limiter=self._limiter)
         holder.append(actor)
         self.actors[key] = actor
         scope = anyio.CancelScope()

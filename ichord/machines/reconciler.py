@@ -16,6 +16,7 @@ a `config` operation rolls those out. It returns the status it wants; the actor 
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,11 @@ class MachineResult:
     event: tuple[str, str, str] | None = None  # (type, reason, message), posted on a transition
     requeue_after: float | None = None
     applied: bool = False
+
+
+def _jittered(seconds: float) -> float:
+    """+-10 %: machines that converged together must not all be read again in the same instant."""
+    return seconds * random.uniform(0.9, 1.1)  # noqa: S311 - spreading load, not security
 
 
 def _ready(status: str, reason: str, message: str) -> Condition:
@@ -118,14 +124,14 @@ async def reconcile_machine(
         return MachineResult(
             _ready("True", ReadyReason.CONVERGED, "the node runs the rendered configuration"),
             fields={**base, "rebootPaths": [], "apiServerRestartPaths": []},
-            requeue_after=resync_after,
+            requeue_after=_jittered(resync_after),
         )
 
     result = classify(running, rendered, cluster.contract, machine.role)
     decided = _report_only(result, machine)
     if decided is not None:
         decided.fields = {**base, **decided.fields}
-        decided.requeue_after = resync_after
+        decided.requeue_after = _jittered(resync_after)
         return decided
 
     try:
