@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""What `ichord run` costs for C clusters x M machines: cold convergence, then a measured idle window.
+
+    .venv/bin/python scripts/bench_idle.py [--clusters 10] [--machines 4] [--idle-seconds 60]
+                                           [--time-scale 1] [--resync SECONDS] [--settle 5]
+                                           [--daemon-profile daemon.prof] [--workdir DIR]
+
+One Kubernetes API simulator (this process) holds every TalosCluster, TalosMachine and bundle Secret,
+as the management cluster does in production; each cluster's Talos nodes are simulated in their own
+127.A.B.0/24 block (ichord.sim.combined.fleet). `ichord run` runs as a subprocess against it with
+ICHORD_TIME_SCALE=--time-scale (1: real durations, the 300 s drift resync, so idle means idle).
+
+Figures, one JSON line each (stdout):
+  start     - the fleet's start time by phase (bundle, render, talos listen, objects)
+  converge  - seconds from the daemon's start until every TalosMachine is Ready=True/Converged
+              (the store is polled directly), and the requests / RPCs that took
+  idle      - over --idle-seconds after convergence (+ --settle): daemon RSS, CPU seconds and CPU %,
+              open fds, Kubernetes requests per minute by verb and by verb+resource, Talos RPCs per minute
+              by method (every simulated service method is counted in this process)
+  summary   - the headline numbers on one line
+  progress  - every 30 s while converging (converged count, Ready reasons, daemon CPU/RSS, the daemon's
+              warning/error log events so far); converge_incomplete when the daemon exits or --converge-timeout
+              passes first (then the exit status is 1)
+Machines per cluster: --machines M gives 3 control planes + (M-3) workers (M < 4: M control planes).
+A 60 s window sees no drift resync (every 300 s per machine): --idle-seconds 330 covers one round of it.
+Convergence needs ~1 s of daemon CPU per cluster: C=10 takes ~15 s, C=100 ~2 min (figures in the issue note).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import inspect
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from ichord.sim.combined.fleet import Fleet
+from ichord.sim.kube.faults import RequestLog
+from ichord.sim.talos import services
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+TALOS_RPCS: Counter[str] = Counter()
+
+
+def count_talos_rpcs() -> None:
+    """Count every call of every simulated gRPC method (patched on the classes before any node starts)."""
+    for cls in (services.MachineService, services.StateService):
+        for name, fn in list(vars(cls).items()):
+            if name[:1].isupper() and inspect.iscoroutinefunction(fn):
+                setattr(cls, name, _counted(f"{cls.__name__}.{name}", fn))
+
+
+def _counted(label: str, fn: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> None:
+        TALOS_RPCS[label] += 1
+        await fn(*args, **kwargs)
+    return wrapper
+
+
+def raise_fd_limit() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+# ---- /proc ------------------------------------------------------------------------------------
+
+def proc_cpu(pid: int) -> float:
+    """utime + stime of ``pid`` in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS, VmHWM (peak RSS) in KiB and the thread count."""
+    out: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM", "Threads"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def open_fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return -1
+
+
+def self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# ---- counters ---------------------------------------------------------------------------------
+
+def kube_counts(log: RequestLog) -> tuple[Counter[str], Counter[str], int]:
+    """Requests by verb, by verb+resource, and the total, so far."""
+    by_verb: Counter[str] = Counter()
+    by_resource: Counter[str] = Counter()
+    for e in log.entries:
+        by_verb[e.verb] += 1
+        by_resource[f"{e.verb} {e.resource or '-'}"] += 1
+    return by_verb, by_resource, len(log.entries)
+
+
+def per_minute(after: Counter[str], before: Counter[str], seconds: float) -> dict[str, float]:
+    delta = after - before
+    return {k: round(v * 60 / seconds, 2) for k, v in sorted(delta.items(), key=lambda kv: -kv[1])}
+
+
+def emit(kind: str, **data: Any) -> None:
+    print(json.dumps({"bench": "idle", "figure": kind, **data}), flush=True)
+
+
+# ---- the daemon -------------------------------------------------------------------------------
+
+def start_daemon(fleet: Fleet, workdir: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], Path]:
+    kubeconfig = fleet.write_kubeconfig(workdir / "kubeconfig")
+    log_path = workdir / "daemon.log"
+    env = {**os.environ, "ICHORD_TIME_SCALE": str(args.time_scale)}
+    env.pop("KUBECONFIG", None)
+    profile = ["-m", "cProfile", "-o", args.daemon_profile] if args.daemon_profile else []
+    cmd = [sys.executable, *profile, "-m", "ichord.cli", "run", "--kubeconfig", str(kubeconfig), "--namespace",
+           fleet.namespace, "--identity", "bench", "--metrics-addr", "127.0.0.1:0",
+           "--port-file", str(workdir / "port"), "--log-level", args.log_level]
+    if args.resync is not None:
+        cmd += ["--resync", str(args.resync)]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    return proc, log_path
+
+
+async def stop_daemon(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        for _ in range(300):
+            if proc.poll() is not None:
+                break
+            await asyncio.sleep(0.05)
+        if proc.poll() is None:
+            proc.kill()
+    return proc.wait(timeout=10)
+
+
+def log_events(log_path: Path) -> dict[str, int]:
+    """How often the daemon logged each warning or error event (crashes, timeouts) so far."""
+    out: Counter[str] = Counter()
+    with log_path.open(errors="replace") as f:
+        for line in f:
+            if '"level": "warning"' in line or '"level": "error"' in line:
+                with contextlib.suppress(ValueError, KeyError):
+                    out[json.loads(line)["event"]] += 1
+    return dict(out)
+
+
+async def wait_converged(fleet: Fleet, proc: subprocess.Popen[bytes], t0: float, limit: float,
+                         log_path: Path, progress_every: float = 30.0) -> tuple[float, dict[str, float]]:
+    """Seconds until every machine is True/Converged, and when 25/50/90% of them were."""
+    total = fleet.machine_count
+    marks = {0.25: -1.0, 0.5: -1.0, 0.9: -1.0}
+    next_progress = progress_every
+    while True:
+        reasons = fleet.ready_reasons()
+        done = reasons.get("True/Converged", 0)
+        elapsed = time.perf_counter() - t0
+        for frac, at in marks.items():
+            if at < 0 and done >= frac * total:
+                marks[frac] = round(elapsed, 2)
+        if done == total:
+            return elapsed, {f"p{int(f * 100)}_s": v for f, v in marks.items()}
+        if proc.poll() is not None:
+            emit("converge_incomplete", seconds=round(elapsed, 1), converged=done, machines=total,
+                 ready_reasons=reasons, daemon_exit=proc.returncode, daemon_log_warnings=log_events(log_path))
+            raise SystemExit(f"the daemon exited with {proc.returncode} before converging; see {log_path}")
+        if elapsed > next_progress or elapsed > limit:
+            next_progress += progress_every
+            emit("progress" if elapsed <= limit else "converge_incomplete", seconds=round(elapsed, 1),
+                 converged=done, machines=total, ready_reasons=reasons, daemon_cpu_s=round(proc_cpu(proc.pid), 1),
+                 sim_cpu_s=round(self_cpu(), 1),
+                 daemon=proc_status(proc.pid), daemon_log_warnings=log_events(log_path))
+        if elapsed > limit:
+            raise SystemExit(f"not converged after {limit:g} s: {reasons}; see {log_path}")
+        await asyncio.sleep(0.25)
+
+
+# ---- the run ----------------------------------------------------------------------------------
+
+async def bench(args: argparse.Namespace) -> int:
+    cps = min(args.machines, 3)
+    workers = max(args.machines - 3, 0)
+    params = {"clusters": args.clusters, "machines": args.machines, "control_planes": cps, "workers": workers,
+              "idle_seconds": args.idle_seconds, "time_scale": args.time_scale,
+              "resync": args.resync if args.resync is not None else f"default x{args.time_scale:g}",
+              "settle": args.settle, "fd_limit": raise_fd_limit(), "cpus": os.cpu_count()}
+    count_talos_rpcs()
+    t_fleet = time.perf_counter()
+    fleet = Fleet(args.clusters, control_planes=cps, workers=workers, time_scale=args.time_scale)
+    with tempfile.TemporaryDirectory(prefix="ichord-bench-idle-") as tmp:
+        workdir = Path(args.workdir) if args.workdir else Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        proc: subprocess.Popen[bytes] | None = None
+        try:
+            await fleet.start()
+            emit("start", params=params, seconds=round(time.perf_counter() - t_fleet, 2),
+                 phases={k: round(v, 2) for k, v in fleet.timing.items()}, nodes=fleet.machine_count,
+                 sim_rss_kib=proc_status(os.getpid())["VmRSS"])
+            kube0 = kube_counts(fleet.kube.requests)
+            rpc0 = Counter(TALOS_RPCS)
+            sim_cpu0 = self_cpu()
+            t0 = time.perf_counter()
+            proc, log_path = start_daemon(fleet, workdir, args)
+            converge_s, marks = await wait_converged(fleet, proc, t0, args.converge_timeout, log_path)
+            kube1 = kube_counts(fleet.kube.requests)
+            rpc1 = Counter(TALOS_RPCS)
+            emit("converge", params=params, seconds=round(converge_s, 2), **marks,
+                 daemon_cpu_s=round(proc_cpu(proc.pid), 2), sim_cpu_s=round(self_cpu() - sim_cpu0, 2),
+                 daemon=proc_status(proc.pid), kube_requests=dict(kube1[0] - kube0[0]),
+                 kube_by_resource=dict(kube1[1] - kube0[1]), talos_rpcs=dict(rpc1 - rpc0),
+                 daemon_log_warnings=log_events(log_path))
+
+            await asyncio.sleep(args.settle)
+            k_a, rpc_a, cpu_a, sim_a, t_a = kube_counts(fleet.kube.requests), Counter(TALOS_RPCS), \
+                proc_cpu(proc.pid), self_cpu(), time.perf_counter()
+            rss: list[int] = []
+            cpu_samples: list[float] = []  # CPU % over each 5 s: shows the drift-resync bursts
+            last_cpu, last_t = cpu_a, t_a
+            while time.perf_counter() - t_a < args.idle_seconds:
+                await asyncio.sleep(min(5.0, args.idle_seconds))
+                if proc.poll() is not None:
+                    raise SystemExit(f"the daemon exited with {proc.returncode} while idle; see {log_path}")
+                rss.append(proc_status(proc.pid)["VmRSS"])
+                now_cpu, now_t = proc_cpu(proc.pid), time.perf_counter()
+                cpu_samples.append(round(100 * (now_cpu - last_cpu) / (now_t - last_t), 1))
+                last_cpu, last_t = now_cpu, now_t
+            k_b, rpc_b, cpu_b, sim_b, t_b = kube_counts(fleet.kube.requests), Counter(TALOS_RPCS), \
+                proc_cpu(proc.pid), self_cpu(), time.perf_counter()
+            window = t_b - t_a
+            status = proc_status(proc.pid)
+            still = fleet.ready_reasons()
+            idle = {"window_s": round(window, 1), "daemon_rss_mib": round(status["VmRSS"] / 1024, 1),
+                    "daemon_rss_mib_min_max": [round(min(rss) / 1024, 1), round(max(rss) / 1024, 1)],
+                    "daemon_peak_rss_mib": round(status["VmHWM"] / 1024, 1), "daemon_threads": status["Threads"],
+                    "daemon_cpu_s": round(cpu_b - cpu_a, 3),
+                    "daemon_cpu_pct": round(100 * (cpu_b - cpu_a) / window, 2),
+                    "daemon_cpu_pct_max_5s": max(cpu_samples), "daemon_cpu_pct_5s": cpu_samples,
+                    "daemon_fds": open_fds(proc.pid), "sim_cpu_pct": round(100 * (sim_b - sim_a) / window, 2),
+                    "kube_requests_total": k_b[2] - k_a[2],
+                    "kube_per_min": round((k_b[2] - k_a[2]) * 60 / window, 2),
+                    "kube_per_min_by_verb": per_minute(k_b[0], k_a[0], window),
+                    "kube_per_min_by_resource": per_minute(k_b[1], k_a[1], window),
+                    "talos_rpcs_per_min": round(sum((rpc_b - rpc_a).values()) * 60 / window, 2),
+                    "talos_rpcs_per_min_by_method": per_minute(rpc_b, rpc_a, window),
+                    "ready_reasons_after": still, "daemon_log_warnings": log_events(log_path)}
+            emit("idle", params=params, **idle)
+            emit("summary", clusters=args.clusters, machines=args.machines, converge_s=round(converge_s, 2),
+                 rss_mib=idle["daemon_rss_mib"], idle_cpu_pct=idle["daemon_cpu_pct"],
+                 kube_per_min=idle["kube_per_min"], talos_rpcs_per_min=idle["talos_rpcs_per_min"],
+                 daemon_fds=idle["daemon_fds"])
+            return 0
+        finally:
+            if proc is not None:
+                code = await stop_daemon(proc)
+                if code not in (0, -signal.SIGTERM):
+                    print(f"daemon exited with {code}", file=sys.stderr)
+            t_stop = time.perf_counter()
+            await fleet.stop()
+            print(f"# fleet stopped in {time.perf_counter() - t_stop:.1f} s", file=sys.stderr)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--clusters", type=int, default=10)
+    p.add_argument("--machines", type=int, default=4, help="machines per cluster (3 control planes + workers)")
+    p.add_argument("--idle-seconds", type=float, default=60.0, help="the measured idle window")
+    p.add_argument("--settle", type=float, default=5.0, help="seconds after convergence before the window")
+    p.add_argument("--time-scale", type=float, default=1.0, help="ICHORD_TIME_SCALE and the simulators' scale")
+    p.add_argument("--resync", type=float, default=None, help="the daemon's --resync (default: its own, 300 s)")
+    p.add_argument("--converge-timeout", type=float, default=900.0)
+    p.add_argument("--log-level", default="info", help="the daemon's --log-level")
+    p.add_argument("--daemon-profile", help="run the daemon under cProfile, writing the stats here at its exit")
+    p.add_argument("--workdir", help="keep the kubeconfig and daemon.log here (default: a temporary directory)")
+    args = p.parse_args()
+    if args.clusters < 1 or args.machines < 1 or args.idle_seconds <= 0:
+        p.error("--clusters, --machines and --idle-seconds must be positive")
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(bench(args))
+    return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
