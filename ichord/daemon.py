@@ -4,19 +4,26 @@
      ├─ http server: /metrics /healthz /readyz              (every replica)
      ├─ event recorder                                       (every replica)
      ├─ informers: TalosCluster, TalosMachine, TalosOperation (every replica)
+     ├─ trust sync (event-driven + tick)                     (every replica)
      └─ leader elector  ──when leading──> actor system
                                             ├─ ClusterActor(ns/name) x N
                                             └─ supervisor (restarts a crashed actor with backoff)
 
 Losing leadership cancels the actor system and exits non-zero (LeadershipLost); SIGTERM cancels the
 tree, and the leader Lease is released if this process still holds it.
+
+Start-up (ADR 0063 trust amendments): the trust pool loads the CAs a previous container published,
+then the client is built on the pool; the HTTP server starts, then the API wait, then the rest of the
+tree. A container restarted mid-rotation trusts the new Kubernetes CA before its first request.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -25,12 +32,17 @@ import structlog
 from ichord.actors.actor import ClusterActor, StepFn, Supervisor
 from ichord.actors.cluster import ClusterReconciler, Runtime, cluster_of
 from ichord.api.names import GROUP, LEADER_LEASE, PLURALS, TALOS_CLUSTER, TALOS_MACHINE, TALOS_OPERATION, VERSION
-from ichord.kube.client import KubeClient, from_kubeconfig, in_cluster
+from ichord.errors import IchordError
+from ichord.kube.client import SERVICE_ACCOUNT_DIR, KubeClient, file_trust, from_kubeconfig, in_cluster
+from ichord.kube.errors import KubeError
 from ichord.kube.events import EventRecorder
 from ichord.leader import LeaderElector, default_identity
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, forget_cluster
 from ichord.server import HealthServer
 from ichord.settings import Timing
+from ichord.trust import install, uninstall
+from ichord.trust.pool import DEFAULT_TRUST_FILE, TrustPool
+from ichord.trust.sync import TrustSync
 from ichord.watchers.informer import Informer, Resource
 from ichord.watchers.routing import Router
 
@@ -49,12 +61,75 @@ class DaemonSettings:
     timing: Timing = field(default_factory=Timing.from_env)
     resync: float | None = None
     certificate_expiry_warning_days: float = DEFAULT_WARNING_DAYS
+    #: The trust pool (ADR 0063): off, the client trusts its CA file alone and nothing is published.
+    trust_pool: bool = True
+    #: Where the pool's extras are published; None: the emptyDir path in-cluster, nowhere with a kubeconfig.
+    trust_file: str | None = None
+    #: With a kubeconfig: the pool's base CA file, re-read per request (the kubeconfig's own CA is not used).
+    ca_file: str | None = None
+
+    def resolved_trust_file(self) -> Path | None:
+        if self.trust_file:
+            return Path(self.trust_file)
+        return None if self.kubeconfig else DEFAULT_TRUST_FILE
 
 
-async def make_client(settings: DaemonSettings) -> KubeClient:
+class APIUnavailableError(IchordError):
+    """The Kubernetes API did not answer during the start-up wait."""
+
+
+def build_pool(settings: DaemonSettings) -> TrustPool:
+    """The pool's base: --ca-file with a kubeconfig, the service account's ca.crt in-cluster."""
     if settings.kubeconfig:
-        return await from_kubeconfig(settings.kubeconfig, timing=settings.timing, namespace=settings.namespace)
-    return in_cluster(timing=settings.timing, namespace=settings.namespace)
+        return TrustPool(settings.ca_file)
+    return TrustPool(SERVICE_ACCOUNT_DIR / "ca.crt")
+
+
+async def make_client(settings: DaemonSettings, pool: TrustPool | None = None) -> KubeClient:
+    """The client; its trust comes from ``pool`` when the pool is on and has a base (in-cluster or --ca-file).
+
+    A kubeconfig without --ca-file keeps its own CA (embedded data or file), exactly as before.
+    """
+    trust = None
+    if pool is not None and settings.trust_pool and pool.base is not None:
+        trust = pool.source
+    elif settings.ca_file:
+        trust = file_trust(settings.ca_file)  # pool off: the CA file alone, still re-read per request
+    if settings.kubeconfig:
+        return await from_kubeconfig(settings.kubeconfig, timing=settings.timing, namespace=settings.namespace,
+                                     trust=trust)
+    return in_cluster(timing=settings.timing, namespace=settings.namespace, trust=trust)
+
+
+async def wait_for_api(kube: KubeClient, *, give_up_after: float, log_interval: float,
+                       probe_interval: float) -> None:
+    """Probe ``/version`` until it answers; a failed probe is logged at most once per ``log_interval``.
+
+    Raises APIUnavailableError naming the last error when ``give_up_after`` seconds have passed.
+    """
+    start = time.monotonic()
+    last_logged: float | None = None
+    suppressed = 0
+    while True:
+        try:
+            with anyio.fail_after(min(kube.timeout, give_up_after)):
+                await kube.raw("GET", "/version")
+            if last_logged is not None:
+                log.info("the Kubernetes API answers", host=kube.host, waited=round(time.monotonic() - start, 3))
+            return
+        except (KubeError, TimeoutError) as exc:
+            error = str(exc) or type(exc).__name__
+        now = time.monotonic()
+        if now - start >= give_up_after:
+            raise APIUnavailableError(f"the Kubernetes API at {kube.host} did not answer within {give_up_after:g} s; "
+                                      f"last error: {error}")
+        if last_logged is None or now - last_logged >= log_interval:
+            log.warning("waiting for the Kubernetes API", host=kube.host, error=error,
+                        failed_probes_not_logged=suppressed)
+            last_logged, suppressed = now, 0
+        else:
+            suppressed += 1
+        await anyio.sleep(min(probe_interval, max(0.0, give_up_after - (now - start))))
 
 
 def _resource(kind: str) -> Resource:
@@ -62,13 +137,20 @@ def _resource(kind: str) -> Resource:
 
 
 class Daemon:
-    def __init__(self, settings: DaemonSettings, kube: KubeClient) -> None:
+    def __init__(self, settings: DaemonSettings, kube: KubeClient, pool: TrustPool | None = None) -> None:
         self.settings = settings
         self.kube = kube
         timing = settings.timing
         self.clusters = Informer(kube, _resource(TALOS_CLUSTER), timing=timing)
         self.machines = Informer(kube, _resource(TALOS_MACHINE), timing=timing)
         self.operations = Informer(kube, _resource(TALOS_OPERATION), timing=timing)
+        self.trust_sync: TrustSync | None = None
+        if pool is not None and settings.trust_pool:
+            self.trust_sync = TrustSync(kube, pool, namespace=settings.namespace,
+                                        trust_file=settings.resolved_trust_file(), timing=timing,
+                                        cluster_cache=self.clusters.get)
+            # First in line: the publish races the rotation's next stage (ADR 0063, "on an event").
+            self.operations.add_handler(self.trust_sync.on_operation)
         self.recorder = EventRecorder(kube, instance=settings.identity)
         self.runtime = Runtime(kube, settings.namespace, self.clusters, self.machines, self.operations,
                                self.recorder, timing,
@@ -145,10 +227,16 @@ class Daemon:
             if self.settings.port_file:
                 await anyio.Path(self.settings.port_file).write_text(f"{port}\n")
             log.info("serving /metrics /healthz /readyz", port=port)
+            tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+            # /healthz answers meanwhile (the loop is alive); /readyz stays false until the informers sync.
+            t = self.settings.timing
+            await wait_for_api(self.kube, give_up_after=t.api_wait_timeout, log_interval=t.api_wait_log_interval,
+                               probe_interval=t.api_wait_probe)
             tg.start_soon(self.recorder.run)
             for inf in (self.clusters, self.machines, self.operations):
                 tg.start_soon(inf.run)
-            tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+            if self.trust_sync is not None:
+                tg.start_soon(self.trust_sync.run)
             await elector.run(self.lead)
             tg.cancel_scope.cancel()
 
@@ -162,9 +250,19 @@ async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
 
 
 async def run_daemon(settings: DaemonSettings) -> None:
-    kube = await make_client(settings)
+    pool = build_pool(settings)
+    trust_file = settings.resolved_trust_file()
+    if settings.trust_pool:
+        if trust_file is not None:
+            pool.load(trust_file)  # before the API wait: a restarted container trusts the new CA at once
+        install(pool, trust_file)
+    else:
+        log.warning("the trust pool is off: a Kubernetes CA rotation of this cluster breaks this process's API "
+                    "access at Issuing until its CA file carries the new CA")
+    kube = await make_client(settings, pool)
     try:
-        await Daemon(settings, kube).run()
+        await Daemon(settings, kube, pool).run()  # the API wait runs first inside, with /healthz up
     finally:
+        uninstall()
         with anyio.CancelScope(shield=True):
             await kube.close()

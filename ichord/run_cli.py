@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from typing import Any
 
@@ -37,6 +38,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--certificate-expiry-warning-days", type=float, default=90.0,
                    help="CertificatesExpiring turns True this many days before a CA expires (default %(default)g; "
                    "keep it equal to the chart's prometheus.rules.certificateExpiryDays)")
+    p.add_argument("--trust-file", default=None,
+                   help="where the trust pool publishes the extra Kubernetes CAs (an emptyDir file; default "
+                   "/var/run/ichor/trust/kubernetes-ca.crt in-cluster, none with --kubeconfig)")
+    p.add_argument("--ca-file", default=None,
+                   help="with --kubeconfig: verify the API server against this CA file (re-read per request) "
+                   "plus the trust pool, instead of the kubeconfig's own CA (e.g. a copy of a pod's ca.crt)")
+    p.add_argument("--no-trust-pool", dest="trust_pool", action="store_false",
+                   help="do not trust a rotation's new Kubernetes CA ahead of the switch (the client then "
+                   "fails x509 from Issuing until its CA file carries the new CA); for diagnosis only")
+    p.add_argument("--trust-sync-tick", type=float, default=None,
+                   help="seconds between the trust sync's fallback passes (default 10, scaled by "
+                   "ICHORD_TIME_SCALE); tests set it high to show that events alone publish in time")
     p.add_argument("--log-level", default=os.environ.get("ICHORD_LOG_LEVEL", "info"))
     p.add_argument("--log-format", choices=("json", "console"), default="json")
     p.set_defaults(func=run)
@@ -54,7 +67,17 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         port_file=args.port_file,
         timing=Timing.from_env(),
         resync=args.resync,
+        trust_pool=args.trust_pool,
+        trust_file=args.trust_file,
+        ca_file=args.ca_file,
     )
+    if args.trust_sync_tick is not None:
+        if args.trust_sync_tick <= 0:
+            raise SettingsError("--trust-sync-tick must be a positive number of seconds")
+        settings.timing = dataclasses.replace(settings.timing, trust_sync_tick=args.trust_sync_tick)
+    if args.ca_file and not args.kubeconfig:
+        raise SettingsError("--ca-file applies with --kubeconfig only; in-cluster the service account's ca.crt "
+                            "is the base")
     if args.certificate_expiry_warning_days < 0:
         raise SettingsError("--certificate-expiry-warning-days must be 0 or more")
     settings.certificate_expiry_warning_days = args.certificate_expiry_warning_days

@@ -51,6 +51,11 @@ class Timing:
     ca_client_restart_timeout: float = 300.0
     # How long after a pass applied before it is verified (the kubelet restart a CA change causes has begun).
     ca_pass_verify_delay: float = 5.0
+    # The start-up API wait (ADR 0063 "leader election outlives an API server restart"): give up after
+    # api_wait_timeout, probe every api_wait_probe, log a failed probe at most every api_wait_log_interval.
+    api_wait_timeout: float = 300.0
+    api_wait_probe: float = 1.0
+    api_wait_log_interval: float = 15.0
     # How often a converged machine's node is read again to catch drift made behind ichord's back.
     drift_resync: float = 300.0
     # CA expiry (ADR 0063 Decision 1): the bundle is re-read hourly; an unreadable one after 5 minutes.

@@ -58,7 +58,11 @@ class SimEnvironment:
                  management_api: ManagementAPI = "self", ip_prefix: str | None = None, first: int = 11,
                  talos_port: int = objects.APID_PORT, api_port: int = API_PORT, state_port: int | None = None,
                  state_host: str = "127.0.0.1", kubeconfig: Path | None = None,
-                 kubernetes_version: str = objects.KUBERNETES_VERSION) -> None:
+                 kubernetes_version: str = objects.KUBERNETES_VERSION, projected_ca_path: Path | None = None,
+                 projected_ca_lag: float | None = None) -> None:
+        """``projected_ca_path``: the file the simulated kubelet keeps as a pod's projected ``ca.crt`` (the
+        managed cluster's issuing Kubernetes CA), refreshed ``projected_ca_lag`` seconds (unscaled; default
+        BehaviourSettings') after kube-root-ca.crt is republished following a serving-CA switch."""
         if control_planes < 1 or workers < 0 or control_planes + workers + first > 254:
             raise SimEnvironmentError("need at least 1 control plane, 0 or more workers, and every node address "
                                       "inside one 127.A.B.0/24 block (lower --first-address or the node count)")
@@ -81,6 +85,7 @@ class SimEnvironment:
         self._api_port = api_port
         self._state = (state_host, state_port)
         self._kubeconfig_out = kubeconfig
+        self._projected = (projected_ca_path, projected_ca_lag)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._runner: web.AppRunner | None = None
         self._token = secrets.token_urlsafe(24)
@@ -121,6 +126,12 @@ class SimEnvironment:
         bundle = self.bundle
         endpoint_ip = self.machines[0].ip  # the cluster endpoint is the first control plane's address
         behaviours = scaled_behaviours(self.time_scale)
+        management_behaviours = behaviours
+        projected_path, projected_lag = self._projected
+        if projected_path is not None or projected_lag is not None:
+            # Only the managed cluster's kubelet refreshes the file: a separate management API never switches CA.
+            behaviours = replace(behaviours, projected_ca_path=projected_path, projected_ca_lag=(
+                behaviours.projected_ca_lag if projected_lag is None else projected_lag * self.time_scale))
         self.kube = KubeSimulator(SimSettings(
             host=endpoint_ip, port=self._api_port, serving_hosts=(endpoint_ip, "127.0.0.1"),
             token=self._token, client_cas=(bundle.k8s.cert_pem,), behaviours=behaviours,
@@ -130,7 +141,7 @@ class SimEnvironment:
         await self._listen(self.kube)
         if self.management_api == "separate":
             self.management = KubeSimulator(SimSettings(host=f"{prefix}{self._first - 1}", port=self._api_port,
-                                                        token=self._token, behaviours=behaviours))
+                                                        token=self._token, behaviours=management_behaviours))
             await self._listen(self.management)
 
         cspec = objects.cluster_spec(secret=self.secret_name, endpoint=self.kube.url, contract=self.contract,

@@ -1,0 +1,207 @@
+"""The trust sync: every replica trusts a rotation's new Kubernetes CA before Issuing (ADR 0063).
+
+Runs on every replica, not leader-gated: the follower's informers and API calls go through the
+same pool, and the follower never runs the rotation. A handler on the TalosOperation informer
+requests a pass on every add/update of a ca-rotation under way (a stage set, not completed: the
+creation event, with no status, is ignored) and when a rotation turns Completed; a tick is the
+fallback. Passes run only in this loop, which waits on the tick or a one-slot trigger, so two passes
+never run at once and a burst of events costs at most one extra pass.
+
+A pass lists the operations uncached. For each rotation under way it reads the cluster's bundle
+Secret uncached and trusts the certificate (never the key) of ``rotation.yaml``'s Kubernetes CA,
+then publishes. With none under way it calls ``clear_once_base_trusts``: a pending rotation's CA is
+never in the base yet, and one that starts again is republished long before Issuing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+from ruamel.yaml.error import YAMLError
+
+from ichord import yamlio
+from ichord.api import names
+from ichord.api.carotation import Stage
+from ichord.api.names import Phase
+from ichord.errors import IchordError
+from ichord.kube import crds
+from ichord.kube.client import KubeClient
+from ichord.kube.errors import KubeError
+from ichord.kube.reads import read_secret
+from ichord.pki import pem as _pem
+from ichord.pki.rotation import Target
+from ichord.settings import Timing
+from ichord.trust.pool import TrustPool, TrustPoolError
+from ichord.watchers.informer import WatchEvent
+
+log = structlog.get_logger("ichord.trust.sync")
+
+Obj = dict[str, Any]
+KIND = "ca-rotation"
+
+
+class RotationFileError(IchordError):
+    """rotation.yaml cannot be read for its Kubernetes CA certificate; the message never holds its content."""
+
+
+def is_ca_rotation(op: Obj) -> bool:
+    return (op.get("spec") or {}).get("kind") == KIND
+
+
+def _phase(op: Obj | None) -> str:
+    return str(((op or {}).get("status") or {}).get("phase") or "")
+
+
+def ca_rotation_underway(op: Obj) -> bool:
+    """A ca-rotation with a stage set that has not completed (the same test the rotation's lock uses)."""
+    stage = ((op.get("status") or {}).get("caRotation") or {}).get("stage") or ""
+    return is_ca_rotation(op) and bool(stage) and _phase(op) != Phase.COMPLETED and stage != Stage.DONE.value
+
+
+def kubernetes_ca_certificate(rotation_yaml: bytes) -> bytes | None:
+    """The new Kubernetes CA's certificate from rotation.yaml, None when Kubernetes is not a target.
+
+    Reads the ``crt`` field only: the key is never decoded, kept or passed on.
+    """
+    try:
+        doc = yamlio.load(rotation_yaml)
+    except YAMLError:
+        raise RotationFileError(f"{names.ROTATION_KEY} is not valid YAML") from None
+    if not isinstance(doc, dict):
+        raise RotationFileError(f"{names.ROTATION_KEY} is not a mapping")
+    entry = doc.get(Target.KUBERNETES.rotation_key)
+    if entry is None:
+        return None
+    crt = entry.get("crt") if isinstance(entry, dict) else None
+    if not crt:
+        raise RotationFileError(f"{names.ROTATION_KEY} has a {Target.KUBERNETES.rotation_key} entry without crt")
+    try:
+        return _pem.b64_pem_decode(str(crt), f"{Target.KUBERNETES.rotation_key}.crt")
+    except _pem.PEMError as exc:
+        raise RotationFileError(f"{names.ROTATION_KEY}: {exc}") from None
+
+
+@dataclass
+class PassResult:
+    underway: int = 0
+    trusted: int = 0  # CAs of rotations under way now in the pool
+    published: bool = False
+    cleared: bool = False
+    failed: bool = False
+
+
+class TrustSync:
+    def __init__(self, kube: KubeClient, pool: TrustPool, *, namespace: str, trust_file: str | Path | None,
+                 timing: Timing, cluster_cache: Callable[[str, str], Obj | None] | None = None) -> None:
+        """``namespace`` holds the bundle Secrets; ``cluster_cache(ns, name)`` reads a TalosCluster from an
+        informer (its secretsRef), else it is read from the API."""
+        self.kube = kube
+        self.pool = pool
+        self.namespace = namespace
+        self.trust_file = Path(trust_file) if trust_file is not None else None
+        self.timing = timing
+        self._cluster_cache = cluster_cache
+        self._requested = False  # the one slot: set by request(), taken by the loop
+        self._wake: anyio.Event | None = None
+        self.passes = 0
+
+    # ---- the trigger ------------------------------------------------------------------------
+
+    def request(self) -> None:
+        """Ask for a pass; never blocks: with one already pending this one is folded into it."""
+        self._requested = True
+        if self._wake is not None:
+            self._wake.set()
+
+    def on_operation(self, event: WatchEvent) -> None:
+        """TalosOperation informer handler; returns at once."""
+        if event.type == "DELETED" or not is_ca_rotation(event.obj):
+            return
+        if ca_rotation_underway(event.obj):
+            self.request()
+        elif _phase(event.obj) == Phase.COMPLETED and _phase(event.old) != Phase.COMPLETED:
+            self.request()  # the rotation completed: try the clear now rather than on the next tick
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Until cancelled: a pass on each trigger, and at least one per tick."""
+        while True:
+            self._wake = anyio.Event()
+            if not self._requested:
+                with anyio.move_on_after(self.timing.trust_sync_tick):
+                    await self._wake.wait()
+            self._requested = False  # a request from now on (even during the pass) earns one more pass
+            try:
+                await self.pass_once()
+            except Exception:  # a bug in one pass must not take the replica down; the next one retries
+                log.exception("trust sync pass failed")
+
+    async def pass_once(self) -> PassResult:
+        self.passes += 1
+        result = PassResult()
+        try:
+            ops, _ = await crds.operations(self.kube).list_objects(None)
+        except KubeError as exc:
+            log.warning("trust sync cannot list the operations; trying again on the next event or tick",
+                        error=str(exc))
+            result.failed = True
+            return result
+        underway = [op for op in ops if ca_rotation_underway(op)]
+        result.underway = len(underway)
+        if not underway:
+            try:
+                result.cleared = self.pool.clear_once_base_trusts(self.trust_file)
+            except OSError as exc:
+                log.warning("cannot remove the trust file", path=str(self.trust_file),
+                            error=exc.strerror or type(exc).__name__)
+            return result
+        for op in underway:
+            try:
+                cert = await self._new_kubernetes_ca(op)
+            except (KubeError, RotationFileError) as exc:
+                meta = op.get("metadata") or {}
+                log.warning("trust sync cannot read the rotation's new Kubernetes CA",
+                            operation=f"{meta.get('namespace')}/{meta.get('name')}", error=str(exc))
+                result.failed = True
+                continue
+            if cert is None:
+                continue
+            try:
+                self.pool.add(cert)
+            except TrustPoolError as exc:
+                log.error("the rotation's new Kubernetes CA is not a certificate the pool can trust", error=str(exc))
+                result.failed = True
+                continue
+            result.trusted += 1
+        try:
+            result.published = self.pool.publish(self.trust_file)
+        except OSError as exc:
+            log.warning("cannot publish the trust file; this process trusts the new CA, a restarted container "
+                        "will not until the next pass", path=str(self.trust_file),
+                        error=exc.strerror or type(exc).__name__)
+            result.failed = True
+        return result
+
+    async def _new_kubernetes_ca(self, op: Obj) -> bytes | None:
+        meta = op.get("metadata") or {}
+        ns = str(meta.get("namespace") or "")
+        cluster_name = str(((op.get("spec") or {}).get("clusterRef") or {}).get("name") or "")
+        if not cluster_name:
+            return None
+        cluster = self._cluster_cache(ns, cluster_name) if self._cluster_cache is not None else None
+        if cluster is None:
+            cluster = await crds.clusters(self.kube).get(ns, cluster_name)
+        secret_name = str(((cluster.get("spec") or {}).get("secretsRef") or {}).get("name") or "")
+        if not secret_name:
+            return None
+        secret = await read_secret(self.kube, self.namespace, secret_name)  # uncached: rotation.yaml decides
+        raw = secret.data.get(names.ROTATION_KEY)
+        if raw is None:
+            return None  # not saved yet (the leader saves it before it sets Accepting) or already dropped
+        return kubernetes_ca_certificate(raw)
