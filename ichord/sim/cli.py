@@ -21,21 +21,26 @@ from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle
 
 
-def _sim_parser(subparsers: Any) -> argparse.ArgumentParser:
+def sim_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """The ``sim`` command, created by whichever of `sim`, `sim kube`, `sim talos` registers first."""
     sim: argparse.ArgumentParser | None = subparsers.choices.get("sim")
     if sim is None:
         sim = subparsers.add_parser("sim", help="run simulators of Talos nodes and of the Kubernetes API")
-    for action in sim._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            action.required = False
-            break
-    else:
-        sim.add_subparsers(dest="simulator", required=False, metavar="SIMULATOR")
     return sim
 
 
+def sim_subparsers(subparsers: Any) -> Any:
+    """The ``sim`` command's own subcommands (``kube``, ``talos``); optional, since plain ``sim`` runs both."""
+    sim = sim_parser(subparsers)
+    for action in sim._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    return sim.add_subparsers(dest="simulator", required=False, metavar="SIMULATOR")
+
+
 def register(subparsers: Any) -> None:
-    p = _sim_parser(subparsers)
+    p = sim_parser(subparsers)
+    sim_subparsers(subparsers)
     p.description = ("Without a SIMULATOR: start a simulated Talos cluster and its own Kubernetes API server, "
                      "create the bundle Secret, the TalosCluster and the TalosMachines, write a kubeconfig, "
                      "print one JSON line per endpoint and run until interrupted.")

@@ -9,17 +9,7 @@ from typing import Any
 from ichord.api.contract import parse_contract
 from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle
-
-
-def sim_subparsers(subparsers: Any) -> Any:
-    """The ``sim`` command's own subcommands, creating ``sim`` if no other module did yet."""
-    sim = subparsers.choices.get("sim")
-    if sim is None:
-        sim = subparsers.add_parser("sim", help="run simulators of Talos nodes and of the Kubernetes API")
-    for action in sim._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    return sim.add_subparsers(dest="simulator", required=True, metavar="SIMULATOR")
+from ichord.sim.cli import sim_subparsers
 
 
 def register(subparsers: Any) -> None:

@@ -13,23 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from ichord.errors import IchordError
+from ichord.sim.cli import sim_subparsers
 from ichord.sim.kube.behaviours import BehaviourSettings
 from ichord.sim.kube.server import DEFAULT_CRD_DIR, KubeSimulator, SimSettings
 
 
-def _sim_subparsers(subparsers: Any) -> Any:
-    """The ``sim`` command's subcommands, creating ``sim`` if no other module did yet."""
-    sim = subparsers.choices.get("sim")
-    if sim is None:
-        sim = subparsers.add_parser("sim", help="run simulators of Talos nodes and of the Kubernetes API")
-    for action in sim._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    return sim.add_subparsers(dest="simulator", required=True, metavar="SIMULATOR")
-
-
 def register(subparsers: Any) -> None:
-    p = _sim_subparsers(subparsers).add_parser(
+    p = sim_subparsers(subparsers).add_parser(
         "kube", help="a simulated Kubernetes API server (real REST over HTTPS) with ichord's CRDs",
         description="Serve the Kubernetes API simulator on a loopback address until interrupted, write a "
                     "kubeconfig for it (kubectl and ichord run can use it) and print one JSON line.")
