@@ -10,6 +10,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ichord.render import jsonpatch as _jsonpatch
+from ichord.render.errors import PatchError as RenderPatchError
+
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -79,91 +82,11 @@ def _merge_list(target: list[Any], patch: list[Any], key: str) -> list[Any]:
     return result
 
 
-def _pointer(path: str) -> list[str]:
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise PatchError(f"JSON pointer {path!r} must start with /")
-    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-
-
-def _walk(doc: Any, parts: list[str]) -> Any:
-    for part in parts:
-        if isinstance(doc, dict):
-            if part not in doc:
-                raise PatchError(f"path /{'/'.join(parts)} does not exist")
-            doc = doc[part]
-        elif isinstance(doc, list):
-            doc = doc[_index(doc, part, allow_end=False)]
-        else:
-            raise PatchError(f"path /{'/'.join(parts)} does not exist")
-    return doc
-
-
-def _index(lst: list[Any], part: str, allow_end: bool) -> int:
-    if part == "-" and allow_end:
-        return len(lst)
-    try:
-        i = int(part)
-    except ValueError:
-        raise PatchError(f"invalid array index {part!r}") from None
-    if i < 0 or i > len(lst) or (i == len(lst) and not allow_end):
-        raise PatchError(f"array index {i} out of bounds")
-    return i
-
-
-def _add(doc: Any, parts: list[str], value: Any) -> Any:
-    if not parts:
-        return value
-    parent = _walk(doc, parts[:-1])
-    last = parts[-1]
-    if isinstance(parent, dict):
-        parent[last] = value
-    elif isinstance(parent, list):
-        parent.insert(_index(parent, last, allow_end=True), value)
-    else:
-        raise PatchError(f"cannot add to {parts}")
-    return doc
-
-
-def _remove(doc: Any, parts: list[str]) -> Any:
-    if not parts:
-        raise PatchError("cannot remove the whole document")
-    parent = _walk(doc, parts[:-1])
-    last = parts[-1]
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise PatchError(f"unable to remove nonexistent key: {last}: missing value")
-        return parent.pop(last)
-    if isinstance(parent, list):
-        return parent.pop(_index(parent, last, allow_end=False))
-    raise PatchError(f"cannot remove from {parts}")
-
-
 def json_patch(target: Any, ops: Any) -> Any:
+    """RFC 6902, the one implementation ichord has (ichord.render.jsonpatch); errors become the API's 422."""
     if not isinstance(ops, list):
         raise PatchError("a JSON patch must be a list of operations")
-    doc = copy.deepcopy(target)
-    for op in ops:
-        if not isinstance(op, dict) or "op" not in op or "path" not in op:
-            raise PatchError(f"malformed JSON patch operation: {op}")
-        kind, parts = op["op"], _pointer(op["path"])
-        if kind == "add":
-            doc = _add(doc, parts, copy.deepcopy(op.get("value")))
-        elif kind == "remove":
-            _remove(doc, parts)
-        elif kind == "replace":
-            _walk(doc, parts)  # must exist
-            if parts:
-                _remove(doc, parts)
-            doc = _add(doc, parts, copy.deepcopy(op.get("value")))
-        elif kind in ("move", "copy"):
-            source = _pointer(op.get("from", ""))
-            value = _remove(doc, source) if kind == "move" else copy.deepcopy(_walk(doc, source))
-            doc = _add(doc, parts, value)
-        elif kind == "test":
-            if _walk(doc, parts) != op.get("value"):
-                raise PatchError(f"testing value {op['path']} failed")
-        else:
-            raise PatchError(f"unknown JSON patch operation {kind!r}")
-    return doc
+    try:
+        return _jsonpatch.apply(target, tuple(_jsonpatch.validate_ops(ops, "the JSON patch")), "the JSON patch")
+    except RenderPatchError as exc:
+        raise PatchError(str(exc)) from None
