@@ -25,8 +25,37 @@ from ichord.pki import pem as _pem
 
 REDACTED = "[REDACTED]"
 _PEM_ANY = re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\Z)", re.DOTALL)
-# base64("-----BEGIN") = "LS0tLS1CRUdJTi"; also the forms shifted by one or two bytes inside a larger blob.
-_B64_PEM = re.compile(r"(?:LS0tLS1CRUdJTi|LS0tLS1FTkQg)[A-Za-z0-9+/=\\n]*")
+
+
+def _b64_markers(marker: bytes) -> list[str]:
+    """The base64 text that ``marker`` always encodes to, at each of the three byte alignments.
+
+    A PEM block inside a larger base64 blob (a whole secrets.yaml in a Secret, say) starts at any
+    offset, so its armour shows as one of three strings; the characters that also depend on the
+    neighbouring bytes are left out.
+    """
+    out = []
+    for shift in range(3):
+        variants = [base64.b64encode(lead * shift + marker + tail).decode()
+                    for lead in (b"\x00", b"\xff") for tail in (b"\x00\x00\x00", b"\xff\xff\xff")]
+        first = variants[0]
+        fixed = [all(v[i] == first[i] for v in variants) for i in range(len(first))]
+        best, start = (0, 0), None
+        for i, ok in enumerate([*fixed, False]):
+            if ok and start is None:
+                start = i
+            elif not ok and start is not None:
+                best = max(best, (start, i), key=lambda r: r[1] - r[0])
+                start = None
+        out.append(first[best[0]:best[1]])
+    return out
+
+
+# base64 of PEM armour ("LS0tLS1CRUdJTi" is base64("-----BEGIN")) at any alignment, and what follows.
+_B64_PEM = re.compile(
+    "(?:" + "|".join(re.escape(m) for m in _b64_markers(b"-----BEGIN ") + _b64_markers(b"-----END ")) + ")"
+    + r"[A-Za-z0-9+/=]*"
+)
 # A PEM body line that survived without its armour (64 base64 chars).
 _MIN_FRAGMENT = 16
 

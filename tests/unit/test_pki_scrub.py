@@ -86,3 +86,17 @@ def test_short_or_ordinary_text_untouched() -> None:
     assert s.text("abc def") == "abc def"
     assert s.text("the s3cr3t-value leaked") == f"the {REDACTED} leaked"
     assert s.text("node 10.0.0.1 unreachable: connection refused") == "node 10.0.0.1 unreachable: connection refused"
+
+
+def test_pem_inside_a_larger_base64_blob_is_removed_at_any_alignment() -> None:
+    s = Scrubber()
+    b = generate_bundle()
+    for lead in (b"", b"x", b"xy"):
+        blob = base64.b64encode(lead + b"secrets:\n  key: |\n" + (b.k8s.key_pem or b"")).decode()
+        out = s.text(f"secret data {blob}")
+        body = (b.k8s.key_pem or b"").decode().splitlines()[1]
+        assert REDACTED in out, lead
+        # nothing of the key's base64 (as it appears in this blob) is left
+        tail = blob[len(blob) // 2:]
+        assert tail not in out, lead
+        assert body not in out
