@@ -339,7 +339,8 @@ class ClusterReconciler:
             return status
 
         try:
-            await update_status(crds.machines(self.rt.kube), m.namespace, m.name, mutate)
+            await update_status(crds.machines(self.rt.kube), m.namespace, m.name, mutate,
+                                current=self.rt.machines.cache.get((m.namespace, m.name)))
         except NotFound:
             return
         except IchordError as exc:

@@ -30,17 +30,23 @@ class ConflictRetriesExhausted(KubeError):
 
 
 async def update_status(objects: CustomObjects, namespace: str, name: str, mutate: StatusMutation,
-                        *, attempts: int = 5) -> Obj:
+                        *, attempts: int = 5, current: Obj | None = None) -> Obj:
     """Apply ``mutate(status, object)`` to the latest object's status; returns the object as written.
 
-    Nothing is sent when the mutation changes nothing. NotFound and other errors propagate.
+    ``current`` (e.g. the informer's copy) saves the first read: it carries its resourceVersion, so a
+    stale copy costs one 409 and a fresh read, never a lost update. Nothing is sent when the mutation
+    changes nothing. NotFound and other errors propagate.
     """
+    fresh = current is None
     for attempt in range(1, attempts + 1):
-        current = await objects.get(namespace, name)
+        if current is None or attempt > 1:
+            current, fresh = await objects.get(namespace, name), True
         status = copy.deepcopy(current.get("status") or {})
         new = mutate(status, copy.deepcopy(current))
         if new is None or new == (current.get("status") or {}):
-            return current
+            if fresh:
+                return current
+            continue  # "nothing to change" is only trusted against a fresh read
         patch = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "status": new}
         try:
             return await objects.patch_status(namespace, name, _with_removals(current.get("status") or {}, patch))

@@ -163,3 +163,26 @@ async def test_informer_and_elector(kube: KubeClient) -> None:
         tg.cancel_scope.cancel()
     lease = await get_lease(kube, NS, "ichord-leader-test")
     assert lease is not None and lease.holder is None  # released on the voluntary stop
+
+
+async def test_status_helper_with_a_cached_copy_skips_the_read_and_survives_a_stale_one(kube: KubeClient) -> None:
+    ms = machines(kube)
+    created = await ms.create(NS, machine("c"))
+    reads = 0
+
+    class Counting(CustomObjects):
+        async def get(self, namespace: str, name: str) -> dict[str, Any]:
+            nonlocal reads
+            reads += 1
+            return await super().get(namespace, name)
+
+    counting = Counting(kube, Kind.TALOS_MACHINE)
+    out = await update_status(counting, NS, "c", lambda s, _o: {**s, "configHash": "one"}, current=created)
+    assert reads == 0 and out["status"]["configHash"] == "one"
+    # `created` is now stale: the write is refused (409), re-read and applied; nothing is lost
+    out = await update_status(counting, NS, "c", lambda s, _o: {**s, "nodeName": "n"}, current=created)
+    assert reads == 1 and out["status"] == {"configHash": "one", "nodeName": "n"}
+    # "no change" against a stale copy is not trusted: the fresh read shows there is one to make
+    out = await update_status(counting, NS, "c", lambda s, _o: {k: v for k, v in s.items() if k != "nodeName"},
+                              current=created)
+    assert reads == 2 and out["status"] == {"configHash": "one"}
