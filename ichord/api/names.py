@@ -73,6 +73,8 @@ class EventReason:
     ROTATION_COMPLETED = "RotationCompleted"
     CONFIG_APPLIED = "ConfigApplied"
     OPERATION_BLOCKED = "OperationBlocked"
+    OPERATION_PAUSED = "OperationPaused"
+    OPERATION_RESUMED = "OperationResumed"
     BUNDLE_BACKUP_STALE = "BundleBackupStale"
     CERTIFICATES_EXPIRING = "CertificatesExpiring"
     CA_CLIENTS_NOT_RESTARTED = "CAClientsNotRestarted"
@@ -111,6 +113,7 @@ class CARotationReason:
     RESTARTING_CLIENTS = "RestartingClients"
     IN_PROGRESS = "InProgress"
     PLANNED = "Planned"
+    PAUSED = "Paused"  # spec.paused set while the rotation is under way (held at a step boundary)
     UNSUPPORTED_TARGET = "UnsupportedTarget"
     INVALID_SPEC = "InvalidSpec"
 

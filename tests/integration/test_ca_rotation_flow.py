@@ -264,3 +264,37 @@ async def test_a_machine_not_converged_blocks_the_start_and_writes_nothing(
     assert "does not run the configuration ichord renders" in cond["message"]
     assert secret_data(env) == before and "caRotation" not in op["status"]
     assert driver.applies == [] and all(env.applies(m) == [] for m in env.machine_names)
+
+
+async def test_paused_after_the_start_holds_at_a_step_boundary_and_resumes(env: SimEnvironment,
+                                                                          driver: Driver) -> None:
+    await driver.create()
+    await driver.run(until=at("Issuing"))
+    op = await driver.get()
+    uid = op["metadata"]["uid"]
+    await crds.operations(driver.kube).patch(env.namespace, driver.op_name, {"spec": {"paused": True}})
+    applies, trusted = len(driver.applies), len(driver.trusted)
+    for _ in range(3):  # held, step after step: nothing applied, the lock renewed, the trust pool still fed
+        outcome = await driver.step()
+        assert isinstance(outcome, Blocked) and outcome.reason == "Paused", outcome
+    op = await driver.get()
+    cond = find(op["status"]["conditions"], names.CA_ROTATION)
+    assert op["status"]["phase"] == "Paused" and op["status"]["caRotation"]["stage"] == "Issuing"
+    assert cond is not None and (cond["status"], cond["reason"]) == ("False", "Paused")
+    assert "spec.paused" in cond["message"] and "Issuing" in cond["message"]
+    assert len(driver.applies) == applies and len(driver.trusted) > trusted
+    assert await lock_holder(driver.kube, env.namespace, env.cluster_name) == uid
+    await driver.recorder.drain()
+    events = env.management.store.list(env.management.store.resolve("", "v1", "events"), env.namespace)[0]
+    assert sum(1 for e in events if e.get("reason") == "OperationPaused") == 1  # once, not per step
+
+    await crds.operations(driver.kube).patch(env.namespace, driver.op_name, {"spec": {"paused": False}})
+    assert isinstance(await driver.run(), Done)
+    final = driver.snapshots[-1]
+    assert final["status"]["phase"] == "Completed"
+    await driver.recorder.drain()
+    events = env.management.store.list(env.management.store.resolve("", "v1", "events"), env.namespace)[0]
+    assert [e["message"] for e in events if e.get("reason") == "OperationResumed"] == [
+        "resumed in Issuing: spec.paused is false"]
+    # No machine was applied twice in one pass: 3 passes x 4 machines in all.
+    assert len(driver.applies) == 3 * len(env.machine_names)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import structlog
 
-from ichord.actors.outcome import Done, Outcome, Requeue
+from ichord.actors.outcome import Blocked, Done, Outcome, Requeue
 from ichord.api import names
 from ichord.api.carotation import Stage
+from ichord.api.conditions import find
 from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.failpoints import failpoint
 from ichord.kube.errors import KubeError
@@ -27,6 +28,7 @@ from ichord.operations.ca_rotation.bundle_secret import BundleSecretError, repla
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.lifecycle import (
     blocked_without_inputs,
+    ca_reason,
     ensure_finalizer,
     enter,
     enter_finalizing,
@@ -107,6 +109,13 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
         return await blocked_without_inputs(ctx, op, f"{exc.reason}: {exc.message}")
     if stage is None:
         return await _start(ctx, inputs)
+    if stage is not Stage.DONE and (op.get("spec") or {}).get("paused"):
+        return await _held_by_spec(ctx, inputs, stage)
+    if ca_reason(inputs) == CARotationReason.PAUSED:
+        message = f"resumed in {stage.value}: spec.paused is false"
+        await write(ctx, inputs, *in_progress(ctx, CARotationReason.IN_PROGRESS, message))
+        event(ctx, inputs, "Normal", EventReason.OPERATION_RESUMED, message)
+        log_transition(inputs, "ca-rotation resumed")
     if stage in PASS_STAGES:
         return await _pass(ctx, inputs, stage)
     if stage is Stage.AWAITING_CREDENTIALS:
@@ -152,6 +161,29 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     event(ctx, inputs, "Normal", EventReason.OPERATION_STARTED,
           f"CA rotation of {', '.join(t.value for t in rotation.targets)} started: {how}")
     return Requeue(0.0, "stage Accepting")
+
+
+async def _held_by_spec(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
+    """spec.paused set after the start: hold at this step boundary, keep the lock and the trust pool fed.
+
+    Nothing is applied or replaced while it holds; the stage stays, so unpausing resumes exactly here
+    (the informer's update runs the next step at once). Timers measured from the CARotation condition
+    (settle delays, the client-restart bound) start again after it, which only ever waits longer.
+    """
+    if inputs.rotation is not None:
+        hand_trust(ctx, inputs.rotation)
+    refusal = await lock(ctx, inputs)
+    if refusal is not None:
+        return refusal
+    message = (f"paused in {stage.value} by spec.paused: nothing is applied until it is set to false; "
+               f"the cluster lock stays held")
+    before = find(inputs.status.get("conditions"), names.CA_ROTATION)
+    if before is None or before.get("reason") != CARotationReason.PAUSED:
+        await write(ctx, inputs, phase(Phase.PAUSED, message),
+                    condition(ctx, "False", CARotationReason.PAUSED, message))
+        event(ctx, inputs, "Normal", EventReason.OPERATION_PAUSED, message)
+        log_transition(inputs, "ca-rotation paused by spec")
+    return Blocked(CARotationReason.PAUSED, message, ctx.timing.retry)
 
 
 # ---- passes -------------------------------------------------------------------------------
