@@ -2,8 +2,9 @@
 
 The process has one pool (``installed()``), installed by ``ichord run``. ``rotation_trust_hook`` is
 the ca-rotation's ``RotationContext.trust_hook``: the leader adds the new Kubernetes CA and
-publishes it on every pass that reads rotation.yaml. Without an installed pool (the pool is off,
-or a test drives the rotation in-process) the hook does nothing.
+publishes it on every pass that reads rotation.yaml, when the rotation is of its own cluster.
+Without an installed pool (the pool is off, or a test drives the rotation in-process) the hook does
+nothing.
 """
 
 from __future__ import annotations
@@ -48,13 +49,19 @@ def installed() -> SharedTrust | None:
     return _slot.shared
 
 
-def rotation_trust_hook(cert_pem: bytes) -> None:
-    """Trust the rotation's new Kubernetes CA and publish it; a failure is logged and never stops the rotation."""
+def rotation_trust_hook(new_ca_pem: bytes, current_ca_pem: bytes) -> None:
+    """Trust the rotation's new Kubernetes CA and publish it; a failure is logged and never stops the rotation.
+
+    Only for the cluster whose API server this process talks to (its ca.crt holds the cluster's current
+    or new CA): another cluster's CA would never reach the base, so the pool could never drop it.
+    """
     shared = _slot.shared
     if shared is None:
         return
     try:
-        shared.pool.add(cert_pem)
+        if not shared.pool.trusts_any([current_ca_pem, new_ca_pem]):
+            return
+        shared.pool.add(new_ca_pem)
         shared.pool.publish(shared.trust_file)
     except TrustPoolError as exc:
         log.error("the rotation handed over something the trust pool refuses", error=str(exc))

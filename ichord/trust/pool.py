@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import structlog
@@ -135,6 +135,25 @@ class TrustPool:
         except TrustPoolError as exc:
             log.warning("the base CA file is not a certificate bundle", path=str(self.base), error=str(exc))
             return []
+
+    def trusts_any(self, cert_pems: Iterable[bytes]) -> bool:
+        """True when the base file (re-read now) or the extras hold one of ``cert_pems`` (certificate equality).
+
+        This is how the pool knows a rotation is of the cluster this process's API server belongs to:
+        it already trusts that cluster's current (or new) Kubernetes CA, through ca.crt or, while ca.crt
+        lags a previous rotation, through the extras. Another cluster's CA would never reach the base, so
+        trusting it could never end. Without a base file (a kubeconfig run) nothing is the pool's.
+        """
+        if self.base is None:
+            return False
+        known = {_der(c) for c in self.base_certificates()} | {_der(c) for c in self._extras}
+        for data in cert_pems:
+            try:
+                if any(_der(c) in known for c in _certificates(data, "a CA to compare")):
+                    return True
+            except TrustPoolError:
+                continue
+        return False
 
     # ---- changing it --------------------------------------------------------------------------
 

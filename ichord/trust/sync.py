@@ -9,8 +9,10 @@ never run at once and a burst of events costs at most one extra pass.
 
 A pass lists the operations uncached. For each rotation under way it reads the cluster's bundle
 Secret uncached and trusts the certificate (never the key) of ``rotation.yaml``'s Kubernetes CA,
-then publishes. With none under way it calls ``clear_once_base_trusts``: a pending rotation's CA is
-never in the base yet, and one that starts again is republished long before Issuing.
+then publishes, but only for the cluster this process's API server belongs to (the base ca.crt holds
+its current or new CA): another cluster's CA would never reach the base, so it could never be
+pruned. With none under way it calls ``clear_once_base_trusts``: a pending rotation's CA is never
+in the base yet, and one that starts again is republished long before Issuing.
 """
 
 from __future__ import annotations
@@ -86,10 +88,21 @@ def kubernetes_ca_certificate(rotation_yaml: bytes) -> bytes | None:
         raise RotationFileError(f"{names.ROTATION_KEY}: {exc}") from None
 
 
+def current_kubernetes_ca_certificate(secrets_yaml: bytes) -> bytes | None:
+    """The bundle's Kubernetes CA certificate (``certs.k8s.crt``); the key is never decoded. None if unreadable."""
+    try:
+        doc = yamlio.load(secrets_yaml)
+        crt = doc["certs"]["k8s"]["crt"]
+        return _pem.b64_pem_decode(str(crt), "certs.k8s.crt")
+    except (YAMLError, KeyError, TypeError, _pem.PEMError):
+        return None
+
+
 @dataclass
 class PassResult:
     underway: int = 0
     trusted: int = 0  # CAs of rotations under way now in the pool
+    other_clusters: int = 0  # rotations of clusters this process's API server is not part of (not trusted)
     published: bool = False
     cleared: bool = False
     failed: bool = False
@@ -172,8 +185,12 @@ class TrustSync:
                 continue
             if cert is None:
                 continue
+            new, current = cert
+            if not self.pool.trusts_any([current, new] if current is not None else [new]):
+                result.other_clusters += 1  # its CA would never reach our ca.crt: trusting it could never end
+                continue
             try:
-                self.pool.add(cert)
+                self.pool.add(new)
             except TrustPoolError as exc:
                 log.error("the rotation's new Kubernetes CA is not a certificate the pool can trust", error=str(exc))
                 result.failed = True
@@ -188,7 +205,8 @@ class TrustSync:
             result.failed = True
         return result
 
-    async def _new_kubernetes_ca(self, op: Obj) -> bytes | None:
+    async def _new_kubernetes_ca(self, op: Obj) -> tuple[bytes, bytes | None] | None:
+        """(the new Kubernetes CA, the bundle's current one) of the rotation's cluster; None when there is none."""
         meta = op.get("metadata") or {}
         ns = str(meta.get("namespace") or "")
         cluster_name = str(((op.get("spec") or {}).get("clusterRef") or {}).get("name") or "")
@@ -204,4 +222,7 @@ class TrustSync:
         raw = secret.data.get(names.ROTATION_KEY)
         if raw is None:
             return None  # not saved yet (the leader saves it before it sets Accepting) or already dropped
-        return kubernetes_ca_certificate(raw)
+        new = kubernetes_ca_certificate(raw)
+        if new is None:
+            return None
+        return new, current_kubernetes_ca_certificate(secret.data.get(names.SECRETS_KEY) or b"")

@@ -97,7 +97,8 @@ class Driver:
 
     def context(self) -> RotationContext:
         return RotationContext(self.kube, self.env.namespace, self.recorder, self.timing,
-                               trust_hook=self.trusted.append, talos_factory=self._factory)
+                               trust_hook=lambda new, _current: self.trusted.append(new),
+                               talos_factory=self._factory)
 
     async def create(self, *, targets: list[str] | None = None, paused: bool = False,
                      annotations: dict[str, str] | None = None) -> Obj:

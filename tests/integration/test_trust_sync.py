@@ -16,7 +16,7 @@ import pytest
 import structlog
 
 from ichord.api.contract import V1_14
-from ichord.api.names import ROTATION_KEY
+from ichord.api.names import ROTATION_KEY, SECRETS_KEY
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import TLSVerificationError
@@ -55,7 +55,9 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         store.create(store.resolve("", "v1", "namespaces"), None, {"metadata": {"name": CONTROLLER_NS}})
         store.create(store.resolve("", "v1", "secrets"), CONTROLLER_NS, {
             "metadata": {"name": SECRET, "namespace": CONTROLLER_NS}, "type": "Opaque",
-            "data": {ROTATION_KEY: base64.b64encode(rotation.to_yaml().encode()).decode()}})
+            "data": {ROTATION_KEY: base64.b64encode(rotation.to_yaml().encode()).decode(),
+                     # the cluster's current Kubernetes CA is the one its API server (and ca.crt) serves from
+                     SECRETS_KEY: base64.b64encode(current_ca_yaml(sim.ca_pem)).decode()}})
         store.create(store.resolve(crds.GROUP, crds.VERSION, "talosclusters"), NS, {
             "apiVersion": crds.API_VERSION, "kind": "TalosCluster", "metadata": {"name": "c1", "namespace": NS},
             "spec": cluster_spec(secret=SECRET, endpoint=sim.url, contract=V1_14, cni="flannel")})
@@ -67,6 +69,11 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
             yield World(sim, kube, pool, base, tmp_path / "trust" / "kubernetes-ca.crt", rotation)
         finally:
             await kube.close()
+
+
+def current_ca_yaml(ca_pem: bytes) -> bytes:
+    """The part of secrets.yaml the sync reads (certs.k8s.crt); nothing else of the bundle is needed."""
+    return f"certs:\n  k8s:\n    crt: {base64.b64encode(ca_pem).decode()}\n".encode()
 
 
 def sync_of(w: World, tick: float) -> TrustSync:
@@ -186,6 +193,8 @@ async def test_a_second_rotation_drops_the_first_ones_ca_once_the_base_trusts_th
     secrets = w.sim.store.resolve("", "v1", "secrets")
     obj = w.sim.store.get(secrets, CONTROLLER_NS, SECRET)
     obj["data"][ROTATION_KEY] = base64.b64encode(second_rotation.to_yaml().encode()).decode()
+    # rotation 1's Finalizing replaced the bundle: its CA is the current one; the base still lags behind it
+    obj["data"][SECRETS_KEY] = base64.b64encode(current_ca_yaml(first.cert_pem)).decode()
     w.sim.store.apply(secrets, obj)
     put_operation(w.sim, "rotate-again", "c1", "Accepting")
     result = await sync.pass_once()
@@ -202,3 +211,29 @@ async def test_a_second_rotation_drops_the_first_ones_ca_once_the_base_trusts_th
     assert (await sync.pass_once()).cleared is True
     assert w.pool.extras == [] and not w.trust_file.exists()
     assert w.pool.source() == [second.cert_pem]  # the first rotation's CA is trusted no more
+
+
+async def test_another_clusters_rotation_is_not_trusted(world: World) -> None:
+    """A rotation of a cluster whose API server this process does not use: its CA could never reach ca.crt,
+    so the pool would keep it for ever; the sync leaves it out and still serves its own cluster's."""
+    w = world
+    other = generate_rotation((Target.KUBERNETES,))
+    other_current = generate_rotation((Target.KUBERNETES,)).new[Target.KUBERNETES]
+    store = w.sim.store
+    store.create(store.resolve("", "v1", "secrets"), CONTROLLER_NS, {
+        "metadata": {"name": "c2-secrets", "namespace": CONTROLLER_NS}, "type": "Opaque",
+        "data": {ROTATION_KEY: base64.b64encode(other.to_yaml().encode()).decode(),
+                 SECRETS_KEY: base64.b64encode(current_ca_yaml(other_current.cert_pem)).decode()}})
+    store.create(store.resolve(crds.GROUP, crds.VERSION, "talosclusters"), NS, {
+        "apiVersion": crds.API_VERSION, "kind": "TalosCluster", "metadata": {"name": "c2", "namespace": NS},
+        "spec": cluster_spec(secret="c2-secrets", endpoint="https://127.0.0.9:6443", contract=V1_14,
+                             cni="flannel")})
+    put_operation(w.sim, "rotate-c2", "c2", "Issuing")
+    sync = sync_of(w, tick=60.0)
+    result = await sync.pass_once()
+    assert (result.underway, result.other_clusters, result.trusted) == (1, 1, 0)
+    assert w.pool.extras == [] and not w.trust_file.exists()
+    put_operation(w.sim, "rotate", "c1", "Accepting")  # our own cluster's rotation is still trusted
+    result = await sync.pass_once()
+    assert (result.underway, result.other_clusters, result.trusted) == (2, 1, 1)
+    assert w.pool.extras == [w.rotation.new[Target.KUBERNETES].cert_pem]

@@ -34,7 +34,7 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _no_trust_hook(_cert_pem: bytes) -> None:
+def _no_trust_hook(_new_ca_pem: bytes, _current_ca_pem: bytes) -> None:
     """The trust pool (a later issue) replaces this; the seam is called on every pass that reads rotation.yaml."""
 
 
@@ -49,8 +49,9 @@ class RotationContext:
     recorder: EventRecorder
     timing: Timing
     now: Clock = _utcnow
-    #: Called with the new Kubernetes CA certificate (public part only) on every pass that reads rotation.yaml.
-    trust_hook: Callable[[bytes], None] = _no_trust_hook
+    #: Called with the new and the current Kubernetes CA certificates (public parts only) on every pass that
+    #: reads rotation.yaml.
+    trust_hook: Callable[[bytes, bytes], None] = _no_trust_hook
     talos_factory: Callable[[DialBundle], TalosClient] = field(default=_talos_client)
 
 

@@ -28,10 +28,12 @@ def is_ca_rotation(op: Obj) -> bool:
     return (op.get("spec") or {}).get("kind") == KIND
 
 
-def hand_trust(ctx: RotationContext, rotation: Rotation) -> None:
+def hand_trust(ctx: RotationContext, rotation: Rotation, current_k8s_pem: bytes) -> None:
     new = rotation.new.get(Target.KUBERNETES)
     if new is not None:
-        ctx.trust_hook(new.cert_pem)  # public part only; the key never leaves the Secret
+        # public parts only; the keys never leave the Secret. The current CA lets the hook tell whether
+        # this is the cluster ichord's own API server belongs to.
+        ctx.trust_hook(new.cert_pem, current_k8s_pem)
 
 
 def issuing_dial(inputs: Inputs, rotation: Rotation) -> DialBundle:

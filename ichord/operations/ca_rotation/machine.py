@@ -155,7 +155,7 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     saved = await save_rotation(ctx.kube, ctx.namespace, secret_name, targets)
     failpoint("ca-rotation.saved")
     rotation = saved.rotation
-    hand_trust(ctx, rotation)
+    hand_trust(ctx, rotation, inputs.bundle.k8s.cert_pem)
     how = "adopted the rotation.yaml a previous start saved" if saved.adopted else "saved the new CAs to rotation.yaml"
     await enter(ctx, inputs, rotation, Stage.ACCEPTING, extra=[started(ctx)])
     event(ctx, inputs, "Normal", EventReason.OPERATION_STARTED,
@@ -171,7 +171,7 @@ async def _held_by_spec(ctx: RotationContext, inputs: Inputs, stage: Stage) -> O
     (settle delays, the client-restart bound) start again after it, which only ever waits longer.
     """
     if inputs.rotation is not None:
-        hand_trust(ctx, inputs.rotation)
+        hand_trust(ctx, inputs.rotation, inputs.bundle.k8s.cert_pem)
     refusal = await lock(ctx, inputs)
     if refusal is not None:
         return refusal
@@ -200,7 +200,7 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
             return Requeue(0.0, "stage Finalizing")
         return await blocked(ctx, inputs, f"the bundle Secret holds no {names.ROTATION_KEY} although the rotation is "
                                           f"in {stage.value}; restore it from a backup of the Secret")
-    hand_trust(ctx, rotation)
+    hand_trust(ctx, rotation, inputs.bundle.k8s.cert_pem)
     refusal = await lock(ctx, inputs)
     if refusal is not None:
         return refusal
@@ -243,7 +243,7 @@ async def _await_credentials(ctx: RotationContext, inputs: Inputs) -> Outcome:
     rotation = inputs.rotation
     if rotation is None:
         return await blocked(ctx, inputs, f"the bundle Secret holds no {names.ROTATION_KEY} in AwaitingCredentials")
-    hand_trust(ctx, rotation)
+    hand_trust(ctx, rotation, inputs.bundle.k8s.cert_pem)
     refusal = await lock(ctx, inputs)
     if refusal is not None:
         return refusal
