@@ -2,9 +2,12 @@
 
 The API server's serving certificate switches to the new Kubernetes CA at Issuing; each replica's base
 CA file (a pod's projected ca.crt, simulated) follows only ~80 s (scaled) later; the operator hands over
-so that Accepting -> Issuing takes 6-8 s (scaled). With the trust pool neither replica sees an x509
-failure, the leader keeps its lease, the follower's informers keep going, and a follower restarted in
-the window trusts the new CA at once from its kept trust file. With the pool off the failures show.
+7 s (scaled) after Accepting, as on hardware, where Accepting -> Issuing took 6-8 s. The simulator's
+four applies cost real CPU the time scale cannot shrink, so its switch comes later than that; the
+follower, which has no tick, must still publish within the hardware's 6 s. With the trust pool
+neither replica sees an x509 failure, the leader keeps its lease, the follower's informers keep going,
+and a follower restarted in the window trusts the new CA at once from its kept trust file. With the
+pool off the failures show.
 """
 
 from __future__ import annotations
@@ -110,8 +113,8 @@ class Timeline:
 
 @pytest.fixture
 async def env(make_sim_env: MakeSimEnv, tmp_path: Path) -> SimEnvironment:
-    # The nodes' own delays at 1/10 of the e2e scale, so that the rotation's Accepting pass (four applies,
-    # each waiting out a kube-apiserver restart) fits in the 6-8 s (scaled) window observed on hardware.
+    # The nodes' own delays (kube-apiserver restarts after each apply) at 1/10 of the e2e scale, to keep
+    # the Accepting pass as short as the simulator allows (its applies' CPU time does not scale).
     return await make_sim_env(management_api="self", projected_ca_path=tmp_path / "projected-ca.crt",
                               projected_ca_lag=PROJECTED_LAG, timings=scaled(E2E_TIME_SCALE / 10))
 
@@ -227,6 +230,10 @@ async def test_with_the_pool_no_replica_fails_x509_and_the_leader_keeps_its_leas
         print(f"follower published {follower_latency * 1000:.0f} ms after the Accepting status; "
               f"the switch came {switch - accepting:.2f} s after it; stages "
               f"{ {k: round(v - timeline.stages['Accepting'], 3) for k, v in timeline.stages.items()} }")
+        # Hardware saw the switch 6-8 s after Accepting. The simulator's applies cost CPU that the time scale
+        # cannot shrink, so its own window is longer; what the scenario needs is that the follower, with no
+        # tick, publishes inside the hardware's window: it does so from the informer's event alone.
+        assert follower_latency < ACCEPTING_TO_ISSUING[0], (follower_latency, ACCEPTING_TO_ISSUING)
         # The restarted follower loaded the kept file before its first request and never failed x509.
         loaded = [line for line in restarted.lines()
                   if line.get("event") == "loaded extra Kubernetes CAs from the trust file"]
