@@ -1,5 +1,8 @@
 """``ichord cluster ...``: commands about one TalosCluster, run with the user's kubeconfig.
 
+``credentials`` is the operator's side of a CA rotation's AwaitingCredentials stage (ADR 0091,
+ADR 0120 §5): see ichord.credentials.
+
 ``bundle-export`` saves the live secrets bundle and acknowledges it with the annotation
 ``ichor.maesh.dev/bundle-exported: <ExportFingerprint>`` (ADR 0063 "BundleBackupStale", ADR 0120
 §5); the daemon's expiry pass lowers BundleBackupStale when that equals the live bundle's. The CLI
@@ -10,14 +13,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
-import tempfile
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ichord.api.names import BUNDLE_EXPORTED_ANNOTATION, ROTATION_KEY, SECRETS_KEY
+from kubernetes_asyncio.config.config_exception import ConfigException
+
+from ichord.api.names import (
+    BUNDLE_EXPORTED_ANNOTATION,
+    CREDENTIALS_HANDOFF_ANNOTATION,
+    ROTATION_KEY,
+    SECRETS_KEY,
+)
+from ichord.credentials import DEFAULT_CREDENTIALS_DIR, HandOff, files, hand_off
 from ichord.errors import IchordError
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.crds import clusters
@@ -25,6 +34,7 @@ from ichord.kube.errors import NotFound
 from ichord.kube.reads import read_secret
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import export_fingerprint
+from ichord.pki.scrub import SCRUBBER
 
 #: Where ``ichor init`` keeps a cluster's bundle (ADR 0063 Decision 4); ``{name}`` is the TalosCluster.
 DEFAULT_EXPORT_PATH = "~/.ichor/clusters/{name}/secrets.yaml"
@@ -46,6 +56,7 @@ def register(subparsers: Any) -> None:
     cluster = subparsers.add_parser("cluster", help="commands about one TalosCluster (bundle export, ...)")
     sub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
     _register_bundle_export(sub)
+    _register_credentials(sub)
 
 
 def _register_bundle_export(sub: Any) -> None:
@@ -73,6 +84,74 @@ def _register_bundle_export(sub: Any) -> None:
     p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context (default: the current context)")
     p.set_defaults(func=_bundle_export_main)
+
+
+def _register_credentials(sub: Any) -> None:
+    p = sub.add_parser(
+        "credentials",
+        help="hand off a CA rotation: write a talosconfig and kubeconfig from the new CAs and acknowledge them",
+        description=(
+            "Wait until the cluster's ca-rotation reaches AwaitingCredentials, mint a talosconfig (os:admin, "
+            "signed by the new OS CA, trusting the old and new) and an admin kubeconfig (signed by the new "
+            "Kubernetes CA, trusting the old and new), prove both against the cluster (Version on every control "
+            "plane, /version and the Nodes on the API), write them with mode 0600 and, with --acknowledge, set "
+            f"{CREDENTIALS_HANDOFF_ANNOTATION} on the operation so the rotation goes on to Issuing. Transient API "
+            "errors (the API server restarting, a webhook timing out) are waited through for up to --wait "
+            "seconds. Run after Issuing, it still writes working credentials but acknowledges nothing."
+        ),
+    )
+    p.add_argument("name", metavar="NAME", help="the TalosCluster")
+    p.add_argument("--acknowledge", action="store_true",
+                   help="after the files are verified and written, let the rotation go on (sets the annotation); "
+                        "without it nothing on the cluster changes")
+    p.add_argument("-o", "--output-dir", type=Path,
+                   help=f"directory for the files talosconfig and kubeconfig (default "
+                        f"{DEFAULT_CREDENTIALS_DIR.format(name='NAME')}; created with mode 0700; existing files "
+                        "are replaced)")
+    p.add_argument("-n", "--namespace", help="the TalosCluster's namespace (default: the kubeconfig context's)")
+    p.add_argument("--secret-namespace",
+                   help="namespace of the bundle Secret (the controller's; default: the TalosCluster's namespace)")
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context (default: the current context)")
+    p.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
+                   help="how long to wait for the stage and through transient API errors (default 600)")
+    p.set_defaults(func=_credentials_main)
+
+
+def _credentials_main(args: argparse.Namespace) -> int:
+    if args.wait <= 0:
+        print("ichord: --wait must be a positive number of seconds", file=sys.stderr)
+        return 2
+    try:
+        result = asyncio.run(_credentials_cli(args))
+    except IchordError as exc:
+        # Scrubbed again: a message built from a server's answer must never carry key material.
+        print(f"ichord: {SCRUBBER.text(str(exc))}", file=sys.stderr)
+        return 2
+    print(f"wrote {result.talosconfig} (mode 0600; os:admin client certificate sha256 "
+          f"{result.talos_client_fingerprint})")
+    print(f"wrote {result.kubeconfig} (mode 0600; admin client certificate sha256 {result.kube_client_fingerprint})")
+    print("both verified against the cluster with exactly these files")
+    if result.acknowledged:
+        print(f"acknowledged TalosOperation {result.operation} ({CREDENTIALS_HANDOFF_ANNOTATION}); "
+              "the rotation goes on to Issuing")
+    elif result.stage == "AwaitingCredentials":
+        print(f"not acknowledged: TalosOperation {result.operation} keeps waiting in AwaitingCredentials; "
+              f"run again with --acknowledge once you have checked the files")
+    print(f"use them: talosctl --talosconfig {result.talosconfig} ...; kubectl --kubeconfig {result.kubeconfig} ...")
+    return 0
+
+
+async def _credentials_cli(args: argparse.Namespace) -> HandOff:
+    try:
+        kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
+    except ConfigException as exc:  # from_kubeconfig does not translate a missing or malformed file
+        raise ClusterCommandError(f"cannot use the kubeconfig ({SCRUBBER.text(str(exc))}); pass --kubeconfig "
+                                  "with a working file (and --context)") from None
+    async with kube:
+        out_dir = args.output_dir or Path(DEFAULT_CREDENTIALS_DIR.format(name=args.name))
+        return await hand_off(kube, args.namespace or kube.namespace, args.name, out_dir, wait=args.wait,
+                              acknowledge=args.acknowledge, secret_namespace=args.secret_namespace)
 
 
 def _bundle_export_main(args: argparse.Namespace) -> int:
@@ -139,39 +218,7 @@ async def bundle_export(kube: KubeClient, name: str, *, namespace: str, output: 
 
 def write_private(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` with mode 0600, atomically; missing parents are created 0700."""
-    _make_private_dirs(path.parent)
-    # A temporary file in the same directory, renamed over the target: a reader never sees half a
-    # bundle, and the content is never in a file with looser permissions.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise ClusterCommandError(f"cannot write {path} ({exc.strerror}); choose another path with -o") from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _make_private_dirs(directory: Path) -> None:
-    missing: list[Path] = []
-    d = directory
-    while not d.exists():
-        missing.append(d)
-        d = d.parent
-    for d in reversed(missing):
-        try:
-            d.mkdir(mode=0o700)
-            os.chmod(d, 0o700)  # mkdir's mode is masked by the umask
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise ClusterCommandError(f"cannot create {d} ({exc.strerror}); choose another path with -o") from None
-
+        files.write_private(path, data)
+    except files.PrivateFileError as exc:
+        raise ClusterCommandError(str(exc)) from None

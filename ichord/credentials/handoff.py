@@ -1,0 +1,348 @@
+"""The operator's side of AwaitingCredentials (ADR 0091; ADR 0120 §5, Amendment 4 and "an early acknowledgement").
+
+``hand_off`` finds the cluster's ca-rotation, waits until it reaches AwaitingCredentials, mints a
+talosconfig and an admin kubeconfig from the new CAs, proves both work (Version on every control
+plane with exactly that talosconfig; /version and the Nodes with exactly that kubeconfig), writes
+them with mode 0600 and only then sets ``ichor.maesh.dev/credentials-handoff`` to the token. Every
+API call goes through the transient-error retry (retry.py). Nothing secret is printed or raised.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+
+from ichord.api import names
+from ichord.api.carotation import Stage
+from ichord.credentials.files import make_private_dirs, write_private
+from ichord.credentials.mint import Minted, mint, talosconfig_dial
+from ichord.credentials.retry import DEFAULT_DELAYS, Retrier
+from ichord.errors import IchordError
+from ichord.kube import crds
+from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.errors import Forbidden, Invalid, KubeError, NotFound, TLSVerificationError, Unauthorized
+from ichord.kube.reads import read_secret
+from ichord.machines.view import MachineSpecError, MachineView
+from ichord.operations.ca_rotation.plan import CERT_NAMES, handoff_token, hands_off, replaced_by
+from ichord.pki.bundle import SecretsBundle
+from ichord.pki.ca import CertificateAuthority
+from ichord.pki.fingerprint import ca_fingerprint
+from ichord.pki.rotation import Rotation, RotationError, Target, parse_targets
+from ichord.pki.scrub import SCRUBBER
+from ichord.talos.client import TalosClient
+from ichord.talos.dial import DialBundle
+from ichord.talos.errors import TalosError
+
+T = TypeVar("T")
+Obj = dict[str, Any]
+
+#: Where the files go by default, next to ``ichor init``'s secrets.yaml (ADR 0063 Decision 4).
+DEFAULT_CREDENTIALS_DIR = "~/.ichor/clusters/{name}"
+TALOSCONFIG = "talosconfig"
+KUBECONFIG = "kubeconfig"
+CA_ROTATION_KIND = "ca-rotation"
+_PAST = (Stage.ISSUING, Stage.DROPPING, Stage.FINALIZING, Stage.DONE)
+
+
+class CredentialsError(IchordError):
+    """The hand-off cannot go on; the message says why and what to do. Nothing was acknowledged."""
+
+
+class NoRotationUnderWay(CredentialsError):
+    """The cluster has no ca-rotation that is neither Completed nor Failed."""
+
+
+class StageNotReached(CredentialsError):
+    """The rotation did not reach AwaitingCredentials within the wait."""
+
+
+class CredentialsNotVerified(CredentialsError):
+    """A minted credential was refused by the cluster; nothing was written, nothing acknowledged."""
+
+
+@dataclass(frozen=True)
+class HandOff:
+    operation: str
+    talosconfig: Path
+    kubeconfig: Path
+    token: str  # the new CAs' fingerprints: public
+    stage: str  # the stage the credentials were made in
+    acknowledged: bool
+    talos_client_fingerprint: str
+    kube_client_fingerprint: str
+
+
+def _talos_client(dial: DialBundle) -> TalosClient:
+    return TalosClient(dial, dial_timeout=10.0, rpc_timeout=30.0)
+
+
+def _describe(exc: BaseException) -> str:
+    """The typed error's own message, scrubbed (the cause chain adds only the raw HTTP exchange)."""
+    return f"{type(exc).__name__}: {SCRUBBER.text(str(exc))}"
+
+
+def _advice(exc: KubeError) -> str:
+    if isinstance(exc, Unauthorized):
+        return "The API server refused the kubeconfig's credentials: renew them or pass --kubeconfig."
+    if isinstance(exc, Forbidden):
+        return ("Your user lacks the permission: the hand-off reads TalosClusters, TalosMachines, TalosOperations "
+                "and the bundle Secret, and patches the TalosOperation.")
+    if isinstance(exc, NotFound):
+        return "Check the name and --namespace."
+    if isinstance(exc, Invalid):
+        return "The API server refused the change as invalid."
+    if isinstance(exc, TLSVerificationError):
+        return "The kubeconfig does not trust the API server's certificate."
+    return ""
+
+
+async def _api(retry: Retrier, what: str, fn: Callable[[], Awaitable[T]]) -> T:
+    """One management-API call: transient errors retried, a final one turned into a CredentialsError."""
+    try:
+        return await retry.call(what, fn)
+    except KubeError as exc:
+        raise CredentialsError(f"{what} failed: {_describe(exc)}. {_advice(exc)}".rstrip()) from None
+
+
+def _stage(op: Obj) -> Stage | None:
+    text = ((op.get("status") or {}).get("caRotation") or {}).get("stage") or ""
+    try:
+        return Stage.parse(text) if text else None
+    except ValueError:
+        return None
+
+
+def _targets(op: Obj) -> tuple[Target, ...] | None:
+    status = op.get("status") or {}
+    names_ = ((status.get("caRotation") or {}).get("targets") or (status.get("plan") or {}).get("targets")
+              or ((op.get("spec") or {}).get("caRotation") or {}).get("targets"))
+    try:
+        return parse_targets(list(names_) if names_ else None)
+    except RotationError:
+        return None  # the controller fails such an operation; the stage wait reports it
+
+
+def _under_way(op: Obj, cluster: str) -> bool:
+    spec = op.get("spec") or {}
+    return (spec.get("kind") == CA_ROTATION_KIND and (spec.get("clusterRef") or {}).get("name") == cluster
+            and (op.get("status") or {}).get("phase") not in (names.Phase.COMPLETED, names.Phase.FAILED))
+
+
+async def _find_operation(kube: KubeClient, retry: Retrier, namespace: str, cluster: str) -> Obj:
+    items, _ = await _api(retry, f"listing the TalosOperations in {namespace}",
+                          lambda: crds.operations(kube).list_objects(namespace))
+    found = [op for op in items if _under_way(op, cluster)]
+    if not found:
+        raise NoRotationUnderWay(
+            f"no ca-rotation of TalosCluster {namespace}/{cluster} is under way (no TalosOperation of kind "
+            f"{CA_ROTATION_KIND} for it that is neither Completed nor Failed); start the rotation first. "
+            "Nothing was written.")
+    # The cluster lock admits one rotation; should there be more, the one that has begun is the one waiting.
+    found.sort(key=lambda op: (_stage(op) is None, str(op["metadata"].get("creationTimestamp") or "")))
+    op = found[0]
+    targets = _targets(op)
+    if targets is not None and not hands_off(targets):
+        raise CredentialsError(
+            f"TalosOperation {namespace}/{op['metadata']['name']} rotates {', '.join(t.value for t in targets)} only: "
+            "the operator's talosconfig and kubeconfig do not change, so there is no hand-off (ADR 0120 §5).")
+    return op
+
+
+async def _await_stage(kube: KubeClient, retry: Retrier, op: Obj, *, wait: float, poll: float,
+                       say: Callable[[str], None]) -> Obj:
+    """Poll the operation until it is in AwaitingCredentials or later; say once that it waits."""
+    ns, name = str(op["metadata"]["namespace"]), str(op["metadata"]["name"])
+    deadline = time.monotonic() + wait
+    said = False
+    while True:
+        status = op.get("status") or {}
+        stage = _stage(op)
+        if status.get("phase") == names.Phase.FAILED:
+            raise CredentialsError(f"TalosOperation {ns}/{name} failed: {SCRUBBER.text(str(status.get('message')))}; "
+                                   "nothing was written.")
+        if status.get("phase") == names.Phase.COMPLETED:
+            raise NoRotationUnderWay(f"TalosOperation {ns}/{name} completed while waiting; there is no hand-off "
+                                     "left to make. Nothing was written.")
+        if stage is Stage.AWAITING_CREDENTIALS or stage in _PAST:
+            return op
+        if not said:
+            said = True
+            held = " (spec.paused: it starts when paused is set to false)" if (op.get("spec") or {}).get(
+                "paused") else ""
+            say(f"waiting for {name} to reach {Stage.AWAITING_CREDENTIALS.value} "
+                f"(now {stage.value if stage else 'not started'}){held}")
+        if time.monotonic() >= deadline:
+            raise StageNotReached(
+                f"TalosOperation {ns}/{name} is still in {stage.value if stage else 'no stage'} after {wait:.0f} s; "
+                f"run the command again later (or with a longer --wait). Nothing was written.")
+        await anyio.sleep(max(0.0, min(poll, deadline - time.monotonic())))
+        op = await _api(retry, f"reading TalosOperation {ns}/{name}", lambda: crds.operations(kube).get(ns, name))
+
+
+def _authorities(bundle: SecretsBundle, rotation: Rotation | None, certs: Sequence[Obj],
+                 where: str) -> tuple[CertificateAuthority, list[bytes], CertificateAuthority, list[bytes]]:
+    """(new OS CA, OS CAs to trust, new Kubernetes CA, Kubernetes CAs to trust), old before new."""
+    if rotation is None:
+        if not replaced_by(bundle, certs):
+            raise CredentialsError(f"{where} holds no {names.ROTATION_KEY} and not the new CAs the operation names; "
+                                   "the rotation's state is inconsistent: see the operation's status. Nothing written.")
+        # Finalizing replaced secrets.yaml: the bundle's CAs are the new ones (the old are no longer kept).
+        return bundle.os, [bundle.os.cert_pem], bundle.k8s, [bundle.k8s.cert_pem]
+    expected = {str(c.get("name")): str(c.get("next")) for c in certs if c.get("next")}
+    for target, ca in rotation.new.items():
+        want = expected.get(CERT_NAMES[target])
+        if want is not None and ca_fingerprint(ca) != want:
+            raise CredentialsError(f"the new {target.value} CA in {where} key {names.ROTATION_KEY} is not the one the "
+                                   "operation's status names; the Secret changed under the rotation. Nothing written.")
+    new_os = rotation.new.get(Target.TALOS, bundle.os)
+    new_k8s = rotation.new.get(Target.KUBERNETES, bundle.k8s)
+    return new_os, [bundle.os.cert_pem, new_os.cert_pem], new_k8s, [bundle.k8s.cert_pem, new_k8s.cert_pem]
+
+
+async def _control_planes(kube: KubeClient, retry: Retrier, namespace: str, cluster: str) -> list[MachineView]:
+    objs, _ = await _api(retry, f"listing the TalosMachines in {namespace}",
+                         lambda: crds.machines(kube).list_objects(namespace))
+    out = []
+    for obj in objs:
+        try:
+            view = MachineView.of(obj)
+        except MachineSpecError:
+            continue
+        if view.cluster == cluster and view.approved and view.is_control_plane and view.address:
+            out.append(view)
+    if not out:
+        raise CredentialsError(f"TalosCluster {namespace}/{cluster} has no approved control plane TalosMachine with "
+                               "an address; the talosconfig would have no endpoint. Nothing was written.")
+    return sorted(out, key=lambda m: m.name)
+
+
+async def _verify_talos(retry: Retrier, factory: Callable[[DialBundle], TalosClient], talosconfig: bytes,
+                        signing: CertificateAuthority) -> None:
+    dial, endpoints = talosconfig_dial(talosconfig, signing)
+    client = factory(dial)
+    try:
+        for endpoint in endpoints:
+            try:
+                await retry.call(f"Talos Version on {endpoint} with the new talosconfig",
+                                 lambda e=endpoint: client.version(e))  # type: ignore[misc]
+            except TalosError as exc:
+                raise CredentialsNotVerified(
+                    f"the new talosconfig does not work on {endpoint}: {_describe(exc)}. Nothing was "
+                    "written and the operation was not acknowledged; check that the machine is up and runs the "
+                    "stage's configuration (the operation's status.machines), then run the command again.") from None
+    finally:
+        client.close()
+
+
+async def _verify_kube(retry: Retrier, path: Path, server: str) -> None:
+    try:
+        client = await from_kubeconfig(path, namespace="default")
+    except KubeError as exc:
+        raise CredentialsNotVerified(f"the new kubeconfig cannot be loaded: {_describe(exc)}") from None
+    try:
+        for what, call_path in (("/version", "/version"), ("listing the Nodes", "/api/v1/nodes")):
+            try:
+                await retry.call(f"{what} on {server} with the new kubeconfig",
+                                 lambda p=call_path: client.raw("GET", p))  # type: ignore[misc]
+            except KubeError as exc:
+                raise CredentialsNotVerified(
+                    f"the new kubeconfig does not work on {server} ({what}): {_describe(exc)}. Nothing was "
+                    "written and the operation was not acknowledged; the API server must accept the new Kubernetes "
+                    "CA (the Accepting stage) and serve from a CA the file trusts.") from None
+    finally:
+        await client.close()
+
+
+async def _verified(retry: Retrier, minted: Minted, server: str, signing_os: CertificateAuthority,
+                    factory: Callable[[DialBundle], TalosClient]) -> None:
+    """Both files, used exactly as written, from a private scratch directory."""
+    with tempfile.TemporaryDirectory(prefix="ichord-credentials-") as tmp:
+        os.chmod(tmp, 0o700)
+        scratch = Path(tmp) / KUBECONFIG
+        write_private(scratch, minted.kubeconfig)
+        await _verify_talos(retry, factory, minted.talosconfig, signing_os)
+        await _verify_kube(retry, scratch, server)
+
+
+def _write(out_dir: Path, minted: Minted) -> tuple[Path, Path]:
+    out_dir = out_dir.expanduser()
+    make_private_dirs(out_dir)
+    paths = (out_dir / TALOSCONFIG, out_dir / KUBECONFIG)
+    for path, data in zip(paths, (minted.talosconfig, minted.kubeconfig), strict=True):
+        write_private(path, data)
+        if path.read_bytes() != data:
+            raise CredentialsError(f"{path} does not hold what was written (another writer?); the operation was "
+                                   "not acknowledged. Run the command again.")
+    return paths
+
+
+async def hand_off(kube: KubeClient, namespace: str, cluster: str, out_dir: Path, *, wait: float = 600.0,
+                   say: Callable[[str], None] = print,
+                   talos_factory: Callable[[DialBundle], TalosClient] | None = None,
+                   acknowledge: bool = True, secret_namespace: str | None = None, poll: float = 2.0,
+                   retry_delays: tuple[float, float] = DEFAULT_DELAYS) -> HandOff:
+    """The whole hand-off for TalosCluster ``namespace/cluster``; see the module docstring.
+
+    ``secret_namespace``: where the bundle Secret lives (the controller namespace; default ``namespace``).
+    ``acknowledge``: False writes the verified files but leaves the annotation alone.
+    ``wait`` bounds both the wait for the stage and each call's run of transient errors; ``poll`` is the
+    interval between reads of the operation, ``retry_delays`` the backoff (first, longest); tests shorten both.
+    """
+    retry = Retrier(wait, say, retry_delays)
+    tc = await _api(retry, f"reading TalosCluster {namespace}/{cluster}",
+                    lambda: crds.clusters(kube).get(namespace, cluster))
+    spec = tc.get("spec") or {}
+    server = str(spec.get("endpoint") or "")
+    secret_name = str((spec.get("secretsRef") or {}).get("name") or "")
+    if not server or not secret_name:
+        raise CredentialsError(f"TalosCluster {namespace}/{cluster} lacks spec.endpoint or spec.secretsRef.name; "
+                               "fix the object. Nothing was written.")
+    op = await _find_operation(kube, retry, namespace, cluster)
+    op = await _await_stage(kube, retry, op, wait=wait, poll=poll, say=say)
+    op_name = str(op["metadata"]["name"])
+    stage = _stage(op)
+    assert stage is not None  # _await_stage returns only a stage at or past AwaitingCredentials
+    certs = list(((op.get("status") or {}).get("caRotation") or {}).get("certificates") or [])
+    token = handoff_token(certs)
+    if not token:
+        raise CredentialsError(f"TalosOperation {namespace}/{op_name} shows no new CA in "
+                               "status.caRotation.certificates; nothing to hand off. Nothing was written.")
+
+    sns = secret_namespace or namespace
+    where = f"Secret {sns}/{secret_name}"
+    secret = await _api(retry, f"reading the bundle {where}", lambda: read_secret(kube, sns, secret_name))
+    raw = secret.data.get(names.SECRETS_KEY)
+    if raw is None:
+        raise CredentialsError(f"{where} has no {names.SECRETS_KEY}; restore it from a backup. Nothing was written.")
+    bundle = SecretsBundle.from_yaml(raw, f"{where} key {names.SECRETS_KEY}")
+    SCRUBBER.register_all(bundle.secret_values())
+    raw_rotation = secret.data.get(names.ROTATION_KEY)
+    rotation = Rotation.from_yaml(raw_rotation) if raw_rotation is not None else None
+    if rotation is not None:
+        SCRUBBER.register_all(ca.key_pem for ca in rotation.new.values() if ca.key_pem)
+    os_new, os_trusted, k8s_new, k8s_trusted = _authorities(bundle, rotation, certs, where)
+    cps = await _control_planes(kube, retry, namespace, cluster)
+
+    minted = mint(str(spec.get("clusterName") or cluster), [m.address for m in cps], server,
+                  os_signing=os_new, os_trusted=os_trusted, k8s_signing=k8s_new, k8s_trusted=k8s_trusted)
+    await _verified(retry, minted, server, os_new, talos_factory or _talos_client)
+    talos_path, kube_path = _write(out_dir, minted)
+
+    acknowledged = False
+    if stage is not Stage.AWAITING_CREDENTIALS:
+        say(f"{op_name} is already in {stage.value}: the credentials stay valid and were written, but there is "
+            "nothing to acknowledge (the rotation no longer waits for them)")
+    elif acknowledge:
+        patch = {"metadata": {"annotations": {names.CREDENTIALS_HANDOFF_ANNOTATION: token}}}
+        await _api(retry, f"annotating TalosOperation {namespace}/{op_name}",
+                   lambda: crds.operations(kube).patch(namespace, op_name, patch))
+        acknowledged = True
+    return HandOff(op_name, talos_path, kube_path, token, stage.value, acknowledged,
+                   minted.talos_client_fingerprint, minted.kube_client_fingerprint)
