@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio.config.config_exception import ConfigException
-
 from ichord.api.names import (
     BUNDLE_EXPORTED_ANNOTATION,
     CREDENTIALS_HANDOFF_ANNOTATION,
@@ -143,11 +141,7 @@ def _credentials_main(args: argparse.Namespace) -> int:
 
 
 async def _credentials_cli(args: argparse.Namespace) -> HandOff:
-    try:
-        kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
-    except ConfigException as exc:  # from_kubeconfig does not translate a missing or malformed file
-        raise ClusterCommandError(f"cannot use the kubeconfig ({SCRUBBER.text(str(exc))}); pass --kubeconfig "
-                                  "with a working file (and --context)") from None
+    kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
     async with kube:
         out_dir = args.output_dir or Path(DEFAULT_CREDENTIALS_DIR.format(name=args.name))
         return await hand_off(kube, args.namespace or kube.namespace, args.name, out_dir, wait=args.wait,

@@ -25,7 +25,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 
 from ichord import yamlio
-from ichord.kube.errors import KubeError, from_status, translate
+from ichord.kube.errors import KubeConfigError, KubeError, from_status, translate
 from ichord.metrics import KUBE_REQUEST_DURATION
 from ichord.pki import pem as _pem
 from ichord.settings import Timing
@@ -178,9 +178,19 @@ async def from_kubeconfig(path: str | Path | None = None, *, context: str | None
                           namespace: str | None = None) -> KubeClient:
     """A client from a kubeconfig file (KUBECONFIG / ~/.kube/config when ``path`` is None)."""
     cfg = k8s.Configuration()
-    with translate():
-        await k8s_config.load_kube_config(config_file=str(path) if path else None, context=context,
-                                          client_configuration=cfg, persist_config=False)
+    where = str(path) if path else "$KUBECONFIG or ~/.kube/config"
+    try:
+        with translate():
+            await k8s_config.load_kube_config(config_file=str(path) if path else None, context=context,
+                                              client_configuration=cfg, persist_config=False)
+    except ConfigException as exc:
+        # A missing or malformed file must read as a usage error, not a traceback; the library's text names
+        # the missing key or context, never credentials.
+        raise KubeConfigError(f"cannot use the kubeconfig {where}: {exc}; pass --kubeconfig FILE "
+                              f"(and --context NAME)") from None
+    except OSError as exc:
+        raise KubeConfigError(f"cannot read the kubeconfig {where}: {exc.strerror or type(exc).__name__}; "
+                              f"pass --kubeconfig FILE") from None
     ns = namespace or _kubeconfig_namespace(path, context) or "default"
     return _build(cfg, ns, (timing or Timing.from_env()).kube_call_timeout, trust)
 

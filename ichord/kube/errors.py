@@ -40,6 +40,10 @@ class KubeError(IchordError):
         return False
 
 
+class KubeConfigError(KubeError):
+    """The kubeconfig cannot be used (missing, malformed, no such context); the message says which file."""
+
+
 class NotFound(KubeError):
     status, default_reason = 404, "NotFound"
 
