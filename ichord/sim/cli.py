@@ -60,6 +60,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--api-port", type=int, default=6443, help="Kubernetes API port (0: any free port)")
     p.add_argument("--state-port", type=int, default=0, help="serve the state/history JSON here (0: any free port)")
     p.add_argument("--time-scale", type=float, default=1.0, help="multiply every simulated delay by this")
+    p.add_argument("--cni", choices=("flannel", "cilium", "unmanaged"), default="flannel",
+                   help="the TalosCluster's CNI preset (and the CNI workload --addons runs)")
+    p.add_argument("--addons", action="store_true",
+                   help="run the CNI, kube-proxy and CoreDNS in kube-system, with the in-cluster client model "
+                        "(x509 failures, cilium taints, DNS outages in the state JSON)")
+    p.add_argument("--pod-start-delay", type=float, default=None, help="seconds a pod takes to become Ready")
+    p.add_argument("--kubelet-restart-lag", type=float, default=None,
+                   help="seconds a Kubernetes CA change takes to restart the kubelet (the Node reads Ready meanwhile)")
     p.set_defaults(func=run)
 
 
@@ -88,7 +96,8 @@ async def _serve(args: argparse.Namespace, bundle: SecretsBundle | None) -> None
         bundle=bundle, namespace=args.namespace, cluster_name=args.cluster_name, time_scale=args.time_scale,
         management_api=args.management_api, ip_prefix=args.ip_prefix, first=args.first_address,
         talos_port=args.talos_port, api_port=args.api_port, state_port=args.state_port,
-        kubeconfig=args.kubeconfig.resolve())
+        kubeconfig=args.kubeconfig.resolve(), cni=args.cni, addons=args.addons,
+        pod_start_delay=args.pod_start_delay, kubelet_restart_lag=args.kubelet_restart_lag)
     async with env:
         for line in env.summary():
             print(json.dumps(line), flush=True)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import tempfile
@@ -28,10 +29,14 @@ from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.render.inputs import ClusterInputs, MachineInputs
 from ichord.sim.combined import objects
+from ichord.sim.combined.addons import install_addons
 from ichord.sim.combined.follow import Follower
 from ichord.sim.combined.loopback import free_loopback_block
 from ichord.sim.kube.behaviours import BehaviourSettings
+from ichord.sim.kube.clientpods import PodModel
+from ichord.sim.kube.podrules import CLIENT_NAMESPACE
 from ichord.sim.kube.server import DEFAULT_CRD_DIR, KubeSimulator, SimSettings
+from ichord.sim.kube.status import ApiError
 from ichord.sim.talos.cluster import NodeSpec, SimCluster
 from ichord.sim.talos.node import SimNode, Timings
 from ichord.sim.talos.run import scaled, state_app
@@ -59,10 +64,17 @@ class SimEnvironment:
                  talos_port: int = objects.APID_PORT, api_port: int = API_PORT, state_port: int | None = None,
                  state_host: str = "127.0.0.1", kubeconfig: Path | None = None,
                  kubernetes_version: str = objects.KUBERNETES_VERSION, projected_ca_path: Path | None = None,
-                 projected_ca_lag: float | None = None) -> None:
+                 projected_ca_lag: float | None = None, addons: bool = False, pod_start_delay: float | None = None,
+                 kubelet_restart_lag: float | None = None, client_ca_reread: float | None = None) -> None:
         """``projected_ca_path``: the file the simulated kubelet keeps as a pod's projected ``ca.crt`` (the
         managed cluster's issuing Kubernetes CA), refreshed ``projected_ca_lag`` seconds (unscaled; default
-        BehaviourSettings') after kube-root-ca.crt is republished following a serving-CA switch."""
+        BehaviourSettings') after kube-root-ca.crt is republished following a serving-CA switch.
+
+        ``addons``: run the CNI's workloads, kube-proxy and CoreDNS in kube-system (addons.py), started and
+        available before ``start`` returns. ``pod_start_delay`` (a pod's start), ``kubelet_restart_lag`` (a
+        Kubernetes CA change restarts the kubelet this much later: stale Ready) and ``client_ca_reread``
+        (client-go's CA reload) are unscaled seconds, multiplied by ``time_scale``; None keeps the defaults
+        (0, 0 and 300 s)."""
         if control_planes < 1 or workers < 0 or control_planes + workers + first > 254:
             raise SimEnvironmentError("need at least 1 control plane, 0 or more workers, and every node address "
                                       "inside one 127.A.B.0/24 block (lower --first-address or the node count)")
@@ -86,6 +98,11 @@ class SimEnvironment:
         self._state = (state_host, state_port)
         self._kubeconfig_out = kubeconfig
         self._projected = (projected_ca_path, projected_ca_lag)
+        self._addons = addons
+        self._pod_start_delay = pod_start_delay
+        self._client_ca_reread = client_ca_reread
+        if kubelet_restart_lag is not None:
+            self._timings = replace(self._timings, kubelet_restart_lag=kubelet_restart_lag * time_scale)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._runner: web.AppRunner | None = None
         self._token = secrets.token_urlsafe(24)
@@ -132,6 +149,10 @@ class SimEnvironment:
             # Only the managed cluster's kubelet refreshes the file: a separate management API never switches CA.
             behaviours = replace(behaviours, projected_ca_path=projected_path, projected_ca_lag=(
                 behaviours.projected_ca_lag if projected_lag is None else projected_lag * self.time_scale))
+        if self._pod_start_delay is not None:
+            behaviours = replace(behaviours, pod_start_delay=self._pod_start_delay * self.time_scale)
+        if self._client_ca_reread is not None:
+            behaviours = replace(behaviours, client_ca_reread=self._client_ca_reread * self.time_scale)
         self.kube = KubeSimulator(SimSettings(
             host=endpoint_ip, port=self._api_port, serving_hosts=(endpoint_ip, "127.0.0.1"),
             token=self._token, client_cas=(bundle.k8s.cert_pem,), behaviours=behaviours,
@@ -165,10 +186,13 @@ class SimEnvironment:
         for m in self.machines:
             mspecs[m.name]["address"] = m.address
         self._register_nodes()
+        self._watch_clients()
         objects.create_objects(self.management.store, namespace=self.namespace, cluster=self.cluster_name,
                                secret=self.secret_name, bundle=bundle, cspec=cspec, mspecs=mspecs)
         await self.follower.sync()
         self.follower.start()
+        if self._addons:
+            await self._start_addons()
         self.kubeconfig = self._write_kubeconfig()
         await self._serve_state()
         self.started_in = time.perf_counter() - t0
@@ -205,6 +229,46 @@ class SimEnvironment:
                 os_image=f"Talos ({self.talos.version_tag(self.contract)})", boot_id=node.boot_id,
                 taint_control_plane=True))
             self.follower.update_node(node)
+
+    def _watch_clients(self) -> None:
+        # The pod model's events go into the one ordered history, next to the nodes' kubelet restarts.
+        pods = self.kube.behaviours.pods
+        history = self.talos.history
+        pods.record_hook = lambda kind, data: history.record(kind, None, **data)
+        pods.pending_kubelet_restarts = lambda: [n.nodename for n in self.talos.nodes.values()
+                                                 if n.kubelet_restarts_pending]
+
+    async def _start_addons(self) -> None:
+        made = install_addons(self.kube.store, self.cni)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10.0 + 20 * (self.kube.behaviours.settings.pod_start_delay
+                                              + self.kube.behaviours.settings.rollout_step)
+        while not_available := [f"{p}/{n}" for p, n in made if not self.workload_available(p, n)]:
+            if loop.time() > deadline:
+                raise SimEnvironmentError(f"the simulated addons did not become available: {', '.join(not_available)}")
+            await asyncio.sleep(0.01)
+
+    def workload_available(self, plural: str, name: str, namespace: str = CLIENT_NAMESPACE) -> bool:
+        """The workload's rollout is done: every pod of its current template Ready (the status the model writes)."""
+        store = self.kube.store
+        try:
+            obj = store.get(store.resolve("apps", "v1", plural), namespace, name)
+        except ApiError:
+            return False
+        st = obj.get("status") or {}
+        if int(st.get("observedGeneration") or 0) < int(obj["metadata"].get("generation") or 0):
+            return False
+        if plural == "daemonsets":
+            desired = int(st.get("desiredNumberScheduled") or 0)
+            return (int(st.get("updatedNumberScheduled") or 0) >= desired
+                    and int(st.get("numberAvailable") or 0) >= desired)
+        want = int(obj["spec"].get("replicas", 1))
+        return int(st.get("updatedReplicas") or 0) >= want and int(st.get("availableReplicas") or 0) >= want
+
+    @property
+    def clients(self) -> PodModel:
+        """The managed cluster's pods and in-cluster clients: x509 failures, DNS, outages (clientpods.py)."""
+        return self.kube.behaviours.pods
 
     def _write_kubeconfig(self) -> Path:
         path = self._kubeconfig_out
@@ -288,6 +352,7 @@ class SimEnvironment:
         managed = self._kube_state(self.kube)
         managed["client_cas"] = len(self.kube.client_auth.cas) if self.kube.client_auth else 0
         managed["node_readiness"] = self.follower.readiness
+        managed["clients"] = self.clients.state()
         doc: dict[str, Any] = {
             "cluster": self.cluster_name, "namespace": self.namespace, "management_api": self.management_api,
             "kubeconfig": str(self.kubeconfig), "machines": {m.name: {"role": m.role, "address": m.address}

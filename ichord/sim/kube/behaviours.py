@@ -2,8 +2,10 @@
 
 kube-controller-manager publishes ``kube-root-ca.crt`` (the issuing CA only) into every namespace
 after its restart, with a lag, and the kubelet refreshes projected ``ca.crt`` files later still;
-Deployments and DaemonSets roll their pods on a template change; Nodes go NotReady while their
-kubelet restarts; kube-apiserver merges aggregator CAs into extension-apiserver-authentication.
+Deployments and DaemonSets roll their pods on a template change, one at a time, with pods that
+start, lose Ready with their Node and, for the known in-cluster clients, keep the CA they started
+with (clientpods.py); Nodes go NotReady while their kubelet restarts; kube-apiserver merges
+aggregator CAs into extension-apiserver-authentication.
 Every delay is a setting so tests can scale it.
 """
 
@@ -11,17 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-import hashlib
-import json
-import secrets
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ichord.pki.ca import CertificateAuthority
+from ichord.sim.kube.clientpods import PodModel, PodState
 from ichord.sim.kube.events import Change
+from ichord.sim.kube.podrules import CLIENT_NAMESPACE, CLIENTS, node_ready, template_hash
 from ichord.sim.kube.resources import JSON, ResourceType
 from ichord.sim.kube.status import ApiError
 from ichord.sim.kube.store import Store, rfc3339
@@ -39,6 +39,10 @@ class BehaviourSettings:
     rollout_step: float = 1.0
     kubelet_restart: float = 10.0
     ext_auth_recreate_lag: float = 0.5
+    #: A pod is Ready this long after it is scheduled on a Ready Node (0: at once, as before).
+    pod_start_delay: float = 0.0
+    #: client-go re-reads a refreshed projected ca.crt at most this often (kube-proxy's recovery).
+    client_ca_reread: float = 300.0
 
 
 class ClusterBehaviours:
@@ -51,12 +55,16 @@ class ClusterBehaviours:
         self._tasks: set[asyncio.Task[None]] = set()
         self._rollouts: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         self._running = False
+        #: Pods of Deployments/DaemonSets and the in-cluster clients among them (clientpods.py).
+        self.pods = PodModel(store, ca.cert_pem, start_delay=lambda: self.settings.pod_start_delay,
+                             reread_after=lambda: self.settings.client_ca_reread)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         if self._running:
             return
         self._running = True
+        self.pods.active = True
         self.store.listeners.append(self._on_change)
         for ns in self._namespaces():
             self._publish_root_ca(ns)
@@ -72,6 +80,7 @@ class ClusterBehaviours:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
         self._rollouts.clear()
+        self.pods.active = False
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -162,6 +171,15 @@ class ClusterBehaviours:
         if not self._running:
             return
         meta = change.new["metadata"]
+        if rt.plural == "pods" and change.type == "DELETED":
+            self.pods.on_pod_deleted(meta.get("namespace", ""), meta["name"])
+        elif rt.plural in ("nodes", "configmaps") and self.pods.pods:
+            self.pods.kick()  # Node readiness, taints and root CAs feed the pod model
+        if rt.plural == "nodes" and change.type in ("ADDED", "DELETED"):
+            # The DaemonSet controller follows the set of Nodes: a pod for a new one, none for a gone one.
+            for plural, ns, name in sorted(self.pods.owners):
+                if plural == "daemonsets":
+                    self._start_rollout(self._rt("apps", "daemonsets"), ns, name)
         if rt.plural == "namespaces" and change.type == "ADDED":
             self._publish_root_ca(meta["name"])
         elif rt.plural == "configmaps" and change.type == "DELETED":
@@ -172,78 +190,85 @@ class ClusterBehaviours:
         elif rt.plural in ("deployments", "daemonsets") and change.type != "DELETED":
             old_gen = (change.old or {}).get("metadata", {}).get("generation")
             if change.type == "ADDED" or old_gen != meta.get("generation"):
-                key = (rt.plural, meta["namespace"], meta["name"])
-                previous = self._rollouts.get(key)
-                if previous is not None:
-                    previous.cancel()
-                self._rollouts[key] = self._spawn(self._rollout(rt, meta["namespace"], meta["name"]))
+                self._start_rollout(rt, meta["namespace"], meta["name"])
+
+    def _start_rollout(self, rt: ResourceType, namespace: str, name: str) -> None:
+        key = (rt.plural, namespace, name)
+        previous = self._rollouts.get(key)
+        if previous is not None:
+            previous.cancel()
+        self._rollouts[key] = self._spawn(self._rollout(rt, namespace, name))
 
     async def _republish(self, namespace: str) -> None:
         await asyncio.sleep(0)
         self._publish_root_ca(namespace)
 
     # -- rollouts ----------------------------------------------------------------------------
+    def serving_ca_changed(self, pem: bytes) -> None:
+        """The API server now serves from ``pem``: clients that do not hold it start failing x509."""
+        self.pods.serving_ca_changed(pem)
+
     async def _rollout(self, rt: ResourceType, namespace: str, name: str) -> None:
-        pods_rt = self._rt("", "pods")
-        obj = self.store.get(rt, namespace, name)
-        template = obj["spec"].get("template") or {}
-        tpl_hash = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
-        daemon = rt.plural == "daemonsets"
-        nodes = [n["metadata"]["name"] for n in self.store.list(self._rt("", "nodes"), None)[0]]
-        targets: list[str | None] = list(nodes) if daemon else [None] * int(obj["spec"].get("replicas", 1))
-        uid = obj["metadata"]["uid"]
-        owned = [p for p in self.store.list(pods_rt, namespace)[0]
-                 if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
-        old = [p for p in owned if (p["metadata"].get("labels") or {}).get("pod-template-hash") != tpl_hash]
-        updated = len(owned) - len(old)
-        self._rollout_status(rt, namespace, name, len(targets), updated, len(owned))
-        for i, node in enumerate(targets[updated:]):
-            await asyncio.sleep(self.settings.rollout_step)
-            if old:
-                victim = old.pop(0)
-                with contextlib.suppress(ApiError):
-                    self.store.delete(pods_rt, namespace, victim["metadata"]["name"])
-            self._create_pod(obj, template, tpl_hash, node or (nodes[i % len(nodes)] if nodes else None))
-            self._rollout_status(rt, namespace, name, len(targets), updated + i + 1, len(targets))
-        for victim in old:
-            with contextlib.suppress(ApiError):
-                self.store.delete(pods_rt, namespace, victim["metadata"]["name"])
-        self._rollout_status(rt, namespace, name, len(targets), len(targets), len(targets))
-
-    def _create_pod(self, owner: JSON, template: JSON, tpl_hash: str, node: str | None) -> None:
-        meta = copy.deepcopy(template.get("metadata") or {})
-        labels = {**(meta.get("labels") or {}), "pod-template-hash": tpl_hash}
-        name = owner["metadata"]["name"]
-        pod = {
-            "metadata": {"name": f"{name}-{tpl_hash[:5]}-{secrets.token_hex(3)[:5]}",
-                         "namespace": owner["metadata"]["namespace"], "labels": labels,
-                         "annotations": meta.get("annotations") or {},
-                         "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
-                                              "name": name, "uid": owner["metadata"]["uid"], "controller": True}]},
-            "spec": {**copy.deepcopy(template.get("spec") or {}), **({"nodeName": node} if node else {})},
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
-        }
-        self.store.create(self._rt("", "pods"), owner["metadata"]["namespace"], pod)
-
-    def _rollout_status(self, rt: ResourceType, namespace: str, name: str, desired: int, updated: int,
-                        ready: int) -> None:
+        """Replace the pods of an old template one at a time (maxUnavailable 1, no surge), each new one Ready first."""
         try:
             obj = self.store.get(rt, namespace, name)
         except ApiError:
-            return
-        gen = obj["metadata"].get("generation", 1)
+            return  # deleted meanwhile
+        template = obj["spec"].get("template") or {}
+        tpl_hash = template_hash(template)
+        owner = (rt.plural, namespace, name)
+        self.pods.owners.add(owner)
+        owned = self.pods.owned(obj["metadata"]["uid"])
+        old = [p for p in owned if p.template_hash != tpl_hash]
+        if old and (rt.plural, name) in CLIENTS and namespace == CLIENT_NAMESPACE:
+            self._record_client_restart(rt.plural, name)
+        self.pods.kick()
         if rt.plural == "daemonsets":
-            obj["status"] = {"observedGeneration": gen, "desiredNumberScheduled": desired,
-                             "currentNumberScheduled": desired, "updatedNumberScheduled": updated,
-                             "numberReady": ready, "numberAvailable": ready,
-                             "numberUnavailable": max(0, desired - ready), "numberMisscheduled": 0}
+            await self._roll_daemonset(obj, template, tpl_hash, owned)
         else:
-            done = updated >= desired and ready >= desired
-            obj["status"] = {"observedGeneration": gen, "replicas": desired, "updatedReplicas": updated,
-                             "readyReplicas": ready, "availableReplicas": ready,
-                             "unavailableReplicas": max(0, desired - ready),
-                             "conditions": [{"type": "Available", "status": "True" if ready >= desired else "False",
-                                             "reason": "MinimumReplicasAvailable"},
-                                            {"type": "Progressing", "status": "True",
-                                             "reason": "NewReplicaSetAvailable" if done else "ReplicaSetUpdated"}]}
-        self.store.apply(rt, obj, subresource="status")
+            await self._roll_deployment(obj, template, tpl_hash, owned)
+        self.pods.kick()
+
+    async def _roll_daemonset(self, obj: JSON, template: JSON, tpl_hash: str, owned: list[PodState]) -> None:
+        nodes = sorted(n["metadata"]["name"] for n in self.store.list(self._rt("", "nodes"), None)[0])
+        for node in nodes:
+            on_node = [p for p in owned if p.node == node]
+            if any(p.template_hash == tpl_hash for p in on_node):
+                continue
+            await asyncio.sleep(self.settings.rollout_step)
+            for p in on_node:
+                self.pods.delete_pod(p)
+            new = self.pods.create_pod(obj, "daemonsets", template, tpl_hash, node)
+            if on_node:
+                await self.pods.wait_ready(new)
+        for p in owned:
+            if p.node not in nodes:
+                self.pods.delete_pod(p)
+
+    async def _roll_deployment(self, obj: JSON, template: JSON, tpl_hash: str, owned: list[PodState]) -> None:
+        replicas = int(obj["spec"].get("replicas", 1))
+        old = [p for p in owned if p.template_hash != tpl_hash]
+        current = [p for p in owned if p.template_hash == tpl_hash]
+        missing = replicas - len(owned)
+        if missing > 0:
+            await asyncio.sleep(self.settings.rollout_step)
+            for _ in range(missing):
+                current.append(self.pods.create_pod(obj, "deployments", template, tpl_hash, None))
+        while old:
+            await asyncio.sleep(self.settings.rollout_step)
+            victim = max(old, key=lambda p: p.seq)  # the ReplicaSet scales down its newest pod first
+            old.remove(victim)
+            self.pods.delete_pod(victim)
+            if len(current) < replicas:
+                new = self.pods.create_pod(obj, "deployments", template, tpl_hash, None)
+                current.append(new)
+                await self.pods.wait_ready(new)
+        for extra in sorted(current, key=lambda p: p.seq)[replicas:]:
+            self.pods.delete_pod(extra)
+
+    def _record_client_restart(self, plural: str, name: str) -> None:
+        nodes = self.store.list(self._rt("", "nodes"), None)[0]
+        self.pods.record("client_restart", workload=f"{plural}/{name}",
+                         nodes_not_ready=sorted(n["metadata"]["name"] for n in nodes if not node_ready(n)),
+                         kubelet_restart_pending=sorted(self.pods.pending_kubelet_restarts()),
+                         dns_ok=self.pods.dns_ok())

@@ -171,6 +171,7 @@ class KubeSimulator:
         """Serve a certificate from ``ca`` from now on (the API server restarts to do it)."""
         self.ca = ca
         self._ssl = self._ssl_context()
+        self.behaviours.serving_ca_changed(ca.cert_pem)
         self._record("serving_ca_switch", subject=ca.certificate.subject.rfc4514_string())
         running = self._runner is not None
         await self._shutdown()

@@ -42,6 +42,8 @@ class Timings:
 
     reboot: float = 2.0
     kubelet_restart: float = 1.0
+    #: A Kubernetes CA change restarts the kubelet this much later; the Node reads Ready meanwhile (stale Ready).
+    kubelet_restart_lag: float = 0.0
     apiserver_restart_delay: float = 3.0
     apiserver_ready_delay: float = 2.0
     apply_duration: float = 0.0
@@ -106,6 +108,8 @@ class SimNode:
         self.apiserver_container = ""
         self.apiserver_ready = False
         self.apiserver_restarts = 0
+        #: Kubelet restarts decided (a Kubernetes CA change) but not begun yet (``kubelet_restart_lag``).
+        self.kubelet_restarts_pending = 0
         self._applying = False
         self._try_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -339,14 +343,21 @@ class SimNode:
         self.publish("UPDATED", "config", "MachineConfigs.config.talos.dev", "v1alpha1")
         self.history.record("running_config", self.name, config_hash=cfg.hash(), cas=view.fingerprints())
         if old.kubelet_inputs != view.kubelet_inputs and "kubelet" in self.services:
-            self._spawn(self._restart_kubelet("Kubernetes CA changed"))
+            self._spawn(self._restart_kubelet("Kubernetes CA changed", lag=self.timings.kubelet_restart_lag))
         if view.is_control_plane and old.apiserver_inputs != view.apiserver_inputs:
             self._spawn(self._restart_apiserver())
         if (old.etcd_ca.cert_pem if old.etcd_ca else None) != (view.etcd_ca.cert_pem if view.etcd_ca else None):
             # etcd reads its CA only when it starts; Talos does not restart it.
             self.history.record("etcd_reboot_required", self.name)
 
-    async def _restart_kubelet(self, why: str) -> None:
+    async def _restart_kubelet(self, why: str, lag: float = 0.0) -> None:
+        if lag > 0:
+            self.kubelet_restarts_pending += 1
+            self.history.record("kubelet_restart_scheduled", self.name, reason=why, after=lag)
+            try:
+                await asyncio.sleep(lag)
+            finally:
+                self.kubelet_restarts_pending -= 1
         svc = self.services["kubelet"]
         svc.state, svc.healthy = "Stopping", False
         self.history.record("kubelet_restart", self.name, reason=why)

@@ -41,6 +41,7 @@ class SimOptions:
 def scaled(scale: float) -> Timings:
     base = Timings()
     return Timings(reboot=base.reboot * scale, kubelet_restart=base.kubelet_restart * scale,
+                   kubelet_restart_lag=base.kubelet_restart_lag * scale,
                    apiserver_restart_delay=base.apiserver_restart_delay * scale,
                    apiserver_ready_delay=base.apiserver_ready_delay * scale)
 
