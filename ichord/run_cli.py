@@ -19,7 +19,9 @@ def register(subparsers: Any) -> None:
         "run",
         help="run the daemon (in-cluster, or against --kubeconfig)",
         description="Run ichord: informers on every replica, the cluster actors on the elected leader. "
-        "ICHORD_TIME_SCALE scales every duration (tests and the demo); ICHORD_FAILPOINTS arms failpoints.",
+        "ICHORD_TIME_SCALE scales every duration (tests and the demo); ICHORD_FAILPOINTS arms failpoints; "
+        "ICHORD_CA_WORKER_APPLY_CONCURRENCY (default 4) bounds the workers a CA-rotation pass applies at once "
+        "(control planes are always one at a time).",
     )
     p.add_argument(
         "--kubeconfig",

@@ -16,6 +16,10 @@ class SettingsError(IchordError):
     """A setting is malformed or inconsistent."""
 
 
+#: Fields of Timing that are counts, not durations: ``scaled`` leaves them alone.
+_NOT_DURATIONS = frozenset({"ca_worker_apply_concurrency"})
+
+
 @dataclass(frozen=True)
 class Timing:
     """Durations in seconds, unscaled defaults; ``scaled(f)`` multiplies every one of them."""
@@ -51,6 +55,9 @@ class Timing:
     ca_client_restart_timeout: float = 300.0
     # How long after a pass applied before it is verified (the kubelet restart a CA change causes has begun).
     ca_pass_verify_delay: float = 5.0
+    # Not a duration (never scaled): how many workers a ca-rotation pass applies at once (control planes are
+    # always one at a time); 1 applies them one by one. ICHORD_CA_WORKER_APPLY_CONCURRENCY overrides it.
+    ca_worker_apply_concurrency: int = 4
     # The start-up API wait (ADR 0063 "leader election outlives an API server restart"): give up after
     # api_wait_timeout, probe every api_wait_probe, log a failed probe at most every api_wait_log_interval.
     api_wait_timeout: float = 300.0
@@ -65,20 +72,32 @@ class Timing:
     def scaled(self, factor: float) -> Timing:
         if factor <= 0:
             raise SettingsError(f"time scale must be positive, got {factor}")
-        return replace(self, **{f.name: getattr(self, f.name) * factor for f in fields(self)})
+        return replace(self, **{f.name: getattr(self, f.name) * factor for f in fields(self)
+                                if f.name not in _NOT_DURATIONS})
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Timing:
-        """Defaults scaled by ``ICHORD_TIME_SCALE`` (1 when unset)."""
+        """Defaults scaled by ``ICHORD_TIME_SCALE`` (1 when unset); ``ICHORD_CA_WORKER_APPLY_CONCURRENCY``."""
         env = os.environ if environ is None else environ
+        timing = cls()
         raw = env.get("ICHORD_TIME_SCALE", "").strip()
-        if not raw:
-            return cls()
-        try:
-            factor = float(raw)
-        except ValueError:
-            raise SettingsError(f"ICHORD_TIME_SCALE must be a number such as 0.01, got {raw!r}") from None
-        return cls().scaled(factor)
+        if raw:
+            try:
+                factor = float(raw)
+            except ValueError:
+                raise SettingsError(f"ICHORD_TIME_SCALE must be a number such as 0.01, got {raw!r}") from None
+            timing = timing.scaled(factor)
+        raw = env.get("ICHORD_CA_WORKER_APPLY_CONCURRENCY", "").strip()
+        if raw:
+            try:
+                concurrency = int(raw)
+            except ValueError:
+                concurrency = 0
+            if concurrency < 1:
+                raise SettingsError(f"ICHORD_CA_WORKER_APPLY_CONCURRENCY must be a whole number of at least 1 "
+                                    f"(1: workers one by one), got {raw!r}")
+            timing = replace(timing, ca_worker_apply_concurrency=concurrency)
+        return timing
 
     @property
     def kube_call_timeout(self) -> float:

@@ -4,6 +4,7 @@ Which machines a pass still has to visit is never stored: it is re-derived from 
 running configuration against the stage's render), so a pass killed after any apply resumes with
 no apply repeated (ADR 0063 step 3). Control planes first, then workers; dry run, then NO_REBOOT.
 Verification is a separate step from applying, so a CA change's kubelet restart has begun first.
+Workers may be applied a few at a time (``Timing.ca_worker_apply_concurrency``); control planes never are.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import structlog
 
 from ichord.api.carotation import Stage
@@ -25,7 +27,7 @@ from ichord.render.config import ConfigParseError, MachineConfig
 from ichord.render.errors import RenderError
 from ichord.render.inputs import MachineInputs
 from ichord.render.stages import StageRenderError, render_stage
-from ichord.talos.client import ApplyMode
+from ichord.talos.client import ApplyMode, TalosClient
 from ichord.talos.errors import TalosError
 
 log = structlog.get_logger("ichord.operations.ca_rotation")
@@ -48,41 +50,99 @@ def kubernetes_cas(inputs: Inputs, rotation: Rotation) -> list[bytes]:
     return [inputs.bundle.k8s.cert_pem] + ([new.cert_pem] if new else [])
 
 
+@dataclass
+class _Visit:
+    entry: dict[str, Any]  # the machine's status.machines entry
+    problem: str | None = None
+    applied: bool = False
+
+
+async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: Stage, m: MachineView) -> _Visit:
+    """One machine: render the stage, read what it runs, and where they differ dry run then apply."""
+    try:
+        desired = stage_render(inputs, rotation, stage, m)
+    except (RenderError, StageRenderError) as exc:
+        problem = f"machine {m.name} cannot be rendered for {stage.value}: {SCRUBBER.exception(exc)}"
+        return _Visit({"name": m.name, "state": "RenderFailed", "message": problem}, problem)
+    try:
+        running = MachineConfig.parse(await talos.machine_config(m.address))
+    except (TalosError, ConfigParseError) as exc:
+        problem = f"machine {m.name} ({m.address}) does not answer: {SCRUBBER.exception(exc)}"
+        return _Visit({"name": m.name, "state": "Unreachable", "message": problem}, problem)
+    if running.plain() == desired.plain():
+        return _Visit({"name": m.name, "state": stage.value, "message": f"runs {stage.value}"})
+    data = desired.to_bytes()
+    try:
+        await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT, dry_run=True)
+        failpoint(f"ca-rotation.apply.before.{stage.value.lower()}")
+        await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT)
+    except TalosError as exc:
+        problem = f"machine {m.name} refused the {stage.value} configuration: {SCRUBBER.exception(exc)}"
+        return _Visit({"name": m.name, "state": "ApplyFailed", "message": problem}, problem)
+    failpoint(f"ca-rotation.apply.after.{stage.value.lower()}")
+    log.info("ca-rotation stage applied", cluster=inputs.cluster_name, operation=inputs.name,
+             stage=stage.value, machine=m.name)
+    return _Visit({"name": m.name, "state": stage.value, "message": f"applied {stage.value}"}, applied=True)
+
+
+async def _visit_concurrently(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: Stage,
+                              machines: list[MachineView], limit: int) -> list[_Visit]:
+    """Visit ``machines`` at most ``limit`` at a time; after the first problem no further visit starts (those in
+    flight finish). Returns the visits made, in the order of ``machines``."""
+    visits: list[_Visit | None] = [None] * len(machines)
+    limiter = anyio.CapacityLimiter(limit)
+    stopped = False
+
+    async def one(i: int, m: MachineView) -> None:
+        nonlocal stopped
+        async with limiter:
+            if stopped:
+                return
+            visits[i] = visit = await _visit(talos, inputs, rotation, stage, m)
+            stopped = stopped or visit.problem is not None
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for i, m in enumerate(machines):
+                tg.start_soon(one, i, m)
+    except BaseExceptionGroup as group:
+        # An unexpected error (not a machine's problem) leaves as itself, as it would from the serial loop.
+        raise _first_leaf(group) from None
+    return [v for v in visits if v is not None]
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
 async def apply_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> PassResult:
-    """Apply ``stage`` to every machine that does not run it yet (one step; failpoints around each apply)."""
+    """Apply ``stage`` to every machine that does not run it yet (one step; failpoints around each apply).
+
+    Control planes one at a time, in order (each apply restarts that node's kube-apiserver); then the workers,
+    up to ``ca_worker_apply_concurrency`` at once. The first problem (in machine order) holds the stage."""
     result = PassResult()
     talos = ctx.talos_factory(apply_dial(inputs.bundle, rotation, stage))
+    workers = [m for m in inputs.machines if not m.is_control_plane]
+    limit = max(1, int(ctx.timing.ca_worker_apply_concurrency))
+    serial = [m for m in inputs.machines if m.is_control_plane or limit == 1]
     try:
-        for m in inputs.machines:
-            try:
-                desired = stage_render(inputs, rotation, stage, m)
-            except (RenderError, StageRenderError) as exc:
-                result.problem = f"machine {m.name} cannot be rendered for {stage.value}: {SCRUBBER.exception(exc)}"
-                result.machines.append({"name": m.name, "state": "RenderFailed", "message": result.problem})
-                return result
-            try:
-                running = MachineConfig.parse(await talos.machine_config(m.address))
-            except (TalosError, ConfigParseError) as exc:
-                result.problem = f"machine {m.name} ({m.address}) does not answer: {SCRUBBER.exception(exc)}"
-                result.machines.append({"name": m.name, "state": "Unreachable", "message": result.problem})
-                return result
-            if running.plain() == desired.plain():
-                result.machines.append({"name": m.name, "state": stage.value, "message": f"runs {stage.value}"})
-                continue
-            data = desired.to_bytes()
-            try:
-                await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT, dry_run=True)
-                failpoint(f"ca-rotation.apply.before.{stage.value.lower()}")
-                await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT)
-            except TalosError as exc:
-                result.problem = f"machine {m.name} refused the {stage.value} configuration: {SCRUBBER.exception(exc)}"
-                result.machines.append({"name": m.name, "state": "ApplyFailed", "message": result.problem})
-                return result
-            failpoint(f"ca-rotation.apply.after.{stage.value.lower()}")
-            log.info("ca-rotation stage applied", cluster=inputs.cluster_name, operation=inputs.name,
-                     stage=stage.value, machine=m.name)
-            result.applied.append(m.name)
-            result.machines.append({"name": m.name, "state": stage.value, "message": f"applied {stage.value}"})
+        visits: list[_Visit] = []
+        for m in serial:
+            visits.append(await _visit(talos, inputs, rotation, stage, m))
+            if visits[-1].problem is not None:
+                break
+        else:
+            if limit > 1 and workers:
+                visits += await _visit_concurrently(talos, inputs, rotation, stage, workers, limit)
+        for visit in visits:
+            result.machines.append(visit.entry)
+            if visit.applied:
+                result.applied.append(str(visit.entry["name"]))
+            if visit.problem is not None and result.problem is None:
+                result.problem = visit.problem
         return result
     finally:
         talos.close()

@@ -1,0 +1,150 @@
+"""A ca-rotation pass applies the workers a bounded few at a time, the control planes one by one and first.
+
+Every ApplyConfiguration (dry run included) takes ``APPLY`` seconds on the simulated node, so the apply
+intervals read from the simulator's history (``at`` is recorded when the apply ends) show what ran at
+once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import pytest
+
+from ichord.api import names
+from ichord.api.conditions import find
+from ichord.kube.client import from_kubeconfig
+from ichord.kube.events import EventRecorder
+from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.settings import SettingsError, Timing
+from ichord.sim.combined import SimEnvironment
+from ichord.sim.talos.run import scaled
+from tests.integration._ca_rotation_driver import TIMING, Driver
+
+pytestmark = [pytest.mark.integration]
+SCALE = 0.02
+APPLY = 0.25  # seconds each ApplyConfiguration RPC takes on a node
+Interval = tuple[str, float, float]
+
+
+@pytest.fixture(scope="module")
+def bundle() -> SecretsBundle:
+    return generate_bundle()
+
+
+def environment(bundle: SecretsBundle, workers: int, apply: float = APPLY) -> SimEnvironment:
+    return SimEnvironment(bundle=bundle, workers=workers, time_scale=SCALE,
+                          timings=replace(scaled(SCALE), apply_duration=apply))
+
+
+@asynccontextmanager
+async def driving(env: SimEnvironment, concurrency: int) -> AsyncIterator[Driver]:
+    trusted: list[bytes] = []
+    assert env.bundle is not None
+    base = env.bundle.k8s.cert_pem
+    async with await from_kubeconfig(env.kubeconfig, trust=lambda: [base, *trusted]) as kube:
+        recorder = EventRecorder(kube)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(recorder.run)
+            yield Driver(env, kube, recorder, trusted=trusted,
+                         timing=replace(TIMING, ca_worker_apply_concurrency=concurrency))
+            await recorder.drain()
+            tg.cancel_scope.cancel()
+
+
+def at(stage: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda o: (o.get("status") or {}).get("caRotation", {}).get("stage") == stage
+
+
+def blocked_on(text: str) -> Callable[[dict[str, Any]], bool]:
+    def pred(o: dict[str, Any]) -> bool:
+        cond = find((o.get("status") or {}).get("conditions"), names.CA_ROTATION)
+        return bool(cond and cond["reason"] == "Blocked" and text in cond["message"])
+    return pred
+
+
+def intervals(env: SimEnvironment, apply: float, role: str) -> list[Interval]:
+    """(machine, start, end) of every real apply to a machine of ``role`` (``-cp-`` or ``-worker-``)."""
+    return [(e["node"], e["at"] - apply, e["at"]) for e in env.talos.history.of("apply") if role in e["node"]]
+
+
+def most_at_once(spans: list[Interval]) -> int:
+    edges = sorted([(s, 1) for _, s, _ in spans] + [(e, -1) for _, _, e in spans])  # an end sorts before a start
+    best = cur = 0
+    for _, delta in edges:
+        cur += delta
+        best = max(best, cur)
+    return best
+
+
+@pytest.mark.anyio
+async def test_workers_are_applied_concurrently_and_control_planes_one_by_one_first(bundle: SecretsBundle) -> None:
+    async with environment(bundle, workers=4) as env, driving(env, concurrency=3) as driver:
+        await driver.create()
+        await driver.run(until=at("AwaitingCredentials"))  # Accepting applied and verified
+
+        # Each machine took exactly one apply: nothing repeated across the steps of the pass.
+        assert {m: len(env.applies(m)) for m in env.machine_names} == dict.fromkeys(env.machine_names, 1)
+        cps, workers = intervals(env, APPLY, "-cp-"), intervals(env, APPLY, "-worker-")
+        assert [name for name, _, _ in cps] == [m for m in env.machine_names if "-cp-" in m]  # in order
+        assert most_at_once(cps) == 1, cps
+        assert max(end for _, _, end in cps) <= min(start for _, start, _ in workers), (cps, workers)
+        # Bounded: at most 3 of the 4 workers at once, and more than one did overlap.
+        assert 2 <= most_at_once(workers) <= 3, workers
+        # status.machines of the applying step keeps the machines' order: control planes, then workers.
+        applied = next(s["status"]["machines"] for s in driver.snapshots
+                       if any(m["message"] == "applied Accepting" for m in s["status"].get("machines") or []))
+        assert [m["name"] for m in applied] == env.machine_names
+        assert all(m["message"] == "applied Accepting" for m in applied), applied
+
+
+@pytest.mark.anyio
+async def test_a_concurrency_of_one_applies_the_workers_one_by_one(bundle: SecretsBundle) -> None:
+    apply = 0.1
+    async with environment(bundle, workers=3, apply=apply) as env, driving(env, concurrency=1) as driver:
+        await driver.create()
+        await driver.run(until=at("AwaitingCredentials"))
+        workers = intervals(env, apply, "-worker-")
+        assert len(workers) == 3 and most_at_once(workers) == 1, workers
+
+
+@pytest.mark.anyio
+async def test_the_first_failing_worker_holds_the_stage_and_the_pass_resumes_without_repeats(
+        bundle: SecretsBundle) -> None:
+    async with environment(bundle, workers=4, apply=0.05) as env:
+        names_ = env.machine_names
+        failing = [m for m in names_ if "-worker-" in m][1::2]  # worker-2 and worker-4
+        for m in failing:
+            env.node(m).faults.apply_error = "injected: the machine refuses every configuration"
+        async with driving(env, concurrency=4) as driver:
+            await driver.create()
+            await driver.run(until=blocked_on("refused the Accepting configuration"))
+            op = await driver.get()
+            assert op["status"]["phase"] == "Paused" and op["status"]["caRotation"]["stage"] == "Accepting"
+            cond = find(op["status"]["conditions"], names.CA_ROTATION)
+            assert cond is not None and f"machine {failing[0]} refused" in cond["message"], cond
+            # Every worker was visited at once; the entries keep the machines' order whatever finished first.
+            machines = op["status"]["machines"]
+            assert [m["name"] for m in machines] == names_
+            states = {m["name"]: m["state"] for m in machines}
+            assert [m for m, s in states.items() if s == "ApplyFailed"] == failing, machines
+            assert all(states[m] == "Accepting" for m in names_ if m not in failing), machines
+
+            for m in failing:
+                env.node(m).faults.apply_error = None
+            await driver.run(until=at("AwaitingCredentials"))
+            assert {m: len(env.applies(m)) for m in names_} == dict.fromkeys(names_, 1)
+
+
+def test_the_worker_concurrency_is_a_count_that_no_time_scale_changes() -> None:
+    default = Timing().ca_worker_apply_concurrency
+    assert default >= 1
+    assert Timing().scaled(0.01).ca_worker_apply_concurrency == default
+    assert Timing.from_env({"ICHORD_TIME_SCALE": "0.01"}).ca_worker_apply_concurrency == default
+    assert Timing.from_env({"ICHORD_CA_WORKER_APPLY_CONCURRENCY": "2"}).ca_worker_apply_concurrency == 2
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(SettingsError, match="ICHORD_CA_WORKER_APPLY_CONCURRENCY"):
+            Timing.from_env({"ICHORD_CA_WORKER_APPLY_CONCURRENCY": bad})
