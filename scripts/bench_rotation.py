@@ -1,0 +1,485 @@
+#!/usr/bin/env python3
+"""Benchmark a default ca-rotation (talos, kubernetes) on C clusters x M machines at once; prints one JSON object.
+
+Every cluster is a SimEnvironment (Talos nodes + its own managed Kubernetes API, client workloads);
+ichord's objects of all of them live on ONE shared management API simulator, as in production.
+Every wait is scaled to ~zero (``--time-scale`` for the rotation's Timing and the simulators'
+delays), so the wall time is the work itself plus ``--apply-latency`` (seconds every
+ApplyConfiguration RPC, dry runs included, takes on the simulated node).
+
+Modes:
+- ``inprocess``: one step loop per cluster calls ``advance`` (as the cluster actor does) on the main
+  thread; the simulators run on a thread of their own, so ``rotation_cpu_s`` (time.thread_time of the
+  main thread) excludes them (it includes the client side: TLS, JSON, rendering).
+- ``daemon``: ``ichord run`` as a subprocess (ICHORD_TIME_SCALE=--daemon-time-scale: leader election
+  scales too, so it cannot go to ~zero; the rotation's settle waits are then seconds). The daemon's
+  CPU is its user+sys from /proc/<pid>/stat between the operations' creation and the last Completed.
+  Its machine reconciler runs too: its Talos reads are counted with the rotation's.
+
+Counted on the simulators' side and attributed to the pass by the operation's status.caRotation.stage
+read at each request: Talos RPCs by method (ApplyConfiguration split into dry runs and applies; ``Get``
+is COSI State Get, i.e. MachineConfig reads) and Kubernetes requests (writes by verb/resource, status
+vs spec; reads summed), per machine. A Kubernetes request is counted once served, so the status write
+that enters a stage counts in that stage; requests naming no cluster (Events, the leader Lease) are
+under "(any)". ``apply_span_s``: per pass, first apply request to the end of the last (mean over
+clusters); ``max_concurrent_applies``: the most real applies in flight at once on one cluster.
+
+Usage: .venv/bin/python scripts/bench_rotation.py [-C 3] [-M 4|3+5] [--apply-latency 0.5]
+       [--mode inprocess|daemon] [--worker-concurrency N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import structlog
+from grpclib.events import RecvMessage, RecvRequest, listen
+
+from ichord.actors.outcome import Blocked, Done, Failed, Requeue
+from ichord.api import names
+from ichord.api.names import API_VERSION
+from ichord.kube import crds
+from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.events import EventRecorder
+from ichord.operations.ca_rotation import RotationContext, advance
+from ichord.operations.ca_rotation.plan import handoff_token
+from ichord.pki.bundle import generate_bundle
+from ichord.settings import Timing
+from ichord.sim.combined import SimEnvironment, objects
+from ichord.sim.combined.env import scaled_behaviours
+from ichord.sim.kube.rest import WatchSettings
+from ichord.sim.kube.server import DEFAULT_CRD_DIR, KubeSimulator, SimSettings
+from ichord.sim.talos.run import scaled
+from ichord.talos.proto.gen.machine import machine_pb2
+
+NS = "ichord-system"
+PASSES = ("Accepting", "Issuing", "Dropping", "Finalizing")
+CLIENTS = (("daemonsets", "kube-flannel"), ("daemonsets", "kube-proxy"), ("deployments", "coredns"))
+WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+T = TypeVar("T")
+
+
+def workload(plural: str, name: str) -> dict[str, Any]:
+    kind = "DaemonSet" if plural == "daemonsets" else "Deployment"
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": "kube-system"},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": name, "image": f"{name}:1"}]}}}}
+
+
+def parse_machines(raw: str) -> tuple[int, int]:
+    """``4`` -> 3 control planes + 1 worker (fewer than 4: all control planes); ``3+5`` -> 3 + 5."""
+    if "+" in raw:
+        cps, workers = (int(x) for x in raw.split("+", 1))
+    else:
+        n = int(raw)
+        cps, workers = min(n, 3), max(n - 3, 0)
+    if cps < 1 or workers < 0:
+        raise argparse.ArgumentTypeError(f"-M {raw!r}: need at least one control plane (N or CPS+WORKERS)")
+    return cps, workers
+
+
+@dataclass
+class Counts:
+    """What the simulators served, by (stage, what); stage is the operation's at the request."""
+
+    talos: Counter[tuple[str, str]] = field(default_factory=Counter)
+    kube: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: (node, start, end) of every real apply (perf_counter), for the overlap figure.
+    applies: list[tuple[str, float, float]] = field(default_factory=list)
+    #: (cluster, stage) -> [first, last] time an ApplyConfiguration request (dry run or not) arrived.
+    apply_window: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+
+
+class Bench:
+    """The shared management API, C environments, and the counters hooked into them."""
+
+    def __init__(self, clusters: int, cps: int, workers: int, *, time_scale: float, apply_latency: float) -> None:
+        self.n, self.cps, self.workers = clusters, cps, workers
+        self.time_scale, self.apply_latency = time_scale, apply_latency
+        self.mgmt = KubeSimulator(SimSettings(
+            host="127.0.0.1", port=0, token=secrets.token_urlsafe(24), crd_dir=DEFAULT_CRD_DIR, window=200_000,
+            watch=WatchSettings(bookmark_interval=60.0 * time_scale), behaviours=scaled_behaviours(time_scale)))
+        self.envs: list[SimEnvironment] = []
+        self.counts = Counts()
+        self.watching = False
+        group, version = API_VERSION.split("/", 1)
+        self._ops_key = (group, version, "talosoperations")
+
+    @property
+    def machines(self) -> int:
+        return self.n * (self.cps + self.workers)
+
+    def cluster_name(self, i: int) -> str:
+        return f"c{i + 1:03d}"
+
+    def stage(self, cluster: str | None) -> str:
+        if cluster is None:
+            return "(any)"
+        rt = self.mgmt.store.types.get(self._ops_key)
+        obj = self.mgmt.store.objects.get(rt.key, {}).get((NS, f"rotate-{cluster}")) if rt else None
+        if obj is None:
+            return "(none)"
+        return str(((obj.get("status") or {}).get("caRotation") or {}).get("stage") or "(new)")
+
+    def cluster_of(self, path: str) -> str | None:
+        for seg in path.split("/"):
+            for env in self.envs:
+                c = env.cluster_name
+                if seg == c or seg.startswith(c + "-") or seg.endswith("-" + c):
+                    return c
+        return None
+
+    def _hook_kube(self, sim: KubeSimulator, cluster: str | None, api: str) -> None:
+        add = sim.requests.add
+
+        def counted(verb: str, path: str, status: int, resource: str = "") -> None:
+            add(verb, path, status, resource)
+            if not self.watching:
+                return
+            owner = cluster or self.cluster_of(path)
+            what = (f"{api} {verb} {resource}{'/status' if path.endswith('/status') else ''}" if verb in WRITES
+                    else f"{api} reads")
+            self.counts.kube[(self.stage(owner), what)] += 1
+
+        sim.requests.add = counted  # type: ignore[method-assign]
+
+    def _hook_talos(self, env: SimEnvironment) -> None:
+        cluster = env.cluster_name
+        for server in env.talos._servers.values():
+            async def on_request(event: RecvRequest) -> None:
+                if self.watching:
+                    method = event.method_name.rsplit("/", 1)[-1]
+                    if method != "ApplyConfiguration":  # split by dry run below, from the message
+                        self.counts.talos[(self.stage(cluster), method)] += 1
+
+            async def on_message(event: RecvMessage) -> None:
+                if self.watching and isinstance(event.message, machine_pb2.ApplyConfigurationRequest):
+                    kind = "ApplyConfiguration(dry run)" if event.message.dry_run else "ApplyConfiguration"
+                    stage = self.stage(cluster)
+                    self.counts.talos[(stage, kind)] += 1
+                    now = time.perf_counter()
+                    window = self.counts.apply_window.setdefault((cluster, stage), [now, now])
+                    window[1] = now
+
+            listen(server, RecvRequest, on_request)
+            listen(server, RecvMessage, on_message)
+
+    async def start(self) -> None:
+        await self.mgmt.start()
+        self._hook_kube(self.mgmt, None, "management")
+        bundle = generate_bundle()
+        timings = replace(scaled(self.time_scale), apply_duration=self.apply_latency)
+        for i in range(self.n):
+            env = SimEnvironment(control_planes=self.cps, workers=self.workers, bundle=bundle, namespace=NS,
+                                 cluster_name=self.cluster_name(i), time_scale=self.time_scale, timings=timings,
+                                 management_api="separate")
+            self.envs.append(env)
+            await env.start()
+            for plural, name in CLIENTS:
+                env.kube.store.create(env.kube.store.resolve("apps", "v1", plural), "kube-system",
+                                      workload(plural, name))
+            # ichord's objects on the shared management API (the environment's own stays unused).
+            objects.create_objects(self.mgmt.store, namespace=NS, cluster=env.cluster_name, secret=env.secret_name,
+                                   bundle=bundle, cspec=env.cluster_spec, mspecs=env.machine_specs)
+            self._hook_kube(env.kube, env.cluster_name, "managed")
+            self._hook_talos(env)
+
+    async def stop(self) -> None:
+        for env in self.envs:
+            await env.stop()
+        await self.mgmt.stop()
+
+    def record_applies(self) -> None:
+        for env in self.envs:
+            for e in env.talos.history.of("apply"):
+                self.counts.applies.append((f"{env.cluster_name}/{e['node']}", e["at"] - self.apply_latency, e["at"]))
+
+
+class SimThread:
+    """Runs the Bench's simulators on their own thread and event loop."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="sims", daemon=True)
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def __enter__(self) -> Bench:
+        self._thread.start()
+        self.call(self.bench.start())
+        return self.bench
+
+    def __exit__(self, *exc: object) -> None:
+        self.call(self.bench.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(30)
+
+
+async def create_operations(kube: KubeClient, bench: Bench) -> None:
+    for env in bench.envs:
+        await crds.operations(kube).create(NS, {"metadata": {"name": f"rotate-{env.cluster_name}"}, "spec": {
+            "clusterRef": {"name": env.cluster_name}, "kind": "ca-rotation"}})
+
+
+async def hand_off(kube: KubeClient, op: dict[str, Any]) -> bool:
+    """Play the operator in AwaitingCredentials (as `ichord cluster credentials --acknowledge` does)."""
+    status = op.get("status") or {}
+    if (status.get("caRotation") or {}).get("stage") != "AwaitingCredentials":
+        return False
+    token = handoff_token(status["caRotation"]["certificates"])
+    if (op["metadata"].get("annotations") or {}).get(names.CREDENTIALS_HANDOFF_ANNOTATION) == token:
+        return False
+    await crds.operations(kube).patch(NS, op["metadata"]["name"], {"metadata": {
+        "annotations": {names.CREDENTIALS_HANDOFF_ANNOTATION: token}}})
+    return True
+
+
+async def drive(ctx: RotationContext, name: str, *, max_steps: int = 2000) -> dict[str, Any]:
+    """One cluster's rotation, step by step, sleeping what each outcome asks (capped at 50 ms)."""
+    ops = crds.operations(ctx.kube)
+    steps = 0
+    spent: dict[str, float] = defaultdict(float)
+    stage, since = "(new)", time.perf_counter()
+    for steps in range(1, max_steps + 1):  # noqa: B007
+        op = await ops.get(NS, name)
+        if await hand_off(ctx.kube, op):
+            op = await ops.get(NS, name)
+        now = time.perf_counter()
+        spent[stage] += now - since
+        stage, since = stage_of(op), now
+        if (op.get("status") or {}).get("phase") in ("Completed", "Failed"):
+            break
+        outcome = await advance(ctx, op)
+        if isinstance(outcome, Failed | Done) and (op.get("status") or {}).get("phase") == "Failed":
+            break
+        delay = outcome.after if isinstance(outcome, Requeue) else (
+            outcome.retry_after if isinstance(outcome, Blocked) else 0.0)
+        await anyio.sleep(min(max(delay, 0.0), 0.05))
+    op = await ops.get(NS, name)
+    return {"phase": (op.get("status") or {}).get("phase"), "steps": steps, "spent": spent}
+
+
+def stage_of(op: dict[str, Any]) -> str:
+    return str(((op.get("status") or {}).get("caRotation") or {}).get("stage") or "(new)")
+
+
+def mean_spent(spent: list[dict[str, float]]) -> dict[str, float]:
+    """Seconds in each stage, averaged over the clusters."""
+    total: dict[str, float] = defaultdict(float)
+    for s in spent:
+        for k, v in s.items():
+            total[k] += v
+    return {k: round(v / max(len(spent), 1), 3) for k, v in total.items()}
+
+
+async def run_inprocess(bench: Bench, kubeconfig: Path, timing: Timing) -> dict[str, Any]:
+    async with await from_kubeconfig(kubeconfig, timing=timing) as kube:
+        recorder = EventRecorder(kube, instance="bench", burst=10_000)
+        ctx = RotationContext(kube, NS, recorder, timing)
+        results: dict[str, dict[str, Any]] = {}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(recorder.run)
+            await create_operations(kube, bench)
+            bench.watching = True
+            cpu, wall = time.thread_time(), time.perf_counter()
+
+            async def one(env: SimEnvironment) -> None:
+                results[env.cluster_name] = await drive(ctx, f"rotate-{env.cluster_name}")
+
+            async with anyio.create_task_group() as clusters:
+                for env in bench.envs:
+                    clusters.start_soon(one, env)
+            wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+            bench.watching = False
+            await recorder.drain()
+            tg.cancel_scope.cancel()
+    return {"wall_s": round(wall, 3), "rotation_cpu_s": round(cpu, 3),
+            "phases": dict(Counter(str(r["phase"]) for r in results.values())),
+            "steps_per_cluster": max(r["steps"] for r in results.values()),
+            "stage_wall_s": mean_spent([r["spent"] for r in results.values()])}
+
+
+def proc_cpu(pid: int) -> float:
+    fields_ = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields_[11]) + int(fields_[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def start_daemon(kubeconfig: Path, log: Path, scale: str, concurrency: int | None) -> subprocess.Popen[bytes]:
+    environ = {**os.environ, "ICHORD_TIME_SCALE": scale}
+    environ.pop("KUBECONFIG", None)
+    if concurrency is not None:
+        environ["ICHORD_CA_WORKER_APPLY_CONCURRENCY"] = str(concurrency)
+    with log.open("wb") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "ichord.cli", "run", "--kubeconfig", str(kubeconfig), "--namespace", NS,
+             "--identity", "bench", "--metrics-addr", "127.0.0.1:0", "--log-level", "warning"],
+            stdout=out, stderr=subprocess.STDOUT, env=environ)
+
+
+async def run_daemon(bench: Bench, kubeconfig: Path, proc: subprocess.Popen[bytes], scale: str,
+                     within: float) -> dict[str, Any]:
+    try:
+        async with await from_kubeconfig(kubeconfig) as kube:
+            with anyio.fail_after(120):  # every machine converged before the rotation starts
+                while set(bench_ready(bench).values()) != {"True/Converged"}:  # noqa: ASYNC110
+                    await anyio.sleep(0.1)
+            cpu0 = proc_cpu(proc.pid)
+            await create_operations(kube, bench)
+            bench.watching = True
+            wall = time.perf_counter()
+            phases: dict[str, str] = {}
+            spent: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+            seen: dict[str, tuple[str, float]] = {}
+            with anyio.fail_after(within):
+                while len(phases) < bench.n:
+                    for env in bench.envs:
+                        name = f"rotate-{env.cluster_name}"
+                        if name in phases:
+                            continue
+                        op = await crds.operations(kube).get(NS, name)
+                        now = time.perf_counter()
+                        prev, since = seen.get(name, ("(new)", wall))
+                        spent[name][prev] += now - since
+                        seen[name] = (stage_of(op), now)
+                        await hand_off(kube, op)
+                        phase = (op.get("status") or {}).get("phase")
+                        if phase in ("Completed", "Failed"):
+                            phases[name] = str(phase)
+                    await anyio.sleep(0.02)
+            wall = time.perf_counter() - wall
+            bench.watching = False
+            cpu = proc_cpu(proc.pid) - cpu0
+    finally:
+        proc.terminate()
+    return {"wall_s": round(wall, 3), "daemon_cpu_s": round(cpu, 3), "daemon_time_scale": float(scale),
+            "phases": dict(Counter(phases.values())), "stage_wall_s": mean_spent(list(spent.values()))}
+
+
+def bench_ready(bench: Bench) -> dict[str, str]:
+    group, version = API_VERSION.split("/", 1)
+    rt = bench.mgmt.store.resolve(group, version, "talosmachines")
+    out = {}
+    # Read from another thread than the simulator's: a copy of the bucket, retried if it changed meanwhile.
+    for _ in range(10):
+        try:
+            items = list(bench.mgmt.store.objects.get(rt.key, {}).items())
+            break
+        except RuntimeError:
+            continue
+    else:
+        return {}
+    for key, obj in items:
+        out[key[1]] = next((f"{c.get('status')}/{c.get('reason')}" for c in (obj.get("status") or {}).get(
+            "conditions") or [] if c.get("type") == "Ready"), "")
+    return out
+
+
+def per_pass(counts: Counter[tuple[str, str]], machines: int) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for (stage, what), n in sorted(counts.items()):
+        out[stage][what] = round(n / machines, 2)
+    order = {s: i for i, s in enumerate(("(new)", "Pending", "Accepting", "AwaitingCredentials", *PASSES[1:], "Done"))}
+    return dict(sorted(out.items(), key=lambda kv: order.get(kv[0], 99)))
+
+
+def apply_spans(windows: dict[tuple[str, str], list[float]], latency: float) -> dict[str, float]:
+    """Per pass, seconds from the first apply request to the end of the last, averaged over the clusters."""
+    spans: dict[str, list[float]] = defaultdict(list)
+    for (_cluster, stage), (first, last) in windows.items():
+        spans[stage].append(last - first + latency)
+    return {stage: round(sum(v) / len(v), 3) for stage, v in spans.items()}
+
+
+def overlap(applies: list[tuple[str, float, float]], predicate: Callable[[str], bool]) -> int:
+    """The most real applies in flight at once on one cluster's nodes matching ``predicate``."""
+    best = 0
+    for cluster in {n.split("/", 1)[0] for n, _, _ in applies}:
+        mine = [(s, e) for n, s, e in applies if n.startswith(cluster + "/") and predicate(n)]
+        cur = 0
+        for _, d in sorted([(s, 1) for s, _ in mine] + [(e, -1) for _, e in mine]):
+            cur += d
+            best = max(best, cur)
+    return best
+
+
+def main() -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-C", "--clusters", type=int, default=3)
+    ap.add_argument("-M", "--machines", type=parse_machines, default=(3, 1), help="N (3 cps + N-3 workers) or CPS+W")
+    ap.add_argument("--apply-latency", type=float, default=0.0, help="seconds per ApplyConfiguration RPC on a node")
+    ap.add_argument("--mode", choices=("inprocess", "daemon"), default="inprocess")
+    ap.add_argument("--time-scale", type=float, default=0.0005, help="scale of every wait (in-process, simulators)")
+    ap.add_argument("--daemon-time-scale", default="0.02", help="ICHORD_TIME_SCALE of the daemon")
+    ap.add_argument("--worker-concurrency", type=int, default=None,
+                    help="Timing.ca_worker_apply_concurrency (default: the setting's default)")
+    ap.add_argument("--within", type=float, default=300.0, help="give up after this many seconds")
+    args = ap.parse_args()
+    cps, workers = args.machines
+    bench = Bench(args.clusters, cps, workers, time_scale=args.time_scale, apply_latency=args.apply_latency)
+    timing = Timing().scaled(args.time_scale)
+    # The restart bound stays above the condition timestamps' one-second resolution (as the tests do).
+    timing = replace(timing, ca_client_restart_timeout=30.0, kube_request_timeout=30.0, min_call_timeout=5.0,
+                     renew_deadline=60.0, cluster_lock_duration=60.0)
+    if args.worker_concurrency is not None:
+        timing = replace(timing, ca_worker_apply_concurrency=args.worker_concurrency)
+    setup = time.perf_counter()
+    with SimThread(bench) as b, tempfile.TemporaryDirectory() as tmp:
+        setup = time.perf_counter() - setup
+        kubeconfig = b.mgmt.write_kubeconfig(Path(tmp) / "kubeconfig", namespace=NS)
+        if args.mode == "inprocess":
+            result = anyio.run(run_inprocess, b, kubeconfig, timing)
+        else:
+            log = Path(tmp) / "daemon.log"
+            proc = start_daemon(kubeconfig, log, args.daemon_time_scale, args.worker_concurrency)
+
+            async def daemon() -> dict[str, Any]:
+                return await run_daemon(b, kubeconfig, proc, args.daemon_time_scale, args.within)
+            try:
+                result = anyio.run(daemon)
+            except BaseException:
+                sys.stderr.write(log.read_text(errors="replace")[-4000:])
+                raise
+            finally:
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+        b.record_applies()
+        talos = per_pass(b.counts.talos, b.machines)
+        kube = per_pass(b.counts.kube, b.machines)
+        applies = len(b.counts.applies)
+        spans = apply_spans(b.counts.apply_window, args.apply_latency)
+    print(json.dumps({
+        "benchmark": "ca_rotation", "mode": args.mode, "clusters": args.clusters, "control_planes": cps,
+        "workers": workers, "machines": bench.machines, "apply_latency_s": args.apply_latency,
+        "worker_apply_concurrency": timing.ca_worker_apply_concurrency,
+        "setup_s": round(setup, 1), **result, "apply_span_s": spans, "applies_total": applies,
+        "max_concurrent_applies": {
+            "control_planes": overlap(b.counts.applies, lambda n: "-cp-" in n),
+            "workers": overlap(b.counts.applies, lambda n: "-worker-" in n)} if args.apply_latency else None,
+        "talos_rpcs_per_machine": talos, "kube_requests_per_machine": kube,
+        "python": sys.version.split()[0]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
