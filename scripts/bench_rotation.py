@@ -50,7 +50,6 @@ import anyio
 import structlog
 from grpclib.events import RecvMessage, RecvRequest, listen
 
-from ichord.actors.outcome import Blocked, Done, Failed, Requeue
 from ichord.api import names
 from ichord.api.names import API_VERSION
 from ichord.kube import crds
@@ -58,6 +57,7 @@ from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation import RotationContext, advance
 from ichord.operations.ca_rotation.plan import handoff_token
+from ichord.operations.outcome import Blocked, Done, Failed, Requeue
 from ichord.pki.bundle import generate_bundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment, objects

@@ -19,7 +19,7 @@ import structlog
 
 from ichord import metrics
 from ichord.actors.mailbox import Mailbox
-from ichord.actors.outcome import Outcome, earliest, next_delay
+from ichord.operations.outcome import Outcome, earliest, next_delay
 from ichord.pki.scrub import SCRUBBER
 
 Messages = dict[Hashable, str]

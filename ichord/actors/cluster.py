@@ -16,7 +16,6 @@ from typing import Any
 import anyio
 import structlog
 
-from ichord.actors.outcome import Done, Outcome, Requeue, earliest, next_delay
 from ichord.api import names
 from ichord.api.conditions import Condition, find, set_condition
 from ichord.api.names import ReadyReason
@@ -32,6 +31,7 @@ from ichord.machines.view import MachineSpecError, MachineView
 from ichord.operations.ca_rotation import RotationContext, is_ca_rotation
 from ichord.operations.ca_rotation import advance as advance_ca_rotation
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, expiry_pass, forget_cluster
+from ichord.operations.outcome import Done, Outcome, Requeue, earliest, next_delay
 from ichord.pki.bundle import BundleError, SecretsBundle
 from ichord.pki.fingerprint import export_fingerprint
 from ichord.pki.scrub import SCRUBBER

@@ -11,7 +11,6 @@ from typing import Any
 
 import anyio
 
-from ichord.actors.outcome import Blocked, Done, Failed, Outcome, Requeue
 from ichord.api import names
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
@@ -19,6 +18,7 @@ from ichord.kube.errors import NotFound
 from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation import RotationContext, advance
 from ichord.operations.ca_rotation.plan import handoff_token
+from ichord.operations.outcome import Blocked, Done, Failed, Outcome, Requeue
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.rotation import Rotation
 from ichord.settings import Timing

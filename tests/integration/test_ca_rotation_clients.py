@@ -10,7 +10,6 @@ from typing import Any
 import anyio
 import pytest
 
-from ichord.actors.outcome import Blocked, Done
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
@@ -18,6 +17,7 @@ from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation import advance, clients
 from ichord.operations.ca_rotation.managed import patch_workload
+from ichord.operations.outcome import Blocked, Done
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.sim.combined import SimEnvironment
 from tests.integration._ca_rotation_driver import TIMING, Driver, live_rotation

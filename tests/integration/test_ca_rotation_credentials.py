@@ -21,13 +21,13 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import NameOID
 
 from ichord import yamlio
-from ichord.actors.outcome import Done
 from ichord.api import names
 from ichord.credentials import CredentialsError, HandOff, NoRotationUnderWay, hand_off
 from ichord.credentials.mint import talosconfig_dial
 from ichord.kube.client import from_kubeconfig
 from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation.plan import handoff_token
+from ichord.operations.outcome import Done
 from ichord.pki import pem as _pem
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.rotation import Target

@@ -11,13 +11,13 @@ from typing import Any
 import anyio
 import pytest
 
-from ichord.actors.lock import lock_holder
-from ichord.actors.outcome import Blocked, Done, Failed
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig
 from ichord.kube.events import EventRecorder
+from ichord.operations.lock import lock_holder
+from ichord.operations.outcome import Blocked, Done, Failed
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.pki.rotation import Target

@@ -10,7 +10,6 @@ from typing import Any
 import anyio
 import pytest
 
-from ichord.actors.outcome import Done
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
@@ -18,6 +17,7 @@ from ichord.kube.client import from_kubeconfig
 from ichord.kube.errors import NotFound
 from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation import machine as machine_module
+from ichord.operations.outcome import Done
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.pki.scrub import REDACTED

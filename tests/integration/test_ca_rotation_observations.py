@@ -18,13 +18,13 @@ from typing import Any
 import anyio
 import pytest
 
-from ichord.actors.outcome import Done
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation import clients
 from ichord.operations.ca_rotation.managed import get_workload, patch_workload
+from ichord.operations.outcome import Done
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ichord.actors.lock import acquire_disruptive_lock, lock_holder, release_lock
 from ichord.api.names import LockRefusal
 from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.operations.lock import acquire_disruptive_lock, lock_holder, release_lock
 from ichord.sim.kube import KubeSimulator
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]

@@ -9,7 +9,7 @@ import pytest
 
 from ichord.actors.actor import ClusterActor, Supervisor
 from ichord.actors.mailbox import Mailbox
-from ichord.actors.outcome import Blocked, Done, Failed, Outcome, Requeue, earliest, next_delay
+from ichord.operations.outcome import Blocked, Done, Failed, Outcome, Requeue, earliest, next_delay
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-from ichord.actors.outcome import Done, Outcome, Requeue
 from ichord.api.carotation import Stage
 from ichord.api.conditions import now_rfc3339
 from ichord.api.names import CARotationReason, EventReason, Phase
@@ -31,6 +30,7 @@ from ichord.operations.ca_rotation.status import (
     since_transition,
     write,
 )
+from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.talos.dial import DialBundle
 
 #: Finalizing's waits, entered only after the replaced bundle was verified on every machine.

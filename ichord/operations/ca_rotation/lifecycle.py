@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 
-from ichord.actors.lock import acquire_disruptive_lock, release_lock
-from ichord.actors.outcome import Blocked, Failed, Outcome
 from ichord.api import names
 from ichord.api.carotation import Stage
 from ichord.api.conditions import Condition, set_condition
@@ -17,6 +15,8 @@ from ichord.kube.status import update_status
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.plan import certificates_status, verify_dial
 from ichord.operations.ca_rotation.status import Mutation, blocked, in_progress, log_transition, write
+from ichord.operations.lock import acquire_disruptive_lock, release_lock
+from ichord.operations.outcome import Blocked, Failed, Outcome
 from ichord.pki.rotation import Rotation, Target
 from ichord.pki.scrub import SCRUBBER
 from ichord.talos.dial import DialBundle

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import structlog
 
-from ichord.actors.outcome import Blocked, Done, Outcome, Requeue
 from ichord.api import names
 from ichord.api.carotation import Stage
 from ichord.api.conditions import find
@@ -64,6 +63,7 @@ from ichord.operations.ca_rotation.status import (
     started,
     write,
 )
+from ichord.operations.outcome import Blocked, Done, Outcome, Requeue
 from ichord.pki.rotation import Rotation, Target
 from ichord.pki.scrub import SCRUBBER
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import structlog
 
-from ichord.actors.outcome import Blocked
 from ichord.api import names
 from ichord.api.conditions import Condition, find, now_rfc3339, parse_time, set_condition
 from ichord.api.names import CARotationReason, Phase
@@ -22,6 +21,7 @@ from ichord.kube import crds
 from ichord.kube.events import ObjectRef
 from ichord.kube.status import update_status
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
+from ichord.operations.outcome import Blocked
 from ichord.pki.scrub import SCRUBBER
 
 log = structlog.get_logger("ichord.operations.ca_rotation")
