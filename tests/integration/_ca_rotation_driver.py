@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 
 from ichord.api import names
+from ichord.api.conditions import find
 from ichord.kube import crds
-from ichord.kube.client import KubeClient
-from ichord.kube.errors import NotFound
+from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.errors import NotFound, Unavailable
 from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation import RotationContext, advance
 from ichord.operations.ca_rotation.plan import handoff_token
@@ -114,16 +115,22 @@ class Driver:
         return await crds.operations(self.kube).get(self.env.namespace, self.op_name)
 
     async def step(self) -> Outcome:
-        op = await self.get()
-        if self.acknowledge and (op.get("status") or {}).get("caRotation", {}).get("stage") == "AwaitingCredentials":
-            token = handoff_token(op["status"]["caRotation"]["certificates"])
-            annotations = (op["metadata"].get("annotations") or {})
-            if annotations.get(names.CREDENTIALS_HANDOFF_ANNOTATION) != token:
-                await crds.operations(self.kube).patch(self.env.namespace, self.op_name, {"metadata": {
-                    "annotations": {names.CREDENTIALS_HANDOFF_ANNOTATION: token}}})
-                op = await self.get()
+        try:
+            op = await self.get()
+            if (self.acknowledge
+                    and (op.get("status") or {}).get("caRotation", {}).get("stage") == "AwaitingCredentials"):
+                token = handoff_token(op["status"]["caRotation"]["certificates"])
+                annotations = (op["metadata"].get("annotations") or {})
+                if annotations.get(names.CREDENTIALS_HANDOFF_ANNOTATION) != token:
+                    await crds.operations(self.kube).patch(self.env.namespace, self.op_name, {"metadata": {
+                        "annotations": {names.CREDENTIALS_HANDOFF_ANNOTATION: token}}})
+                    op = await self.get()
+        except Unavailable:
+            # The API server is the managed cluster's own and restarts for the new CAs; the actor would read its
+            # informer's copy and step anyway, the driver reads the API and so looks again shortly.
+            return Requeue(0.05, "the API server is restarting")
         outcome = await advance(self.context(), op)
-        with contextlib.suppress(NotFound):  # deleted once its finalizer went
+        with contextlib.suppress(NotFound, Unavailable):  # deleted once its finalizer went, or restarting
             self.snapshots.append(await self.get())
         return outcome
 
@@ -154,3 +161,62 @@ def stages_seen(snapshots: list[Obj]) -> list[str]:
         if stage and (not out or out[-1] != stage):
             out.append(stage)
     return out
+
+
+# ---- what the ca-rotation test files share ---------------------------------------------------------
+
+#: The in-cluster clients Finalizing restarts for the flannel preset (kube-system).
+FLANNEL_CLIENTS = (("daemonsets", "kube-flannel"), ("daemonsets", "kube-proxy"), ("deployments", "coredns"))
+
+
+def client_workload(plural: str, name: str, *, replicas: int | None = None) -> Obj:
+    """A kube-system DaemonSet or Deployment for the simulator's rollouts (a Deployment gets ``replicas``)."""
+    kind = "DaemonSet" if plural == "daemonsets" else "Deployment"
+    spec: Obj = {"selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": name, "image": f"{name}:1"}]}}}
+    if kind == "Deployment" and replicas is not None:
+        spec["replicas"] = replicas
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": "kube-system"},
+            "spec": spec}
+
+
+def add_clients(env: SimEnvironment, clients: tuple[tuple[str, str], ...] = FLANNEL_CLIENTS, *,
+                replicas: int | None = 2) -> None:
+    store = env.kube.store
+    for plural, name in clients:
+        store.create(store.resolve("apps", "v1", plural), "kube-system", client_workload(plural, name,
+                                                                                         replicas=replicas))
+
+
+@contextlib.asynccontextmanager
+async def driving(env: SimEnvironment, **options: Any) -> AsyncIterator[Driver]:
+    """A Driver on ``env`` with its own client and Event recorder.
+
+    The management API is the managed cluster's own: it serves from the new Kubernetes CA from Issuing
+    on, so the client trusts the base CA plus what the rotation hands the trust seam (the trust pool's
+    part in the daemon).
+    """
+    trusted: list[bytes] = []
+    assert env.bundle is not None
+    base = env.bundle.k8s.cert_pem
+    async with await from_kubeconfig(env.kubeconfig, trust=lambda: [base, *trusted]) as kube:
+        recorder = EventRecorder(kube)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(recorder.run)
+            yield Driver(env, kube, recorder, trusted=trusted, **options)
+            await recorder.drain()
+            tg.cancel_scope.cancel()
+
+
+def at(stage: str) -> Callable[[Obj], bool]:
+    """A ``Driver.run(until=...)`` predicate: the operation is in ``stage``."""
+    return lambda o: (o.get("status") or {}).get("caRotation", {}).get("stage") == stage
+
+
+def blocked_on(text: str) -> Callable[[Obj], bool]:
+    """A ``Driver.run(until=...)`` predicate: CARotation is Blocked with ``text`` in its message."""
+    def pred(o: Obj) -> bool:
+        cond = find((o.get("status") or {}).get("conditions"), names.CA_ROTATION)
+        return bool(cond and cond["reason"] == "Blocked" and text in cond["message"])
+    return pred

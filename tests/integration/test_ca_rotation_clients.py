@@ -20,7 +20,7 @@ from ichord.operations.ca_rotation.managed import patch_workload
 from ichord.operations.outcome import Blocked, Done
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.sim.combined import SimEnvironment
-from tests.integration._ca_rotation_driver import TIMING, Driver, live_rotation
+from tests.integration._ca_rotation_driver import TIMING, Driver, add_clients, live_rotation
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 WORKLOADS = (("daemonsets", "cilium"), ("deployments", "cilium-operator"), ("daemonsets", "kube-proxy"),
@@ -32,19 +32,10 @@ def bundle() -> SecretsBundle:
     return generate_bundle()
 
 
-def workload(plural: str, name: str) -> dict[str, Any]:
-    kind = "DaemonSet" if plural == "daemonsets" else "Deployment"
-    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": "kube-system"},
-            "spec": {"selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}},
-                                  "spec": {"containers": [{"name": name, "image": f"{name}:1"}]}}}}
-
-
 @pytest.fixture
 async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
     async with SimEnvironment(bundle=bundle, time_scale=0.02, cni="cilium") as e:
-        for plural, name in WORKLOADS:
-            e.kube.store.create(e.kube.store.resolve("apps", "v1", plural), "kube-system", workload(plural, name))
+        add_clients(e, WORKLOADS, replicas=None)
         yield e
 
 

@@ -25,7 +25,6 @@ from ichord.api import names
 from ichord.credentials import CredentialsError, HandOff, NoRotationUnderWay, hand_off
 from ichord.credentials.mint import talosconfig_dial
 from ichord.kube.client import from_kubeconfig
-from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation.plan import handoff_token
 from ichord.operations.outcome import Done
 from ichord.pki import pem as _pem
@@ -35,11 +34,10 @@ from ichord.sim.combined import SimEnvironment
 from ichord.sim.kube.routes import Route
 from ichord.sim.kube.status import ApiError
 from ichord.talos.client import TalosClient
-from tests.integration._ca_rotation_driver import Driver, live_rotation
+from tests.integration._ca_rotation_driver import Driver, add_clients, at, driving, live_rotation
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 SCALE = 0.02
-CLIENTS = (("daemonsets", "kube-flannel"), ("daemonsets", "kube-proxy"), ("deployments", "coredns"))
 FAST: dict[str, Any] = {"poll": 0.05, "retry_delays": (0.02, 0.1)}
 CLI = "import sys; from ichord import cli; sys.exit(cli.main(sys.argv[1:]))"
 
@@ -49,43 +47,17 @@ def bundle() -> SecretsBundle:
     return generate_bundle()
 
 
-def workload(plural: str, name: str) -> dict[str, Any]:
-    kind = "DaemonSet" if plural == "daemonsets" else "Deployment"
-    spec: dict[str, Any] = {"selector": {"matchLabels": {"app": name}},
-                            "template": {"metadata": {"labels": {"app": name}},
-                                         "spec": {"containers": [{"name": name, "image": f"{name}:1"}]}}}
-    if kind == "Deployment":
-        spec["replicas"] = 2
-    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": "kube-system"},
-            "spec": spec}
-
-
 @pytest.fixture
 async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
     async with SimEnvironment(bundle=bundle, time_scale=SCALE, control_planes=3, workers=1) as e:
-        for plural, name in CLIENTS:
-            e.kube.store.create(e.kube.store.resolve("apps", "v1", plural), "kube-system", workload(plural, name))
+        add_clients(e)
         yield e
 
 
 @pytest.fixture
 async def driver(env: SimEnvironment) -> AsyncIterator[Driver]:
-    # The management API is the managed cluster's own here: it serves from the new Kubernetes CA from Issuing
-    # on, so the driver's client trusts what the rotation hands the trust seam (as in the flow tests).
-    trusted: list[bytes] = []
-    assert env.bundle is not None
-    base = env.bundle.k8s.cert_pem
-    async with await from_kubeconfig(env.kubeconfig, trust=lambda: [base, *trusted]) as kube:
-        recorder = EventRecorder(kube)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(recorder.run)
-            yield Driver(env, kube, recorder, trusted=trusted, acknowledge=False)
-            await recorder.drain()
-            tg.cancel_scope.cancel()
-
-
-def at(stage: str) -> Callable[[dict[str, Any]], bool]:
-    return lambda o: (o.get("status") or {}).get("caRotation", {}).get("stage") == stage
+    async with driving(env, acknowledge=False) as d:  # only hand_off moves it past AwaitingCredentials
+        yield d
 
 
 class Said:

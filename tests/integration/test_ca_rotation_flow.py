@@ -5,17 +5,14 @@ invariants of testing.md for what this executor covers (talos + kubernetes)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
 import pytest
 
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
-from ichord.kube.client import from_kubeconfig
-from ichord.kube.events import EventRecorder
 from ichord.operations.lock import lock_holder
 from ichord.operations.outcome import Blocked, Done, Failed
 from ichord.pki.bundle import SecretsBundle, generate_bundle
@@ -26,11 +23,20 @@ from ichord.render.generate import render
 from ichord.sim.combined import SimEnvironment
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
-from tests.integration._ca_rotation_driver import Driver, live_bundle, live_rotation, secret_data, stages_seen
+from tests.integration._ca_rotation_driver import (
+    FLANNEL_CLIENTS,
+    Driver,
+    add_clients,
+    at,
+    driving,
+    live_bundle,
+    live_rotation,
+    secret_data,
+    stages_seen,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 SCALE = 0.02
-CLIENTS = (("daemonsets", "kube-flannel"), ("daemonsets", "kube-proxy"), ("deployments", "coredns"))
 
 
 @pytest.fixture(scope="module")
@@ -38,48 +44,22 @@ def bundle() -> SecretsBundle:
     return generate_bundle()
 
 
-def workload(plural: str, name: str) -> dict[str, Any]:
-    kind = "DaemonSet" if plural == "daemonsets" else "Deployment"
-    spec: dict[str, Any] = {"selector": {"matchLabels": {"app": name}},
-                            "template": {"metadata": {"labels": {"app": name}},
-                                         "spec": {"containers": [{"name": name, "image": f"{name}:1"}]}}}
-    if kind == "Deployment":
-        spec["replicas"] = 2
-    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": "kube-system"},
-            "spec": spec}
-
-
 @pytest.fixture
 async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
     async with SimEnvironment(bundle=bundle, time_scale=SCALE) as e:
-        for plural, name in CLIENTS:
-            e.kube.store.create(e.kube.store.resolve("apps", "v1", plural), "kube-system", workload(plural, name))
+        add_clients(e)
         yield e
 
 
 @pytest.fixture
 async def driver(env: SimEnvironment) -> AsyncIterator[Driver]:
-    # The trust seam stands in for the trust pool: the management API here is the managed cluster's own,
-    # which serves from the new Kubernetes CA from Issuing on (ADR 0063 "trusts the new CA ahead").
-    trusted: list[bytes] = []
-    assert env.bundle is not None
-    base = env.bundle.k8s.cert_pem
-    async with await from_kubeconfig(env.kubeconfig, trust=lambda: [base, *trusted]) as kube:
-        recorder = EventRecorder(kube)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(recorder.run)
-            yield Driver(env, kube, recorder, trusted=trusted)
-            await recorder.drain()
-            tg.cancel_scope.cancel()
+    async with driving(env) as d:
+        yield d
 
 
 async def running(env: SimEnvironment, dial: DialBundle, machine: str) -> MachineConfig:
     async with TalosClient(dial, dial_timeout=2, rpc_timeout=5) as c:
         return MachineConfig.parse(await c.machine_config(env.endpoints[machine]))
-
-
-def at(stage: str) -> Callable[[dict[str, Any]], bool]:
-    return lambda o: (o.get("status") or {}).get("caRotation", {}).get("stage") == stage
 
 
 def cert(status: dict[str, Any], name: str) -> dict[str, Any]:
@@ -143,7 +123,7 @@ async def test_a_default_rotation_runs_from_start_to_done(env: SimEnvironment, d
 
     # Every client was restarted once, with the operation's UID on its template.
     uid = final["metadata"]["uid"]
-    for plural, name in CLIENTS:
+    for plural, name in FLANNEL_CLIENTS:
         obj = env.kube.store.get(env.kube.store.resolve("apps", "v1", plural), "kube-system", name)
         ann = obj["spec"]["template"]["metadata"]["annotations"]
         assert ann[names.CA_ROTATION_TEMPLATE_ANNOTATION] == uid

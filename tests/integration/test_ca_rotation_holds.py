@@ -13,9 +13,7 @@ import pytest
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
-from ichord.kube.client import from_kubeconfig
 from ichord.kube.errors import NotFound
-from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation import machine as machine_module
 from ichord.operations.outcome import Done
 from ichord.pki.bundle import SecretsBundle, generate_bundle
@@ -23,7 +21,17 @@ from ichord.pki.fingerprint import ca_fingerprint
 from ichord.pki.scrub import REDACTED
 from ichord.sim.combined import SimEnvironment
 from ichord.talos.errors import TalosUnreachableError
-from tests.integration._ca_rotation_driver import Crash, Driver, live_bundle, live_rotation, secret_data, stages_seen
+from tests.integration._ca_rotation_driver import (
+    Crash,
+    Driver,
+    at,
+    blocked_on,
+    driving,
+    live_bundle,
+    live_rotation,
+    secret_data,
+    stages_seen,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 SCALE = 0.02
@@ -42,27 +50,8 @@ async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
 
 @pytest.fixture
 async def driver(env: SimEnvironment) -> AsyncIterator[Driver]:
-    trusted: list[bytes] = []
-    assert env.bundle is not None
-    base = env.bundle.k8s.cert_pem
-    async with await from_kubeconfig(env.kubeconfig, trust=lambda: [base, *trusted]) as kube:
-        recorder = EventRecorder(kube)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(recorder.run)
-            yield Driver(env, kube, recorder, trusted=trusted)
-            await recorder.drain()
-            tg.cancel_scope.cancel()
-
-
-def at(stage: str) -> Callable[[dict[str, Any]], bool]:
-    return lambda o: (o.get("status") or {}).get("caRotation", {}).get("stage") == stage
-
-
-def blocked_on(text: str) -> Callable[[dict[str, Any]], bool]:
-    def pred(o: dict[str, Any]) -> bool:
-        cond = find((o.get("status") or {}).get("conditions"), names.CA_ROTATION)
-        return bool(cond and cond["reason"] == "Blocked" and text in cond["message"])
-    return pred
+    async with driving(env) as d:
+        yield d
 
 
 async def test_an_unreachable_machine_and_a_node_not_ready_hold_the_stage_and_it_resumes(

@@ -6,23 +6,19 @@ once."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import contextlib
 from dataclasses import replace
-from typing import Any
 
-import anyio
 import pytest
 
 from ichord.api import names
 from ichord.api.conditions import find
-from ichord.kube.client import from_kubeconfig
-from ichord.kube.events import EventRecorder
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import SettingsError, Timing
 from ichord.sim.combined import SimEnvironment
 from ichord.sim.talos.run import scaled
-from tests.integration._ca_rotation_driver import TIMING, Driver
+from tests.integration._ca_rotation_driver import TIMING, Driver, at, blocked_on
+from tests.integration._ca_rotation_driver import driving as shared_driving
 
 pytestmark = [pytest.mark.integration]
 SCALE = 0.02
@@ -40,30 +36,8 @@ def environment(bundle: SecretsBundle, workers: int, apply: float = APPLY) -> Si
                           timings=replace(scaled(SCALE), apply_duration=apply))
 
 
-@asynccontextmanager
-async def driving(env: SimEnvironment, concurrency: int) -> AsyncIterator[Driver]:
-    trusted: list[bytes] = []
-    assert env.bundle is not None
-    base = env.bundle.k8s.cert_pem
-    async with await from_kubeconfig(env.kubeconfig, trust=lambda: [base, *trusted]) as kube:
-        recorder = EventRecorder(kube)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(recorder.run)
-            yield Driver(env, kube, recorder, trusted=trusted,
-                         timing=replace(TIMING, ca_worker_apply_concurrency=concurrency))
-            await recorder.drain()
-            tg.cancel_scope.cancel()
-
-
-def at(stage: str) -> Callable[[dict[str, Any]], bool]:
-    return lambda o: (o.get("status") or {}).get("caRotation", {}).get("stage") == stage
-
-
-def blocked_on(text: str) -> Callable[[dict[str, Any]], bool]:
-    def pred(o: dict[str, Any]) -> bool:
-        cond = find((o.get("status") or {}).get("conditions"), names.CA_ROTATION)
-        return bool(cond and cond["reason"] == "Blocked" and text in cond["message"])
-    return pred
+def driving(env: SimEnvironment, concurrency: int) -> contextlib.AbstractAsyncContextManager[Driver]:
+    return shared_driving(env, timing=replace(TIMING, ca_worker_apply_concurrency=concurrency))
 
 
 def intervals(env: SimEnvironment, apply: float, role: str) -> list[Interval]:
