@@ -105,7 +105,7 @@ async def reconcile_machine(
     endpoint = machine.address
     try:
         running_bytes = await talos.machine_config(endpoint)
-        running = MachineConfig.parse(running_bytes)
+        running_plain = MachineConfig.plain_of(running_bytes)  # the common case, converged, needs no more
         node_name = machine.hostname or await talos.nodename(endpoint)
         version = await talos.version(endpoint)
     except (TalosUnreachableError, TalosCertificateError) as exc:
@@ -120,13 +120,18 @@ async def reconcile_machine(
         return MachineResult(_ready("False", ReadyReason.UNREACHABLE, msg), requeue_after=retry_after)
 
     base = {"nodeName": node_name, "talosVersion": version.tag, "configHash": rendered.hash()}
-    if running.plain() == rendered.plain():
+    if running_plain == rendered.plain():
         return MachineResult(
             _ready("True", ReadyReason.CONVERGED, "the node runs the rendered configuration"),
             fields={**base, "rebootPaths": [], "apiServerRestartPaths": []},
             requeue_after=_jittered(resync_after),
         )
 
+    try:
+        running = MachineConfig.parse(running_bytes)  # round-trip documents, for the field-by-field classification
+    except ConfigParseError as exc:
+        msg = f"cannot read the node's configuration: {_error_message(exc)}"
+        return MachineResult(_ready("False", ReadyReason.UNREACHABLE, msg), requeue_after=retry_after)
     result = classify(running, rendered, cluster.contract, machine.role)
     decided = _report_only(result, machine)
     if decided is not None:

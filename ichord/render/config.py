@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import io
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
 from ichord.errors import IchordError
+from ichord.render import fastload
 
 V1ALPHA1 = "v1alpha1"
 DocKey = tuple[str, str | None]  # (kind, name); the v1alpha1 document is ("v1alpha1", None)
@@ -81,6 +83,15 @@ class MachineConfig:
                 raise ConfigParseError(f"document {i + 1} of the machine configuration is not a mapping")
         return cls([_strip_comments(d) for d in docs])
 
+    @classmethod
+    def plain_of(cls, data: str | bytes) -> list[Any]:
+        """``parse(data).plain()``, ~20x faster: libyaml with ruamel's YAML 1.2 resolution (fastload) when the
+        document allows it, ruamel itself otherwise, so the result (and a ConfigParseError) is ruamel's."""
+        try:
+            return [_plain(d) for d in fastload.load_documents(data)]
+        except fastload.Unsupported:
+            return cls.parse(data).plain()
+
     def to_yaml(self) -> str:
         y = _yaml()
         parts = []
@@ -94,8 +105,14 @@ class MachineConfig:
         return self.to_yaml().encode()
 
     def hash(self) -> str:
-        """SHA-256 (hex) of the deterministic encoding."""
-        return hashlib.sha256(self.to_bytes()).hexdigest()
+        """SHA-256 (hex) of the documents as canonical JSON (sorted keys): equal when ``plain()`` is equal.
+
+        Not of the YAML encoding: ruamel's emitter costs ~25 ms for a control plane's configuration, and
+        this hash is taken on every machine step (status.configHash). Key order does not change it, as it
+        does not change the plain() comparison that decides convergence.
+        """
+        blob = json.dumps(self.plain(), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
 
     def copy(self) -> MachineConfig:
         return MachineConfig(copy.deepcopy(self.documents))

@@ -80,6 +80,7 @@ def test_quoted_patch_values_reparse_to_the_same_hash(stability_bundle: SecretsB
     config = render(stability_bundle, dataclasses.replace(inputs, patches=patches), MachineInputs())
     assert config.v1alpha1["machine"]["env"] == {"A": "1"}
     assert MachineConfig.parse(config.to_bytes()).hash() == config.hash()
+    assert MachineConfig.parse(config.to_bytes()).to_bytes() == config.to_bytes()  # the encoding too
 
 
 def test_multidoc_pem_is_a_literal_block_and_legacy_pem_is_base64(stability_bundle: SecretsBundle) -> None:

@@ -75,11 +75,11 @@ async def verify_replaced(ctx: RotationContext, inputs: Inputs) -> str | None:
             except RenderError as exc:
                 return f"machine {m.name} cannot be rendered from the replaced bundle: {SCRUBBER.exception(exc)}"
             try:
-                running = MachineConfig.parse(await talos.machine_config(m.address))
+                running = MachineConfig.plain_of(await talos.machine_config(m.address))
             except (TalosError, ConfigParseError) as exc:
                 return (f"machine {m.name} ({m.address}) does not answer the replaced bundle: "
                         f"{SCRUBBER.exception(exc)}")
-            if running.plain() != desired.plain():
+            if running != desired.plain():
                 return f"machine {m.name} does not run what the replaced bundle renders"
         return None
     finally:

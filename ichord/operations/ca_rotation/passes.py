@@ -65,11 +65,11 @@ async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: 
         problem = f"machine {m.name} cannot be rendered for {stage.value}: {SCRUBBER.exception(exc)}"
         return _Visit({"name": m.name, "state": "RenderFailed", "message": problem}, problem)
     try:
-        running = MachineConfig.parse(await talos.machine_config(m.address))
+        running = MachineConfig.plain_of(await talos.machine_config(m.address))
     except (TalosError, ConfigParseError) as exc:
         problem = f"machine {m.name} ({m.address}) does not answer: {SCRUBBER.exception(exc)}"
         return _Visit({"name": m.name, "state": "Unreachable", "message": problem}, problem)
-    if running.plain() == desired.plain():
+    if running == desired.plain():
         return _Visit({"name": m.name, "state": stage.value, "message": f"runs {stage.value}"})
     data = desired.to_bytes()
     try:

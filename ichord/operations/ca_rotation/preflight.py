@@ -26,10 +26,10 @@ async def _machine_problem(talos: TalosClient, inputs: Inputs, m: MachineView) -
     except RenderError as exc:
         return f"machine {m.name} cannot be rendered: {SCRUBBER.exception(exc)}"
     try:
-        running = MachineConfig.parse(await talos.machine_config(m.address))
+        running = MachineConfig.plain_of(await talos.machine_config(m.address))
     except (TalosError, ConfigParseError) as exc:
         return f"machine {m.name} ({m.address}) does not answer: {SCRUBBER.exception(exc)}"
-    if running.plain() != desired.plain():
+    if running != desired.plain():
         return (f"machine {m.name} does not run the configuration ichord renders for it; let it converge "
                 "(or roll out its pending change) before rotating")
     return None
