@@ -48,7 +48,14 @@ def _pem_pair(crt: bytes, key: bytes | None) -> tuple[common_pb2.PEMEncodedCerti
 
 def _machine_config(node: SimNode, rid: str) -> tuple[Message, Any] | None:
     cfg = node.running if rid == "v1alpha1" else node.persistent
-    data = cfg.to_bytes()
+    # Encoding costs ~25 ms and a node's configuration changes only on apply/reboot: reuse it per object.
+    cached = node.encoded.get(id(cfg))
+    if cached is None or cached[0] is not cfg:
+        cached = (cfg, cfg.to_bytes())
+        live = {id(c): node.encoded[id(c)] for c in (node.running, node.persistent)
+                if id(c) in node.encoded and node.encoded[id(c)][0] is c}
+        node.encoded = {**live, id(cfg): cached}
+    data = cached[1]
     return config_pb2.MachineConfigSpec(yaml_marshalled=data), data.decode()
 
 

@@ -110,6 +110,8 @@ class SimNode:
         self.apiserver_restarts = 0
         #: Kubelet restarts decided (a Kubernetes CA change) but not begun yet (``kubelet_restart_lag``).
         self.kubelet_restarts_pending = 0
+        #: The running/persistent configurations' encodings, by object (what COSI Get returns; see cosi.py).
+        self.encoded: dict[int, tuple[MachineConfig, bytes]] = {}
         self._applying = False
         self._try_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
