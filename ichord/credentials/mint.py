@@ -14,15 +14,9 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
-import secrets as _secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ichord import yamlio
 from ichord.errors import IchordError
@@ -31,8 +25,7 @@ from ichord.pki.ca import (
     CLIENT_CERT_VALIDITY,
     CertificateAuthority,
     ClientCertificate,
-    KeyAlgorithm,
-    generate_key,
+    issue_client_certificate,
     issue_talos_client_certificate,
 )
 from ichord.pki.fingerprint import certificate_fingerprint
@@ -65,31 +58,9 @@ def issue_kubernetes_admin_certificate(ca: CertificateAuthority, *, lifetime: dt
     """A client certificate CN=admin, O=system:masters (ClientAuth only), the key type following the CA's."""
     if ca.key_pem is None:
         raise MintError("the Kubernetes CA has no private key in the bundle; it cannot sign the admin certificate")
-    ca_key = ca.private_key
-    algorithm = KeyAlgorithm.ED25519 if isinstance(ca_key, ed25519.Ed25519PrivateKey) else (
-        KeyAlgorithm.ECDSA_P256 if isinstance(ca_key, ec.EllipticCurvePrivateKey) else KeyAlgorithm.RSA_4096)
-    key = generate_key(algorithm)
-    now = now or dt.datetime.now(dt.UTC)
-    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, ADMIN_GROUP),
-                         x509.NameAttribute(NameOID.COMMON_NAME, ADMIN_COMMON_NAME)])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca.certificate.subject)
-        .public_key(key.public_key())
-        .serial_number(int.from_bytes(_secrets.token_bytes(16), "big") >> 1)
-        .not_valid_before(now - dt.timedelta(minutes=1))  # a control plane's clock slightly behind ours
-        .not_valid_after(now + lifetime)
-        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                                     crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-            ca.certificate.public_key()), critical=False)  # type: ignore[arg-type]
-        .sign(ca_key, None if isinstance(ca_key, ed25519.Ed25519PrivateKey) else hashes.SHA256())
-    )
-    issued = ClientCertificate(_pem.encode_certificate(cert), _pem.to_standard_label(_pem.encode_private_key(key)))
+    cert = issue_client_certificate(ca, [ADMIN_GROUP], common_name=ADMIN_COMMON_NAME, lifetime=lifetime, now=now)
+    # kubectl reads PKCS#8 under the standard label; Talos's own label is for Talos's Ed25519 keys only
+    issued = ClientCertificate(cert.cert_pem, _pem.to_standard_label(cert.key_pem))
     SCRUBBER.register(issued.key_pem)
     return issued
 

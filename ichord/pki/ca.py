@@ -115,6 +115,13 @@ class CertificateAuthority:
         return f"CertificateAuthority(subject={self.certificate.subject.rfc4514_string()!r})"
 
 
+def key_usage(*, cert_sign: bool = False, key_encipherment: bool = False) -> x509.KeyUsage:
+    """DigitalSignature, plus CertSign for a CA, plus KeyEncipherment for an RSA server key (Go's habit)."""
+    return x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=key_encipherment,
+                         data_encipherment=False, key_agreement=False, key_cert_sign=cert_sign, crl_sign=False,
+                         encipher_only=False, decipher_only=False)
+
+
 def generate_ca(
     kind: CAKind, *, now: dt.datetime | None = None, algorithm: KeyAlgorithm | None = None
 ) -> CertificateAuthority:
@@ -132,20 +139,7 @@ def generate_ca(
         .serial_number(_serial())
         .not_valid_before(now)
         .not_valid_after(now + CA_VALIDITY)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(key_usage(cert_sign=True), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
             critical=False,
@@ -174,44 +168,30 @@ class ClientCertificate:
         return "ClientCertificate(<redacted>)"
 
 
-def issue_talos_client_certificate(
+def issue_client_certificate(
     ca: CertificateAuthority,
-    roles: Sequence[str] = ("os:admin",),
+    organizations: Sequence[str],
     *,
+    common_name: str | None = None,
     lifetime: dt.timedelta = CLIENT_CERT_VALIDITY,
     now: dt.datetime | None = None,
     key_factory: Callable[[KeyAlgorithm], PrivateKey] = generate_key,
 ) -> ClientCertificate:
-    """A Talos API client certificate, as ``GenerateTalosAPIClientCertificate`` makes it.
-
-    Roles go in Organization, no CommonName, KeyUsage DigitalSignature, ExtKeyUsage ClientAuth only
-    (apid refuses anything else), and the key type follows the CA's.
-    """
+    """A client certificate signed by ``ca``: groups/roles in Organization, KeyUsage DigitalSignature,
+    ExtKeyUsage ClientAuth only, and a key of the CA's type. Valid from a minute ago (a peer's clock may
+    be slightly behind ours)."""
     ca_key = ca.private_key
     key = key_factory(_algorithm_of(ca_key))
     now = now or dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(_name(organizations=roles))
+        .subject_name(_name(organizations=organizations, common_name=common_name))
         .issuer_name(ca.certificate.subject)
         .public_key(key.public_key())
         .serial_number(_serial())
         .not_valid_before(now - dt.timedelta(minutes=1))
         .not_valid_after(now + lifetime)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(key_usage(), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
@@ -221,3 +201,16 @@ def issue_talos_client_certificate(
         .sign(ca_key, _signature_hash(ca_key))
     )
     return ClientCertificate(_pem.encode_certificate(cert), _pem.encode_private_key(key))
+
+
+def issue_talos_client_certificate(
+    ca: CertificateAuthority,
+    roles: Sequence[str] = ("os:admin",),
+    *,
+    lifetime: dt.timedelta = CLIENT_CERT_VALIDITY,
+    now: dt.datetime | None = None,
+    key_factory: Callable[[KeyAlgorithm], PrivateKey] = generate_key,
+) -> ClientCertificate:
+    """A Talos API client certificate, as ``GenerateTalosAPIClientCertificate`` makes it: roles in
+    Organization, no CommonName, ClientAuth only (apid refuses anything else), the key following the CA's."""
+    return issue_client_certificate(ca, roles, lifetime=lifetime, now=now, key_factory=key_factory)

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ichord.pki import pem as _pem
+from ichord.pki.ca import key_usage
 from ichord.pki.pem import PrivateKey
 
 SERVING_VALIDITY = dt.timedelta(hours=24)
@@ -54,10 +55,7 @@ def sign_leaf(ca_cert_pem: bytes, ca_key_pem: bytes, *, common_name: str | None 
         .serial_number(int.from_bytes(secrets.token_bytes(16), "big") >> 1)
         .not_valid_before(now - dt.timedelta(minutes=1))
         .not_valid_after(now + validity)
-        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
-                                     key_encipherment=isinstance(key, rsa.RSAPrivateKey), data_encipherment=False,
-                                     key_agreement=False, key_cert_sign=False, crl_sign=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(key_usage(key_encipherment=isinstance(key, rsa.RSAPrivateKey)), critical=True)
         .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
     )
