@@ -15,7 +15,7 @@ from ichord.api.conditions import now_rfc3339
 from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.failpoints import failpoint
 from ichord.kube.client import KubeClient
-from ichord.operations.ca_rotation import clients, finalize
+from ichord.operations.ca_rotation import clients, cluster_conditions
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.lifecycle import ca_reason, let_go, lock
 from ichord.operations.ca_rotation.managed import admin_client, not_ready_nodes
@@ -31,7 +31,13 @@ from ichord.operations.ca_rotation.status import (
     write,
 )
 from ichord.operations.outcome import Done, Outcome, Requeue
+from ichord.pki.scrub import SCRUBBER
+from ichord.render.config import ConfigParseError, MachineConfig
+from ichord.render.errors import RenderError
+from ichord.render.generate import render
+from ichord.render.inputs import MachineInputs
 from ichord.talos.dial import DialBundle
+from ichord.talos.errors import TalosError
 
 #: Finalizing's waits, entered only after the replaced bundle was verified on every machine.
 FINALIZING_WAITS = (CARotationReason.AWAITING_NODES, CARotationReason.SETTLING_NODES,
@@ -49,7 +55,7 @@ async def step(ctx: RotationContext, inputs: Inputs) -> Outcome:
     reason = ca_reason(inputs)
     if reason not in FINALIZING_WAITS:
         # Verified once, on entry (and again after any Blocked): the waits that follow only read Nodes/workloads.
-        problem = await finalize.verify_replaced(ctx, inputs)
+        problem = await verify_replaced(ctx, inputs)
         if problem is not None:
             return await blocked(ctx, inputs, problem)
     now = ctx.now()
@@ -116,7 +122,7 @@ async def complete(ctx: RotationContext, inputs: Inputs, not_back: list[str]) ->
         reason = CARotationReason.ROTATED
         message = (f"the CAs were rotated and the clients restarted.{note} Export the bundle: "
                    f"`ichord cluster bundle-export {inputs.cluster_name}`")
-    await finalize.set_clients_not_restarted(ctx, inputs, not_back)
+    await cluster_conditions.set_clients_not_restarted(ctx, inputs, not_back)
     failpoint("ca-rotation.done.before")
     stamp = now_rfc3339(ctx.now())
 
@@ -130,3 +136,24 @@ async def complete(ctx: RotationContext, inputs: Inputs, not_back: list[str]) ->
     log_transition(inputs, "ca-rotation completed", reason=reason)
     await let_go(ctx, inputs.op)
     return Done()
+
+
+async def verify_replaced(ctx: RotationContext, inputs: Inputs) -> str | None:
+    """None when every machine answers the replaced bundle's plain dial and runs exactly its render."""
+    talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
+    try:
+        for m in inputs.machines:
+            try:
+                desired = render(inputs.bundle, inputs.cluster_inputs, MachineInputs.from_spec(m.spec))
+            except RenderError as exc:
+                return f"machine {m.name} cannot be rendered from the replaced bundle: {SCRUBBER.exception(exc)}"
+            try:
+                running = MachineConfig.plain_of(await talos.machine_config(m.address))
+            except (TalosError, ConfigParseError) as exc:
+                return (f"machine {m.name} ({m.address}) does not answer the replaced bundle: "
+                        f"{SCRUBBER.exception(exc)}")
+            if running != desired.plain():
+                return f"machine {m.name} does not run what the replaced bundle renders"
+        return None
+    finally:
+        talos.close()

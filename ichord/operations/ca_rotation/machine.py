@@ -22,7 +22,7 @@ from ichord.api.conditions import find
 from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.failpoints import failpoint
 from ichord.kube.errors import KubeError
-from ichord.operations.ca_rotation import finalize, finalizing, handoff
+from ichord.operations.ca_rotation import cluster_conditions, finalizing, handoff
 from ichord.operations.ca_rotation.bundle_secret import BundleSecretError, replace_bundle, save_rotation
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.lifecycle import (
@@ -195,7 +195,7 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
     if rotation is None:
         if stage is Stage.DROPPING and replaced_by(inputs.bundle, certs):
             # The Secret was replaced but the process died before status learned it (ADR 0063 step 4).
-            await finalize.raise_backup_stale(ctx, inputs)
+            await cluster_conditions.raise_backup_stale(ctx, inputs)
             await enter_finalizing(ctx, inputs)
             return Requeue(0.0, "stage Finalizing")
         return await blocked(ctx, inputs, f"the bundle Secret holds no {names.ROTATION_KEY} although the rotation is "
@@ -293,6 +293,6 @@ async def _replace(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> 
     inputs.bundle = await replace_bundle(ctx.kube, ctx.namespace, secret_name, inputs.bundle, rotation,
                                          inputs.secret.resource_version)
     failpoint("ca-rotation.replace.after")
-    await finalize.raise_backup_stale(ctx, inputs)
+    await cluster_conditions.raise_backup_stale(ctx, inputs)
     await enter_finalizing(ctx, inputs)
     return Requeue(0.0, "stage Finalizing")

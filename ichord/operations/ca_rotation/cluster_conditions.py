@@ -1,8 +1,7 @@
-"""Finalizing: the replaced bundle is verified on every machine, and the cluster conditions are raised.
+"""The TalosCluster conditions a CA rotation raises (ADR 0063 Decision 4 and its amendments).
 
 - BundleBackupStale (reason CARotated) and a Warning Event naming the export command: the bundle on
-  the operator's machine describes a PKI no node accepts any more (ADR 0063 Decision 4).
-- Every machine answers a plain dial with the replaced bundle and runs exactly what it renders.
+  the operator's machine describes a PKI no node accepts any more.
 - CAClientsNotRestarted: True when a restarted client was not back within the bound, False when a
   rotation's clients all came back.
 """
@@ -17,12 +16,6 @@ from ichord.kube.events import ObjectRef
 from ichord.kube.status import update_status
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.pki.scrub import SCRUBBER
-from ichord.render.config import ConfigParseError, MachineConfig
-from ichord.render.errors import RenderError
-from ichord.render.generate import render
-from ichord.render.inputs import MachineInputs
-from ichord.talos.dial import DialBundle
-from ichord.talos.errors import TalosError
 
 
 async def _set_cluster_condition(ctx: RotationContext, inputs: Inputs, cond: Condition) -> bool:
@@ -63,24 +56,3 @@ async def set_clients_not_restarted(ctx: RotationContext, inputs: Inputs, not_ba
     if await _set_cluster_condition(ctx, inputs, cond) and not_back:
         ctx.recorder.record(ObjectRef.of(inputs.cluster), "Warning", names.EventReason.CA_CLIENTS_NOT_RESTARTED,
                             message)
-
-
-async def verify_replaced(ctx: RotationContext, inputs: Inputs) -> str | None:
-    """None when every machine answers the replaced bundle's plain dial and runs exactly its render."""
-    talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
-    try:
-        for m in inputs.machines:
-            try:
-                desired = render(inputs.bundle, inputs.cluster_inputs, MachineInputs.from_spec(m.spec))
-            except RenderError as exc:
-                return f"machine {m.name} cannot be rendered from the replaced bundle: {SCRUBBER.exception(exc)}"
-            try:
-                running = MachineConfig.plain_of(await talos.machine_config(m.address))
-            except (TalosError, ConfigParseError) as exc:
-                return (f"machine {m.name} ({m.address}) does not answer the replaced bundle: "
-                        f"{SCRUBBER.exception(exc)}")
-            if running != desired.plain():
-                return f"machine {m.name} does not run what the replaced bundle renders"
-        return None
-    finally:
-        talos.close()
