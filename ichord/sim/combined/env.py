@@ -19,7 +19,6 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 from aiohttp import web
@@ -32,6 +31,7 @@ from ichord.sim.combined import objects
 from ichord.sim.combined.addons import install_addons
 from ichord.sim.combined.follow import Follower
 from ichord.sim.combined.loopback import free_loopback_block
+from ichord.sim.combined.started import Started
 from ichord.sim.kube.behaviours import BehaviourSettings
 from ichord.sim.kube.clientpods import PodModel
 from ichord.sim.kube.podrules import CLIENT_NAMESPACE
@@ -56,7 +56,7 @@ def scaled_behaviours(scale: float) -> BehaviourSettings:
                    ext_auth_recreate_lag=b.ext_auth_recreate_lag * scale)
 
 
-class SimEnvironment:
+class SimEnvironment(Started):
     def __init__(self, *, control_planes: int = 3, workers: int = 1, contract: VersionContract = V1_14,
                  bundle: SecretsBundle | None = None, namespace: str = "ichord-system", cluster_name: str = "demo",
                  cni: str = "flannel", time_scale: float = 1.0, timings: Timings | None = None,
@@ -118,18 +118,6 @@ class SimEnvironment:
         self.started_in: float = 0.0
 
     # ---- lifecycle --------------------------------------------------------------------------
-
-    async def __aenter__(self) -> SimEnvironment:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.stop()
 
     async def start(self) -> None:
         t0 = time.perf_counter()

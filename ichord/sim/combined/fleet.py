@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from ichord.api.contract import V1_14, VersionContract
@@ -25,6 +24,7 @@ from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.sim.combined import objects
 from ichord.sim.combined.env import SimEnvironmentError, scaled_behaviours
 from ichord.sim.combined.loopback import free
+from ichord.sim.combined.started import Started
 from ichord.sim.kube.rest import WatchSettings
 from ichord.sim.kube.server import KubeSimulator, SimSettings
 from ichord.sim.talos.cluster import NodeSpec, SimCluster
@@ -58,7 +58,7 @@ def loopback_blocks(last_octets: list[int], port: int, *, first_a: int = FIRST_A
                 yield prefix
 
 
-class Fleet:
+class Fleet(Started):
     """``async with Fleet(clusters=100) as fleet``: ``fleet.kube`` holds every object, ``fleet.clusters``."""
 
     def __init__(self, clusters: int, *, control_planes: int = 3, workers: int = 1,
@@ -91,18 +91,6 @@ class Fleet:
         self.clusters: list[FleetCluster] = []
         #: Seconds each start phase took: bundle, render, talos (listen), objects.
         self.timing: dict[str, float] = {"bundle": 0.0, "render": 0.0, "talos": 0.0, "objects": 0.0}
-
-    async def __aenter__(self) -> Fleet:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.stop()
 
     @property
     def machine_count(self) -> int:
