@@ -55,6 +55,9 @@ class Timing:
     ca_client_restart_timeout: float = 300.0
     # How long after a pass applied before it is verified (the kubelet restart a CA change causes has begun).
     ca_pass_verify_delay: float = 5.0
+    # A cluster actor that will not step again for this long closes its Talos channels (each holds ~0.3 MiB
+    # and an fd per machine at idle); the next step dials again (one TLS handshake per machine).
+    talos_channel_keep: float = 60.0
     # Not a duration (never scaled): how many workers a ca-rotation pass applies at once (control planes are
     # always one at a time); 1 applies them one by one. ICHORD_CA_WORKER_APPLY_CONCURRENCY overrides it.
     ca_worker_apply_concurrency: int = 4

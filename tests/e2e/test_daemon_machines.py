@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -237,3 +239,45 @@ async def test_bad_input_is_reported_and_nothing_applied(sim_env: SimEnvironment
         assert {"SecretNotFound", "ClusterNotFound", "RenderFailed"} <= reasons
     finally:
         assert await daemon.stop() == 0
+
+
+def _talos_connections(pid: int, endpoints: set[tuple[str, int]]) -> int:
+    """The process's established TCP connections to any of ``endpoints`` (its fds matched in /proc/net/tcp)."""
+    fd_dir = Path(f"/proc/{pid}/fd")
+    inodes = set()
+    for fd in fd_dir.iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue  # closed meanwhile
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote, state, inode = fields[2], fields[3], fields[9]
+        host_hex, port_hex = remote.split(":")
+        host = socket.inet_ntoa(bytes.fromhex(host_hex)[::-1])
+        if state == "01" and inode in inodes and (host, int(port_hex, 16)) in endpoints:
+            count += 1
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux's /proc/net/tcp")
+async def test_an_idle_cluster_holds_no_talos_connection(sim_env: SimEnvironment, kube: KubeClient,
+                                                         tmp_path: Path) -> None:
+    """Converged and waiting for the drift resync (minutes), an actor closes its Talos channels: a channel per
+    machine held for nothing cost 1.6 GiB and 4,000 fds at 4,000 machines."""
+    env = sim_env
+    endpoints = {(ep.rsplit(":", 1)[0], int(ep.rsplit(":", 1)[1])) for ep in env.endpoints.values()}
+    daemon = Daemon(env, tmp_path, "replica-0", resync=600.0)  # the next step is far beyond talos_channel_keep
+    try:
+        await eventually(lambda: all_ready(kube, env), what="every machine converged")
+        await eventually(lambda: _talos_connections(daemon.proc.pid, endpoints) == 0, within=10,
+                         what="no Talos connection left open")
+        # A change wakes the actor: it dials again and converges the patch.
+        await _patch_cluster(kube, env, [SAFE_PATCH])
+        await eventually(lambda: all(len(env.applies(m)) == 1 for m in env.machine_names), what="one apply each")
+        await eventually(lambda: all_ready(kube, env), what="converged again")
+    finally:
+        assert await daemon.stop() == 0, daemon.log()[-3000:]
