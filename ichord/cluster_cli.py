@@ -201,7 +201,7 @@ async def bundle_export(kube: KubeClient, name: str, *, namespace: str, output: 
     fingerprint = export_fingerprint(live)
 
     path = (output or Path(DEFAULT_EXPORT_PATH.format(name=name))).expanduser()
-    write_private(path, raw)
+    files.write_private(path, raw)  # a PrivateFileError names the path; main prints it and exits 2
     saved = SecretsBundle.load(path)
     if export_fingerprint(saved) != fingerprint or path.read_bytes() != raw:
         raise ExportNotVerified(f"{path} does not hold the live bundle after writing it (another writer, or "
@@ -210,9 +210,3 @@ async def bundle_export(kube: KubeClient, name: str, *, namespace: str, output: 
     return ExportReport(namespace, name, path, fingerprint)
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` with mode 0600, atomically; missing parents are created 0700."""
-    try:
-        files.write_private(path, data)
-    except files.PrivateFileError as exc:
-        raise ClusterCommandError(str(exc)) from None

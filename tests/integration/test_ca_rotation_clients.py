@@ -7,20 +7,18 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
-import anyio
 import pytest
 
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
-from ichord.kube.client import KubeClient, from_kubeconfig
-from ichord.kube.events import EventRecorder
+from ichord.kube.client import KubeClient
 from ichord.operations.ca_rotation import advance, clients
 from ichord.operations.ca_rotation.managed import patch_workload
 from ichord.operations.outcome import Blocked, Done
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.sim.combined import SimEnvironment
-from tests.integration._ca_rotation_driver import TIMING, Driver, add_clients, live_rotation
+from tests.integration._ca_rotation_driver import TIMING, add_clients, driving, live_rotation
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 WORKLOADS = (("daemonsets", "cilium"), ("deployments", "cilium-operator"), ("daemonsets", "kube-proxy"),
@@ -39,18 +37,8 @@ async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
         yield e
 
 
-@pytest.fixture
-async def kube(env: SimEnvironment) -> AsyncIterator[KubeClient]:
-    trusted: list[bytes] = []
-    assert env.bundle is not None
-    base = env.bundle.k8s.cert_pem
-    async with await from_kubeconfig(env.kubeconfig, trust=lambda: [base, *trusted]) as k:
-        k.trusted = trusted  # type: ignore[attr-defined]  # handed to the Driver below
-        yield k
-
-
 async def test_cilium_first_one_at_a_time_and_a_client_not_back_is_named(
-        env: SimEnvironment, kube: KubeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+        env: SimEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
     patched: list[str] = []
 
     async def recording_patch(kc: KubeClient, plural: str, namespace: str, name: str, body: dict[str, Any]) -> None:
@@ -67,11 +55,8 @@ async def test_cilium_first_one_at_a_time_and_a_client_not_back_is_named(
     # coredns never becomes available again (its pods would be stuck on a tainted node, ADR 0063 2026-10-29)
     monkeypatch.setattr(clients, "available", lambda obj: obj["metadata"]["name"] != "coredns" and real_available(obj))
 
-    recorder = EventRecorder(kube)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(recorder.run)
-        driver = Driver(env, kube, recorder, trusted=kube.trusted,  # type: ignore[attr-defined]
-                        timing=replace(TIMING, ca_client_restart_timeout=2.0))
+    async with driving(env, timing=replace(TIMING, ca_client_restart_timeout=2.0)) as driver:
+        kube = driver.kube
         await driver.create()
         await driver.run(until=lambda o: (o.get("status") or {}).get("caRotation", {}).get("stage") == "Issuing")
 
@@ -88,18 +73,17 @@ async def test_cilium_first_one_at_a_time_and_a_client_not_back_is_named(
         assert after is not None and after.fingerprints() == rotation.fingerprints()
 
         assert isinstance(await driver.run(), Done)
-        await recorder.drain()
-        tg.cancel_scope.cancel()
+        await driver.recorder.drain()
 
-    assert patched == ["daemonsets/cilium", "deployments/cilium-operator", "daemonsets/kube-proxy",
-                       "deployments/coredns"]
-    final = driver.snapshots[-1]
-    cond = find(final["status"]["conditions"], names.CA_ROTATION)
-    assert cond is not None and (cond["status"], cond["reason"]) == ("True", "RotatedClientsNotBack")
-    assert "deployment/coredns" in cond["message"] and "kube-proxy" not in cond["message"]
-    assert final["status"]["phase"] == "Completed"
-    cluster = await crds.clusters(kube).get(env.namespace, env.cluster_name)
-    not_back = find(cluster["status"]["conditions"], names.CA_CLIENTS_NOT_RESTARTED)
-    assert not_back is not None and not_back["status"] == "True" and "coredns" in not_back["message"]
-    events = env.management.store.list(env.management.store.resolve("", "v1", "events"), env.namespace)[0]
-    assert any(e.get("reason") == names.EventReason.CA_CLIENTS_NOT_RESTARTED for e in events)
+        assert patched == ["daemonsets/cilium", "deployments/cilium-operator", "daemonsets/kube-proxy",
+                           "deployments/coredns"]
+        final = driver.snapshots[-1]
+        cond = find(final["status"]["conditions"], names.CA_ROTATION)
+        assert cond is not None and (cond["status"], cond["reason"]) == ("True", "RotatedClientsNotBack")
+        assert "deployment/coredns" in cond["message"] and "kube-proxy" not in cond["message"]
+        assert final["status"]["phase"] == "Completed"
+        cluster = await crds.clusters(kube).get(env.namespace, env.cluster_name)
+        not_back = find(cluster["status"]["conditions"], names.CA_CLIENTS_NOT_RESTARTED)
+        assert not_back is not None and not_back["status"] == "True" and "coredns" in not_back["message"]
+        events = env.management.store.list(env.management.store.resolve("", "v1", "events"), env.namespace)[0]
+        assert any(e.get("reason") == names.EventReason.CA_CLIENTS_NOT_RESTARTED for e in events)

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ichord.pki import pem as _pem
 from ichord.sim.kube.resources import JSON
 
 ROOT_CA = "kube-root-ca.crt"
 CILIUM_TAINT = {"key": "node.cilium.io/agent-not-ready", "effect": "NoSchedule"}
-PEM_END = b"-----END CERTIFICATE-----"
 
 #: Called with (kind, data) for every recorded event (the combined environment puts them in its history).
 Recorder = Callable[[str, dict[str, Any]], object]
@@ -48,14 +48,8 @@ def template_hash(template: JSON) -> str:
 
 
 def pem_blocks(text: str | bytes) -> frozenset[bytes]:
-    """The certificates of a PEM bundle, each normalised (so equal certificates compare equal)."""
-    raw = text.encode() if isinstance(text, str) else text
-    out = set()
-    for part in raw.split(PEM_END):
-        body = part.strip()
-        if body:
-            out.add(body + b"\n" + PEM_END)
-    return frozenset(out)
+    """The blocks of a PEM bundle as a set (a pod trusts a set of CAs; order and repeats do not matter)."""
+    return frozenset(_pem.pem_blocks(text.encode() if isinstance(text, str) else text))
 
 
 def tolerates(tolerations: list[JSON], taint: JSON) -> bool:
