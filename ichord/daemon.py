@@ -19,6 +19,7 @@ tree. A container restarted mid-rotation trusts the new Kubernetes CA before its
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import time
@@ -36,12 +37,13 @@ from ichord.errors import IchordError
 from ichord.kube.client import SERVICE_ACCOUNT_DIR, KubeClient, file_trust, from_kubeconfig, in_cluster
 from ichord.kube.errors import KubeError
 from ichord.kube.events import EventRecorder
+from ichord.kube.kubeconfig_ca import kubeconfig_ca
 from ichord.leader import LeaderElector, default_identity
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, forget_cluster
 from ichord.server import HealthServer
 from ichord.settings import Timing
 from ichord.trust import install, uninstall
-from ichord.trust.pool import DEFAULT_TRUST_FILE, TrustPool
+from ichord.trust.pool import DEFAULT_TRUST_FILE, TrustPool, describe
 from ichord.trust.sync import TrustSync
 from ichord.watchers.informer import Informer, Resource
 from ichord.watchers.routing import Router
@@ -63,15 +65,27 @@ class DaemonSettings:
     certificate_expiry_warning_days: float = DEFAULT_WARNING_DAYS
     #: The trust pool (ADR 0063): off, the client trusts its CA file alone and nothing is published.
     trust_pool: bool = True
-    #: Where the pool's extras are published; None: the emptyDir path in-cluster, nowhere with a kubeconfig.
+    #: Where the extras are published; None: the emptyDir path in-cluster, a per-kubeconfig file with a kubeconfig.
     trust_file: str | None = None
-    #: With a kubeconfig: the pool's base CA file, re-read per request (the kubeconfig's own CA is not used).
+    #: With a kubeconfig: the pool's base CA file instead of the kubeconfig's own CA (re-read per request).
     ca_file: str | None = None
 
     def resolved_trust_file(self) -> Path | None:
         if self.trust_file:
             return Path(self.trust_file)
-        return None if self.kubeconfig else DEFAULT_TRUST_FILE
+        if self.kubeconfig:
+            return default_trust_file(self.kubeconfig)
+        return DEFAULT_TRUST_FILE
+
+
+def default_trust_file(kubeconfig: str | Path) -> Path:
+    """Where a run with ``kubeconfig`` keeps the extra CAs: one file per kubeconfig, under ~/.ichor/trust.
+
+    It must outlive the process: once a rotation of the cluster ichord talks to has completed, the API server
+    serves only the new CA, which the kubeconfig does not hold, so a restarted process needs the file.
+    """
+    digest = hashlib.sha256(str(Path(kubeconfig).expanduser().resolve()).encode()).hexdigest()[:16]
+    return Path("~/.ichor/trust").expanduser() / digest / "kubernetes-ca.crt"
 
 
 class APIUnavailableError(IchordError):
@@ -79,19 +93,28 @@ class APIUnavailableError(IchordError):
 
 
 def build_pool(settings: DaemonSettings) -> TrustPool:
-    """The pool's base: --ca-file with a kubeconfig, the service account's ca.crt in-cluster."""
+    """The pool's base: --ca-file, else the kubeconfig's own CA (file or inline data); ca.crt in-cluster.
+
+    Out of cluster the kubeconfig's CA is what the client trusted until now, so the pool only adds to it:
+    ichord talks to an API server it can be rotated under (``ichord sim``, a self-managed cluster) and must
+    trust the new CA before Issuing exactly as in a pod. A kubeconfig naming no CA leaves the pool without a
+    base: ``rotation_refusal`` then refuses Kubernetes-CA rotations rather than lock the process out.
+    """
+    if settings.ca_file:
+        return TrustPool(settings.ca_file, describe_base=f"--ca-file {settings.ca_file}")
     if settings.kubeconfig:
-        return TrustPool(settings.ca_file)
-    return TrustPool(SERVICE_ACCOUNT_DIR / "ca.crt")
+        ca = kubeconfig_ca(settings.kubeconfig)
+        if ca.file is not None:
+            return TrustPool(ca.file, describe_base=ca.description)
+        return TrustPool(base_data=ca.data, describe_base=ca.description)
+    path = SERVICE_ACCOUNT_DIR / "ca.crt"
+    return TrustPool(path, describe_base=f"the service account's {path}")
 
 
 async def make_client(settings: DaemonSettings, pool: TrustPool | None = None) -> KubeClient:
-    """The client; its trust comes from ``pool`` when the pool is on and has a base (in-cluster or --ca-file).
-
-    A kubeconfig without --ca-file keeps its own CA (embedded data or file), exactly as before.
-    """
+    """The client; its trust comes from ``pool`` when the pool is on and has a base, else from its own CA."""
     trust = None
-    if pool is not None and settings.trust_pool and pool.base is not None:
+    if pool is not None and settings.trust_pool and pool.has_base:
         trust = pool.source
     elif settings.ca_file:
         trust = file_trust(settings.ca_file)  # pool off: the CA file alone, still re-read per request
@@ -158,6 +181,7 @@ class Daemon:
                                warning_days=settings.certificate_expiry_warning_days)
         self.server = HealthServer(ready_checks={
             "informers": lambda: all(i.synced.is_set() for i in (self.clusters, self.machines, self.operations)),
+            "api": lambda: kube.reachability.reachable(timing.api_unready_grace),
         })
         self.router = Router(self._tell)
         self.clusters.add_handler(self.router.on_cluster)
@@ -237,8 +261,36 @@ class Daemon:
                 tg.start_soon(inf.run)
             if self.trust_sync is not None:
                 tg.start_soon(self.trust_sync.run)
+            tg.start_soon(probe_api, self.kube, t.api_unready_grace / 3)
             await elector.run(self.lead)
             tg.cancel_scope.cancel()
+
+
+async def probe_api(kube: KubeClient, interval: float) -> None:
+    """Ask ``/version`` whenever no request has reached the API server for ``interval``, so /readyz tells the
+    truth in a quiet process too (an idle replica's open watches make no new request for minutes)."""
+    while True:
+        await anyio.sleep(interval)
+        since = kube.reachability.since_ok()
+        if since is not None and since < interval and kube.reachability.failing_since is None:
+            continue
+        try:
+            with anyio.fail_after(max(kube.timeout, interval)):
+                await kube.raw("GET", "/version")
+        except (KubeError, TimeoutError) as exc:
+            log.debug("API probe failed", host=kube.host, error=str(exc) or type(exc).__name__)
+
+
+def log_trust(pool: TrustPool, trust_file: Path | None) -> None:
+    """The start-up line that says which CAs the client trusts and why (subjects and validity only)."""
+    if not pool.has_base:
+        log.warning("the trust pool has no base CA: the client verifies the API server with the system's roots; "
+                    "ichord refuses to rotate the Kubernetes CA of a cluster while it cannot tell whether it is "
+                    "its own", base=pool.base_description)
+        return
+    log.info("trust pool on", base=pool.base_description,
+             base_certificates=[describe(c) for c in pool.base_certificates()],
+             extra_certificates=len(pool.extras), trust_file=str(trust_file) if trust_file else None)
 
 
 async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
@@ -256,9 +308,10 @@ async def run_daemon(settings: DaemonSettings) -> None:
         if trust_file is not None:
             pool.load(trust_file)  # before the API wait: a restarted container trusts the new CA at once
         install(pool, trust_file)
+        log_trust(pool, trust_file)
     else:
-        log.warning("the trust pool is off: a Kubernetes CA rotation of this cluster breaks this process's API "
-                    "access at Issuing until its CA file carries the new CA")
+        log.warning("the trust pool is off (--no-trust-pool): a Kubernetes CA rotation of the cluster this "
+                    "process talks to breaks its API access at Issuing until its CA file carries the new CA")
     kube = await make_client(settings, pool)
     try:
         await Daemon(settings, kube, pool).run()  # the API wait runs first inside, with /healthz up

@@ -8,9 +8,12 @@ import os
 from typing import Any
 
 import anyio
+import structlog
 
 from ichord import log
 from ichord.daemon import DaemonSettings, run_daemon
+from ichord.errors import IchordError
+from ichord.leader import LeadershipLost
 from ichord.settings import SettingsError, Timing
 
 
@@ -42,10 +45,11 @@ def register(subparsers: Any) -> None:
                    "keep it equal to the chart's prometheus.rules.certificateExpiryDays)")
     p.add_argument("--trust-file", default=None,
                    help="where the trust pool publishes the extra Kubernetes CAs (an emptyDir file; default "
-                   "/var/run/ichor/trust/kubernetes-ca.crt in-cluster, none with --kubeconfig)")
+                   "/var/run/ichor/trust/kubernetes-ca.crt in-cluster, ~/.ichor/trust/<kubeconfig digest>/"
+                   "kubernetes-ca.crt with --kubeconfig)")
     p.add_argument("--ca-file", default=None,
-                   help="with --kubeconfig: verify the API server against this CA file (re-read per request) "
-                   "plus the trust pool, instead of the kubeconfig's own CA (e.g. a copy of a pod's ca.crt)")
+                   help="with --kubeconfig: the trust pool's base CA file (re-read per request) instead of the "
+                   "kubeconfig's own CA (e.g. a copy of a pod's ca.crt); without it the kubeconfig's CA is the base")
     p.add_argument("--no-trust-pool", dest="trust_pool", action="store_false",
                    help="do not trust a rotation's new Kubernetes CA ahead of the switch (the client then "
                    "fails x509 from Issuing until its CA file carries the new CA); for diagnosis only")
@@ -91,5 +95,39 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     log.configure(args.log_level, json=args.log_format == "json")
-    anyio.run(run_daemon, settings, backend="asyncio")
+    try:
+        anyio.run(run_daemon, settings, backend="asyncio")
+    except BaseException as exc:  # every way out of the task tree becomes one structured line and an exit code
+        return exit_code_for(exc)
     return 0
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """Log why the daemon stopped as one JSON line (never a plain traceback) and say how it exits.
+
+    Leadership lost exits 1, as controller-runtime does, so the pod restarts and competes again; an error
+    ichord names (the API never answered, a bad kubeconfig) exits 2; anything else is a bug: 1, with the
+    traceback as a structured field.
+    """
+    leaves = _leaves(exc)
+    logger = structlog.get_logger("ichord.run")
+    if all(isinstance(e, KeyboardInterrupt) for e in leaves):
+        return 130
+    lost = [e for e in leaves if isinstance(e, LeadershipLost)]
+    if lost:
+        logger.error("leadership lost; exiting", cause=str(lost[0]), exit_code=LeadershipLost.exit_code)
+        return LeadershipLost.exit_code
+    named = [e for e in leaves if isinstance(e, IchordError)]
+    if named and len(named) == len(leaves):
+        logger.error("ichord run stopped", cause=str(named[0]), error_type=type(named[0]).__name__, exit_code=2)
+        return 2
+    unexpected = [e for e in leaves if not isinstance(e, IchordError | KeyboardInterrupt)]
+    first = unexpected[0] if unexpected else leaves[0]
+    logger.error("ichord run crashed", error_type=type(first).__name__, exc_info=first, exit_code=1)
+    return 1

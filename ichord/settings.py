@@ -66,6 +66,9 @@ class Timing:
     api_wait_timeout: float = 300.0
     api_wait_probe: float = 1.0
     api_wait_log_interval: float = 15.0
+    # /readyz fails once every request has failed to reach or verify the API server for this long (a restart
+    # of the API server takes seconds; a CA the client does not trust lasts until something changes).
+    api_unready_grace: float = 30.0
     # How often a converged machine's node is read again to catch drift made behind ichord's back.
     drift_resync: float = 300.0
     # CA expiry (ADR 0063 Decision 1): the bundle is re-read hourly; an unreadable one after 5 minutes.

@@ -40,7 +40,7 @@ from ichord.render.inputs import ClusterInputs
 from ichord.settings import Timing
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
-from ichord.trust import rotation_trust_hook
+from ichord.trust import rotation_refusal, rotation_trust_hook
 from ichord.watchers.informer import Informer
 
 log = structlog.get_logger("ichord.actors.cluster")
@@ -222,7 +222,7 @@ class ClusterReconciler:
         ours = sorted((op for op in ops if cluster_of(op) == self.name and is_ca_rotation(op)),
                       key=lambda op: str((op.get("metadata") or {}).get("creationTimestamp") or ""))
         ctx = RotationContext(self.rt.kube, self.rt.namespace, self.rt.recorder, self.rt.timing,
-                              trust_hook=rotation_trust_hook)
+                              trust_hook=rotation_trust_hook, trust_refusal=rotation_refusal)
         delays = []
         for op in ours:
             finished = (op.get("status") or {}).get("phase") in ("Completed", "Failed")

@@ -26,6 +26,7 @@ from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 
 from ichord import yamlio
 from ichord.kube.errors import KubeConfigError, KubeError, from_status, translate
+from ichord.kube.reachability import Reachability
 from ichord.metrics import KUBE_REQUEST_DURATION
 from ichord.pki import pem as _pem
 from ichord.settings import Timing
@@ -59,6 +60,8 @@ class _TrustingSession:
         self._timeout = timeout
         self._client_cert = client_cert
         self._contexts: dict[bytes, ssl.SSLContext] = {}
+        #: Every request reports here (an answer, or a failure to reach or verify the server): /readyz reads it.
+        self.reachability = Reachability()
 
     def ssl_context(self) -> ssl.SSLContext:
         pems = b"".join(_pem.pem_blocks(b"\n".join(self._trust())))
@@ -74,14 +77,23 @@ class _TrustingSession:
         return ctx
 
     async def request(self, **kwargs: Any) -> aiohttp.ClientResponse:
-        kwargs["ssl"] = self.ssl_context()
+        try:
+            kwargs["ssl"] = self.ssl_context()
+        except NoTrustError as exc:
+            self.reachability.failed(exc)
+            raise
         timeout = kwargs.get("timeout")
         if timeout is None or timeout == aiohttp.ClientTimeout():
             kwargs["timeout"] = aiohttp.ClientTimeout(total=self._timeout)
         verb, code, start = str(kwargs.get("method", "GET")).upper(), "error", time.monotonic()
         try:
             resp = await self._session.request(**kwargs)
+        except (aiohttp.ClientError, OSError, TimeoutError, ssl.SSLError) as exc:
+            self.reachability.failed(exc)
+            raise
+        else:
             code = str(resp.status)
+            self.reachability.ok()
             return resp
         finally:
             KUBE_REQUEST_DURATION.labels(verb=verb, code=code).observe(time.monotonic() - start)
@@ -111,6 +123,11 @@ class KubeClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    @property
+    def reachability(self) -> Reachability:
+        """Whether requests reach a server this client verifies (for /readyz)."""
+        return self._session.reachability
 
     @property
     def host(self) -> str:

@@ -17,7 +17,7 @@ import structlog
 from ichord.trust.pool import DEFAULT_TRUST_FILE, TrustPool, TrustPoolError
 
 __all__ = ["DEFAULT_TRUST_FILE", "SharedTrust", "TrustPool", "TrustPoolError", "install", "installed",
-           "rotation_trust_hook", "uninstall"]
+           "rotation_refusal", "rotation_trust_hook", "uninstall"]
 
 log = structlog.get_logger("ichord.trust")
 
@@ -47,6 +47,23 @@ def uninstall() -> None:
 
 def installed() -> SharedTrust | None:
     return _slot.shared
+
+
+def rotation_refusal(current_ca_pem: bytes) -> str | None:
+    """Why a rotation of the Kubernetes CA ``current_ca_pem`` must not start, or None.
+
+    With the pool installed but no base CA (a kubeconfig naming no certificate-authority), the pool cannot
+    tell whether the cluster is the one this process talks to, nor trust its new CA before Issuing: refuse
+    rather than lock ichord out mid-way. ``--no-trust-pool`` (nothing installed) is the operator's explicit
+    choice and is not refused; it was warned about at start-up.
+    """
+    shared = _slot.shared
+    if shared is None or shared.pool.has_base:
+        return None
+    del current_ca_pem  # without a base there is nothing to compare it with
+    return ("ichord's trust pool has no base CA (" + shared.pool.base_description + "), so it cannot trust the new "
+            "Kubernetes CA before Issuing and might lock itself out; run ichord with a kubeconfig that names the "
+            "API server's CA (certificate-authority or certificate-authority-data) or with --ca-file")
 
 
 def rotation_trust_hook(new_ca_pem: bytes, current_ca_pem: bytes) -> None:

@@ -85,8 +85,13 @@ class TrustPool:
     local files, so they run on the event loop between awaits and never interleave.
     """
 
-    def __init__(self, base: str | Path | None = None) -> None:
+    def __init__(self, base: str | Path | None = None, *, base_data: bytes | None = None,
+                 describe_base: str | None = None) -> None:
+        """``base``: a CA file re-read per request; ``base_data``: fixed PEM (a kubeconfig's inline CA)."""
         self.base = Path(base) if base is not None else None
+        self._base_data = base_data if base is None else None
+        #: Why the base is what it is, for the start-up log line.
+        self.base_description = describe_base or (f"the CA file {self.base}" if self.base is not None else "none")
         self._extras: list[x509.Certificate] = []
         self._pems: list[bytes] = []
         self._unpublished: list[x509.Certificate] = []  # added since the last publish: logged by it
@@ -111,7 +116,13 @@ class TrustPool:
             out.append(base)
         return [*out, *self._pems]
 
+    @property
+    def has_base(self) -> bool:
+        return self.base is not None or self._base_data is not None
+
     def _read_base(self) -> bytes | None:
+        if self._base_data is not None:
+            return self._base_data
         if self.base is None:
             return None
         try:
@@ -142,9 +153,9 @@ class TrustPool:
         This is how the pool knows a rotation is of the cluster this process's API server belongs to:
         it already trusts that cluster's current (or new) Kubernetes CA, through ca.crt or, while ca.crt
         lags a previous rotation, through the extras. Another cluster's CA would never reach the base, so
-        trusting it could never end. Without a base file (a kubeconfig run) nothing is the pool's.
+        trusting it could never end. Without a base nothing is the pool's.
         """
-        if self.base is None:
+        if not self.has_base:
             return False
         known = {_der(c) for c in self.base_certificates()} | {_der(c) for c in self._extras}
         for data in cert_pems:

@@ -33,7 +33,9 @@ async def _root_ca(kube: object) -> bool:
     return bool((await read_config_map(kube, "default", "kube-root-ca.crt"))["data"])  # type: ignore[arg-type]
 
 
-async def test_ca_file_makes_the_pool_the_clients_trust_and_a_plain_kubeconfig_is_left_alone(tmp_path: Path) -> None:
+async def test_the_pool_is_the_clients_trust_with_a_kubeconfig_and_only_no_trust_pool_turns_it_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # the per-kubeconfig trust file lives under ~/.ichor
     async with KubeSimulator(SimSettings(token="t")) as sim:
         kubeconfig = str(sim.write_kubeconfig(tmp_path / "kubeconfig"))
         projected = tmp_path / "ca.crt"
@@ -51,16 +53,23 @@ async def test_ca_file_makes_the_pool_the_clients_trust_and_a_plain_kubeconfig_i
             for pool in pools.values():
                 pool.add(new.cert_pem)
             await sim.switch_serving_ca(new)
-            assert await _root_ca(clients["pool"])  # trusted ahead of the switch
-            for name in ("plain", "off"):  # the kubeconfig's own CA / the CA file alone
-                with pytest.raises(TLSVerificationError):
-                    await _root_ca(clients[name])
+            # Trusted ahead of the switch: with --ca-file as the base, and with the kubeconfig's own CA (issue 12:
+            # a plain `ichord run --kubeconfig` against an API server it can be rotated under must not lock out).
+            assert await _root_ca(clients["pool"])
+            assert await _root_ca(clients["plain"])
+            with pytest.raises(TLSVerificationError):  # --no-trust-pool: the CA file alone
+                await _root_ca(clients["off"])
             projected.write_bytes(new.cert_pem)  # the kubelet catches up: the CA file client follows
             assert await _root_ca(clients["off"])
         finally:
             for c in clients.values():
                 await c.close()
-    assert plain.resolved_trust_file() is None and pools["plain"].base is None
+    # The kubeconfig's inline CA is the base; the extras go to a file per kubeconfig that outlives the process.
+    assert pools["plain"].has_base and pools["plain"].base is None
+    assert pools["plain"].base_certificates()[0].subject == pools["pool"].base_certificates()[0].subject
+    trust_file = plain.resolved_trust_file()
+    assert trust_file is not None and trust_file.is_relative_to(tmp_path / ".ichor" / "trust")
+    assert trust_file == DaemonSettings(kubeconfig=str(tmp_path / "." / "kubeconfig")).resolved_trust_file()
     assert DaemonSettings(kubeconfig=None).resolved_trust_file() == DEFAULT_TRUST_FILE
     assert DaemonSettings(kubeconfig="k", trust_file=str(tmp_path / "t")).resolved_trust_file() == tmp_path / "t"
 

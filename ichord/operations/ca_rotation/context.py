@@ -53,6 +53,9 @@ class RotationContext:
     #: reads rotation.yaml.
     trust_hook: Callable[[bytes, bytes], None] = _no_trust_hook
     talos_factory: Callable[[DialBundle], TalosClient] = field(default=_talos_client)
+    #: Asked with the current Kubernetes CA before a rotation of it starts: why ichord cannot safely rotate it
+    #: (its own client would be locked out at Issuing), or None. The trust pool fills it.
+    trust_refusal: Callable[[bytes], str | None] = lambda _current_ca_pem: None
 
 
 class InputsError(Exception):

@@ -147,6 +147,10 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     refusal = await lock(ctx, inputs)
     if refusal is not None:
         return refusal
+    if Target.KUBERNETES in targets:
+        untrusted = ctx.trust_refusal(inputs.bundle.k8s.cert_pem)
+        if untrusted is not None:
+            return await blocked(ctx, inputs, untrusted)
     problems = await preflight(ctx, inputs)
     if problems:
         return await blocked(ctx, inputs, "preflight: " + "; ".join(problems))
