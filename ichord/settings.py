@@ -55,6 +55,9 @@ class Timing:
     ca_client_restart_timeout: float = 300.0
     # How long after a pass applied before it is verified (the kubelet restart a CA change causes has begun).
     ca_pass_verify_delay: float = 5.0
+    # How long a pass may wait for its machines to answer and its Nodes to be Ready again (a normal wait,
+    # phase InProgress) before the stage is held as Blocked (phase Paused, a Warning Event): issue 12.
+    ca_pass_wait_bound: float = 300.0
     # A cluster actor that will not step again for this long closes its Talos channels (each holds ~0.3 MiB
     # and an fd per machine at idle); the next step dials again (one TLS handshake per machine).
     talos_channel_keep: float = 60.0

@@ -75,6 +75,8 @@ class EventReason:
     OPERATION_BLOCKED = "OperationBlocked"
     OPERATION_PAUSED = "OperationPaused"
     OPERATION_RESUMED = "OperationResumed"
+    AWAITING_CREDENTIALS = "AwaitingCredentials"  # the operator must act: the command to run is in the message
+    CLUSTER_NOT_FOUND = "ClusterNotFound"
     BUNDLE_BACKUP_STALE = "BundleBackupStale"
     CERTIFICATES_EXPIRING = "CertificatesExpiring"
     CA_CLIENTS_NOT_RESTARTED = "CAClientsNotRestarted"
@@ -112,6 +114,7 @@ class CARotationReason:
     SETTLING_NODES = "SettlingNodes"
     RESTARTING_CLIENTS = "RestartingClients"
     IN_PROGRESS = "InProgress"
+    VERIFYING_PASS = "VerifyingPass"  # noqa: S105 - a reason, not a secret: waiting for machines to answer
     PLANNED = "Planned"
     PAUSED = "Paused"  # spec.paused set while the rotation is under way (held at a step boundary)
     UNSUPPORTED_TARGET = "UnsupportedTarget"

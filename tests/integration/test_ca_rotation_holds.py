@@ -168,3 +168,64 @@ async def test_dial_errors_that_echo_ca_keys_are_redacted_everywhere(
     # The redaction happened (the cause still reached the user).
     assert any(REDACTED in json.dumps(s.get("status")) for s in driver.snapshots)
     assert any("handshake failed" in json.dumps(s.get("status")) for s in driver.snapshots)
+
+
+def _events(env: SimEnvironment) -> list[dict[str, Any]]:
+    store = env.management.store
+    return store.list(store.resolve("", "v1", "events"), env.namespace)[0]
+
+
+async def test_a_healthy_rotation_never_shows_paused_and_raises_no_warning(env: SimEnvironment) -> None:
+    """Issue 12: the normal waits of a pass (machines answering again, Nodes Ready) are InProgress with a
+    reason naming what is awaited; Paused and a Warning Event only past the bound or on a fault."""
+    from dataclasses import replace
+
+    from tests.integration._ca_rotation_driver import TIMING
+
+    async with driving(env, timing=replace(TIMING, ca_pass_wait_bound=60.0)) as driver:
+        await driver.create()
+        assert isinstance(await driver.run(), Done)
+    phases = {(s.get("status") or {}).get("phase") for s in driver.snapshots}
+    assert "Paused" not in phases, phases
+    reasons = [find((s.get("status") or {}).get("conditions"), names.CA_ROTATION) for s in driver.snapshots]
+    assert not [c for c in reasons if c and c["reason"] == "Blocked"]
+    assert {c["reason"] for c in reasons if c} >= {"VerifyingPass", "AwaitingCredentials", "SettlingClients"}
+    steps = {((s.get("status") or {}).get("caRotation") or {}).get("step") for s in driver.snapshots}
+    assert {"apply", "verify"} <= steps
+    events = _events(env)
+    # The one Warning of a healthy rotation is the call to export the replaced bundle (api.md), on the cluster.
+    warnings = [(e["involvedObject"]["kind"], e["reason"]) for e in events if e.get("type") == "Warning"]
+    assert warnings == [("TalosCluster", "BundleBackupStale")], warnings
+    awaiting = [e for e in events if e.get("reason") == "AwaitingCredentials"]
+    assert len(awaiting) == 1 and awaiting[0]["type"] == "Normal", awaiting
+    assert (f"ichord cluster credentials {env.cluster_name} -n {env.namespace} --acknowledge"
+            in awaiting[0]["message"])
+
+
+async def test_an_unreachable_machine_is_a_wait_first_and_blocked_past_the_bound(env: SimEnvironment) -> None:
+    from dataclasses import replace
+
+    from tests.integration._ca_rotation_driver import TIMING
+
+    worker = env.machine_names[-1]
+    async with driving(env, timing=replace(TIMING, ca_pass_wait_bound=3.0)) as driver:
+        await driver.create()
+        await driver.run(until=at("Issuing"))
+        await env.set_unreachable(worker)
+
+        def waiting(o: dict[str, Any]) -> bool:
+            cond = find((o.get("status") or {}).get("conditions"), names.CA_ROTATION)
+            return bool(cond and cond["reason"] == "VerifyingPass" and worker in cond["message"])
+
+        await driver.run(until=waiting)
+        op = await driver.get()
+        assert op["status"]["phase"] == "InProgress" and op["status"]["caRotation"]["step"] == "verify"
+        assert not [e for e in _events(env) if e.get("type") == "Warning"]
+        await driver.run(until=blocked_on(worker))
+        op = await driver.get()
+        assert op["status"]["phase"] == "Paused"
+        assert "waited more than 3 s" in find(op["status"]["conditions"], names.CA_ROTATION)["message"]
+        warnings = [e for e in _events(env) if e.get("type") == "Warning"]
+        assert [e["reason"] for e in warnings] == ["OperationBlocked"] and worker in warnings[0]["message"]
+        await env.set_unreachable(worker, False)
+        assert isinstance(await driver.run(), Done)

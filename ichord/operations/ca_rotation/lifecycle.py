@@ -14,7 +14,15 @@ from ichord.kube.errors import Conflict, KubeError, NotFound
 from ichord.kube.status import update_status
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.plan import certificates_status, verify_dial
-from ichord.operations.ca_rotation.status import Mutation, blocked, in_progress, log_transition, write
+from ichord.operations.ca_rotation.status import (
+    APPLY_STEP,
+    Mutation,
+    blocked,
+    in_progress,
+    log_transition,
+    step,
+    write,
+)
 from ichord.operations.lock import acquire_disruptive_lock, release_lock
 from ichord.operations.outcome import Blocked, Failed, Outcome
 from ichord.pki.rotation import Rotation, Target
@@ -55,9 +63,10 @@ def stage_mutations(ctx: RotationContext, inputs: Inputs, rotation: Rotation, st
         ca["stage"] = stage.value
         ca["targets"] = [t.value for t in rotation.targets]
         ca["certificates"] = certs
+        ca.pop("step", None)  # a new stage starts at its first step
         s["machines"] = []  # emptied when the stage changes
 
-    return [m]
+    return [m, step(APPLY_STEP, ctx.now())]
 
 
 async def enter(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage,

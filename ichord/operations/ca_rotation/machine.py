@@ -53,6 +53,7 @@ from ichord.operations.ca_rotation.plan import (
 )
 from ichord.operations.ca_rotation.preflight import preflight
 from ichord.operations.ca_rotation.status import (
+    VERIFY_STEP,
     blocked,
     condition,
     event,
@@ -61,6 +62,8 @@ from ichord.operations.ca_rotation.status import (
     phase,
     since_transition,
     started,
+    step,
+    wait_within_bound,
     write,
 )
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue
@@ -210,16 +213,19 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
         return refusal
     result = await apply_pass(ctx, inputs, rotation, stage)
     if result.problem is not None:
+        if result.waiting:  # a machine that does not answer: a wait within the bound, not a fault yet
+            return await wait_within_bound(ctx, inputs, CARotationReason.VERIFYING_PASS, result.problem,
+                                           machines=result.machines)
         return await blocked(ctx, inputs, result.problem, machines=result.machines)
     if result.applied:
         message = f"{stage.value}: applied to {', '.join(result.applied)}; verifying in the next step"
         await write(ctx, inputs, lambda s: s.__setitem__("machines", result.machines),
-                    *in_progress(ctx, CARotationReason.IN_PROGRESS, message))
+                    step(VERIFY_STEP, ctx.now()), *in_progress(ctx, CARotationReason.VERIFYING_PASS, message))
         event(ctx, inputs, "Normal", EventReason.STAGE_APPLIED, message)
         return Requeue(ctx.timing.ca_pass_verify_delay, f"verify {stage.value}")
-    problem = await verify_pass(ctx, inputs, rotation, stage)
-    if problem is not None:
-        return await blocked(ctx, inputs, problem, machines=result.machines)
+    wait = await verify_pass(ctx, inputs, rotation, stage)
+    if wait is not None:
+        return await wait_within_bound(ctx, inputs, wait.reason, wait.message, machines=result.machines)
     if stage is Stage.ACCEPTING:
         return await _after_accepting(ctx, inputs, rotation)
     if stage is Stage.ISSUING:
@@ -239,6 +245,10 @@ async def _after_accepting(ctx: RotationContext, inputs: Inputs, rotation: Rotat
                                   *in_progress(ctx, CARotationReason.AWAITING_CREDENTIALS, message))
     if not entered:
         return Requeue(0.0, "the operation changed while entering AwaitingCredentials")
+    event(ctx, inputs, "Normal", EventReason.AWAITING_CREDENTIALS,
+          f"Accepting verified; the operator must now take credentials from the new CAs: run `ichord cluster "
+          f"credentials {inputs.cluster_name} -n {inputs.op_namespace} --acknowledge` (it writes a talosconfig and "
+          f"a kubeconfig, checks both against the cluster, then lets the rotation go on to Issuing)")
     log_transition(inputs, "ca-rotation stage", to=nxt.value)
     return Requeue(ctx.timing.retry, "awaiting credentials")
 

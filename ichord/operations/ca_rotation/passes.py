@@ -16,6 +16,7 @@ import anyio
 import structlog
 
 from ichord.api.carotation import Stage
+from ichord.api.names import CARotationReason
 from ichord.failpoints import failpoint
 from ichord.machines.view import MachineView
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
@@ -32,12 +33,24 @@ from ichord.talos.errors import TalosError
 
 log = structlog.get_logger("ichord.operations.ca_rotation")
 
+UNREACHABLE = "Unreachable"  # a machine's status.machines state when it did not answer the pass
+
 
 @dataclass
 class PassResult:
     applied: list[str] = field(default_factory=list)  # machines applied in this step
-    problem: str | None = None  # the cause that holds the stage (Blocked)
+    problem: str | None = None  # the cause that holds the stage
+    #: The problem is a machine that does not answer (yet): a wait within the bound, not a fault (issue 12).
+    waiting: bool = False
     machines: list[dict[str, Any]] = field(default_factory=list)  # status.machines
+
+
+@dataclass(frozen=True)
+class PassWait:
+    """What a pass's verification still waits for: a condition reason (VerifyingPass, AwaitingNodes) and why."""
+
+    reason: str
+    message: str
 
 
 def stage_render(inputs: Inputs, rotation: Rotation, stage: Stage, m: MachineView) -> MachineConfig:
@@ -68,7 +81,7 @@ async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: 
         running = MachineConfig.plain_of(await talos.machine_config(m.address))
     except (TalosError, ConfigParseError) as exc:
         problem = f"machine {m.name} ({m.address}) does not answer: {SCRUBBER.exception(exc)}"
-        return _Visit({"name": m.name, "state": "Unreachable", "message": problem}, problem)
+        return _Visit({"name": m.name, "state": UNREACHABLE, "message": problem}, problem)
     if running == desired.plain():
         return _Visit({"name": m.name, "state": stage.value, "message": f"runs {stage.value}"})
     data = desired.to_bytes()
@@ -143,28 +156,34 @@ async def apply_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, s
                 result.applied.append(str(visit.entry["name"]))
             if visit.problem is not None and result.problem is None:
                 result.problem = visit.problem
+                result.waiting = visit.entry.get("state") == UNREACHABLE
         return result
     finally:
         talos.close()
 
 
-async def verify_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> str | None:
-    """None when every machine answers the stage's credentials and every Node is Ready; else the cause."""
+async def verify_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> PassWait | None:
+    """None when every machine answers the stage's credentials and every Node is Ready; else what it waits for.
+
+    Right after a pass each of these is normal for a while (apid and the kubelet restart on a CA change, the
+    API server with them): the caller waits within a bound and only then holds the stage as Blocked."""
     talos = ctx.talos_factory(verify_dial(inputs.bundle, rotation, stage))
     try:
         for m in inputs.machines:
             try:
                 await talos.version(m.address)
             except TalosError as exc:
-                return (f"machine {m.name} ({m.address}) does not answer the {stage.value} credentials: "
-                        f"{SCRUBBER.exception(exc)}")
+                return PassWait(CARotationReason.VERIFYING_PASS,
+                                f"machine {m.name} ({m.address}) does not answer the {stage.value} credentials "
+                                f"yet: {SCRUBBER.exception(exc)}")
         try:
             async with admin_client(talos, inputs.control_planes, kubernetes_cas(inputs, rotation)) as kc:
                 not_ready = await not_ready_nodes(kc)
         except ManagedAPIError as exc:
-            return str(exc)
+            return PassWait(CARotationReason.VERIFYING_PASS, str(exc))
         if not_ready:
-            return f"Node(s) not Ready after {stage.value}: {', '.join(not_ready)}"
+            return PassWait(CARotationReason.AWAITING_NODES,
+                            f"waiting for Node(s) to be Ready after {stage.value}: {', '.join(not_ready)}")
         return None
     finally:
         talos.close()

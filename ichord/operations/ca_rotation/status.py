@@ -21,12 +21,16 @@ from ichord.kube import crds
 from ichord.kube.events import ObjectRef
 from ichord.kube.status import update_status
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
-from ichord.operations.outcome import Blocked
+from ichord.operations.outcome import Blocked, Requeue
 from ichord.pki.scrub import SCRUBBER
 
 log = structlog.get_logger("ichord.operations.ca_rotation")
 
 Mutation = Callable[[Obj], None]
+
+#: The steps of a pass stage (status.caRotation.step): apply where a node differs, then verify.
+APPLY_STEP = "apply"
+VERIFY_STEP = "verify"
 
 
 def set_ca_condition(status: Obj, cond: Condition, now: dt.datetime, *, timed: bool = False) -> None:
@@ -96,6 +100,44 @@ def event(ctx: RotationContext, inputs: Inputs, type_: str, reason: str, message
 def log_transition(inputs: Inputs, what: str, **fields: Any) -> None:
     log.info(SCRUBBER.text(what), cluster=inputs.cluster_name, operation=inputs.name,
              stage=inputs.ca_status.get("stage") or "", **{k: SCRUBBER.value(v) for k, v in fields.items()})
+
+
+def step(name: str, now: dt.datetime) -> Mutation:
+    """Name the step under way in ``status.caRotation`` and when it began (bounds are timed from it)."""
+    stamp = now_rfc3339(now)
+
+    def m(status: Obj) -> None:
+        ca = status.setdefault("caRotation", {})
+        if ca.get("step") != name:
+            ca["step"], ca["stepSince"] = name, stamp
+
+    return m
+
+
+def step_since(op_status: Obj, name: str) -> dt.datetime | None:
+    ca = op_status.get("caRotation") or {}
+    if ca.get("step") != name or not ca.get("stepSince"):
+        return None
+    return parse_time(str(ca["stepSince"]))
+
+
+async def wait_within_bound(ctx: RotationContext, inputs: Inputs, reason: str, message: str, *,
+                            machines: list[Obj] | None = None) -> Blocked | Requeue:
+    """A normal wait of a pass (machines answering again, Nodes Ready): InProgress naming what it waits for,
+    no Warning; past ``ca_pass_wait_bound`` (timed from the verify step's persisted start) it is Blocked."""
+    now = ctx.now()
+    since = step_since(inputs.status, VERIFY_STEP)
+    bound = ctx.timing.ca_pass_wait_bound
+    elapsed = 0.0 if since is None else (now - since).total_seconds()
+    if elapsed >= bound:
+        return await blocked(ctx, inputs, f"{message} (waited more than {bound:g} s)", machines=machines)
+    cond = find(inputs.status.get("conditions"), names.CA_ROTATION)
+    if since is None or cond is None or (cond.get("reason"), cond.get("message")) != (reason, SCRUBBER.text(message)):
+        muts: list[Mutation] = [step(VERIFY_STEP, now), *in_progress(ctx, reason, message)]
+        if machines is not None:
+            muts.append(lambda s: s.__setitem__("machines", machines))
+        await write(ctx, inputs, *muts)
+    return Requeue(min(ctx.timing.ca_pass_verify_delay, bound - elapsed), reason)
 
 
 async def blocked(ctx: RotationContext, inputs: Inputs, message: str, *,
