@@ -25,6 +25,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -32,7 +33,16 @@ import structlog
 
 from ichord.actors.actor import ClusterActor, StepFn, Supervisor
 from ichord.actors.cluster import ClusterReconciler, Runtime, cluster_of
-from ichord.api.names import GROUP, LEADER_LEASE, PLURALS, TALOS_CLUSTER, TALOS_MACHINE, TALOS_OPERATION, VERSION
+from ichord.api.names import (
+    BUNDLE_LABEL,
+    GROUP,
+    LEADER_LEASE,
+    PLURALS,
+    TALOS_CLUSTER,
+    TALOS_MACHINE,
+    TALOS_OPERATION,
+    VERSION,
+)
 from ichord.errors import IchordError
 from ichord.kube.client import SERVICE_ACCOUNT_DIR, KubeClient, file_trust, from_kubeconfig, in_cluster
 from ichord.kube.errors import KubeError
@@ -155,6 +165,12 @@ async def wait_for_api(kube: KubeClient, *, give_up_after: float, log_interval: 
         await anyio.sleep(min(probe_interval, max(0.0, give_up_after - (now - start))))
 
 
+def metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the bundle informer keeps of a Secret: its metadata (no data, no managedFields)."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": meta}
+
+
 def _resource(kind: str) -> Resource:
     return Resource(GROUP, VERSION, PLURALS[kind])
 
@@ -167,6 +183,9 @@ class Daemon:
         self.clusters = Informer(kube, _resource(TALOS_CLUSTER), timing=timing)
         self.machines = Informer(kube, _resource(TALOS_MACHINE), timing=timing)
         self.operations = Informer(kube, _resource(TALOS_OPERATION), timing=timing)
+        # The bundle Secrets, by label and metadata only: a new or changed bundle wakes its cluster at once.
+        self.bundles = Informer(kube, Resource("", "v1", "secrets", settings.namespace), timing=timing,
+                                label_selector=BUNDLE_LABEL, transform=metadata_only)
         self.trust_sync: TrustSync | None = None
         if pool is not None and settings.trust_pool:
             self.trust_sync = TrustSync(kube, pool, namespace=settings.namespace,
@@ -180,10 +199,11 @@ class Daemon:
                                resync=settings.resync if settings.resync is not None else timing.drift_resync,
                                warning_days=settings.certificate_expiry_warning_days)
         self.server = HealthServer(ready_checks={
-            "informers": lambda: all(i.synced.is_set() for i in (self.clusters, self.machines, self.operations)),
+            "informers": lambda: all(i.synced.is_set() for i in self._informers()),
             "api": lambda: kube.reachability.reachable(timing.api_unready_grace),
         })
-        self.router = Router(self._tell)
+        self.router = Router(self._tell, self._clusters_of_secret)
+        self.bundles.add_handler(self.router.on_bundle_secret)
         self.clusters.add_handler(self.router.on_cluster)
         self.machines.add_handler(self.router.on_machine)
         self.operations.add_handler(self.router.on_operation)
@@ -206,6 +226,16 @@ class Daemon:
             return
         self.supervisor.tell(key, obj, reason)
 
+    def _informers(self) -> tuple[Informer, ...]:
+        return (self.clusters, self.machines, self.operations, self.bundles)
+
+    def _clusters_of_secret(self, namespace: str, name: str) -> list[tuple[str, str]]:
+        """The clusters whose spec.secretsRef names this Secret (resolved in the controller namespace)."""
+        if namespace != self.settings.namespace:
+            return []
+        return [(ns, cname) for (ns, cname), obj in self.clusters.cache.items()
+                if str(((obj.get("spec") or {}).get("secretsRef") or {}).get("name") or "") == name]
+
     def _step_for(self, key: str, _actor: ClusterActor) -> StepFn:
         rec = self._reconcilers.get(key)
         if rec is None:
@@ -214,18 +244,20 @@ class Daemon:
         return rec.step
 
     def _known_clusters(self) -> set[str]:
+        """Every cluster something refers to: its actor reports on machines and operations naming a missing one."""
         keys = {f"{ns}/{name}" for ns, name in self.clusters.cache}
-        for (ns, _), obj in self.machines.cache.items():
-            cluster = cluster_of(obj)
-            if cluster:
-                keys.add(f"{ns}/{cluster}")
+        for cache in (self.machines.cache, self.operations.cache):
+            for (ns, _), obj in cache.items():
+                cluster = cluster_of(obj)
+                if cluster:
+                    keys.add(f"{ns}/{cluster}")
         return keys
 
     # ---- leading ----------------------------------------------------------------------------
 
     async def lead(self) -> None:
         log.info("leading; starting the cluster actors", identity=self.settings.identity)
-        for inf in (self.clusters, self.machines, self.operations):
+        for inf in self._informers():
             await inf.wait_synced()
         try:
             async with anyio.create_task_group() as tg:
@@ -257,7 +289,7 @@ class Daemon:
             await wait_for_api(self.kube, give_up_after=t.api_wait_timeout, log_interval=t.api_wait_log_interval,
                                probe_interval=t.api_wait_probe)
             tg.start_soon(self.recorder.run)
-            for inf in (self.clusters, self.machines, self.operations):
+            for inf in self._informers():
                 tg.start_soon(inf.run)
             if self.trust_sync is not None:
                 tg.start_soon(self.trust_sync.run)

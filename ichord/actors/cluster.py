@@ -24,7 +24,7 @@ from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import KubeError, NotFound
 from ichord.kube.events import EventRecorder, ObjectRef
-from ichord.kube.reads import read_secret
+from ichord.kube.reads import label_secret, read_secret
 from ichord.kube.status import update_status
 from ichord.machines.reconciler import OWNED_FIELDS, MachineResult, reconcile_machine
 from ichord.machines.view import MachineSpecError, MachineView
@@ -128,6 +128,7 @@ class ClusterReconciler:
             forget_cluster(self.namespace, self.name)
             self._expiry_due = None
             message = f"TalosCluster {self.namespace}/{self.name} does not exist; create it or fix spec.clusterRef.name"
+            await self._operations_without_cluster(message)
             for m in machines:
                 await self._write_machine(
                     m,
@@ -147,7 +148,8 @@ class ClusterReconciler:
     async def _expiry(self, cluster: Obj, messages: dict[Hashable, str]) -> float:
         """CA expiry as its own phase, first in the step so slow machine work never delays it."""
         now = time.monotonic()
-        cluster_changed = any(isinstance(k, tuple) and k and k[0] == names.TALOS_CLUSTER for k in messages)
+        # A change of the cluster or of its bundle Secret (its informer) reads expiry again at once.
+        cluster_changed = any(isinstance(k, tuple) and k and k[0] in (names.TALOS_CLUSTER, "Secret") for k in messages)
         if self._expiry_due is None or now >= self._expiry_due or cluster_changed:
             delay = await expiry_pass(
                 self.rt.kube,
@@ -231,6 +233,43 @@ class ClusterReconciler:
             delays.append(next_delay(await advance_ca_rotation(ctx, op)))
         return earliest(*delays)
 
+    async def _operations_without_cluster(self, message: str) -> None:
+        """Every unfinished TalosOperation naming this missing cluster says so (a typo must not be silent).
+
+        Not started: phase Pending; started (the cluster was deleted under it): Paused. The condition is the
+        kind's own, reason ClusterNotFound, with one Warning Event when it is first set. The cluster's
+        creation wakes this actor, and the operation's own step then replaces the condition.
+        """
+        for (ns, name), op in sorted(self.rt.operations.cache.items()):
+            status = op.get("status") or {}
+            if ns != self.namespace or cluster_of(op) != self.name or status.get("phase") in ("Completed", "Failed"):
+                continue
+            ctype = names.OPERATION_CONDITION.get(str((op.get("spec") or {}).get("kind")), names.SUCCEEDED)
+            current = find(status.get("conditions"), ctype)
+            if current is not None and current.get("reason") == names.EventReason.CLUSTER_NOT_FOUND:
+                continue
+            started = bool((status.get("caRotation") or {}).get("stage"))
+            cond = Condition(ctype, "False", names.EventReason.CLUSTER_NOT_FOUND, message)
+            generation = int((op.get("metadata") or {}).get("generation") or 0)
+
+            def mutate(st: Obj, _obj: Obj, cond: Condition = cond, started: bool = started,
+                       generation: int = generation) -> Obj:
+                st["phase"] = "Paused" if started else "Pending"
+                st["message"] = cond.message
+                st["conditions"] = set_condition(st.get("conditions"), cond, observed_generation=generation)
+                return st
+
+            try:
+                await update_status(crds.operations(self.rt.kube), ns, name, mutate, current=op)
+            except NotFound:
+                continue
+            except IchordError as exc:
+                log.warning("operation status write failed", cluster=f"{ns}/{self.name}", operation=name,
+                            error=SCRUBBER.exception(exc))
+                continue
+            log.warning("operation names a cluster that does not exist", cluster=f"{ns}/{self.name}", operation=name)
+            self.rt.recorder.record(ObjectRef.of(op), "Warning", names.EventReason.CLUSTER_NOT_FOUND, message)
+
     # ---- inputs ---------------------------------------------------------------------------
 
     def _machines(self) -> list[MachineView]:
@@ -260,6 +299,8 @@ class ClusterReconciler:
         except KubeError as exc:
             log.warning("bundle read failed", cluster=self.name, error=SCRUBBER.exception(exc))
             return None
+        if names.BUNDLE_LABEL not in secret.labels:
+            await self._label_bundle(secret_name=str(secret_name))
         raw = secret.data.get(names.SECRETS_KEY)
         if raw is None:
             await self._blocked(
@@ -279,6 +320,14 @@ class ClusterReconciler:
             SCRUBBER.register_all(bundle.secret_values())
             self._registered_bundle = fp
         return bundle
+
+    async def _label_bundle(self, secret_name: str) -> None:
+        """Label the referenced Secret so the bundle informer sees its next change (once: then it carries it)."""
+        try:
+            await label_secret(self.rt.kube, self.rt.namespace, secret_name, {names.BUNDLE_LABEL: "true"})
+        except KubeError as exc:
+            log.warning("cannot label the bundle Secret; its changes are seen at the next resync instead",
+                        cluster=f"{self.namespace}/{self.name}", secret=secret_name, error=str(exc))
 
     def _client(self, bundle: SecretsBundle) -> TalosClient:
         dial = DialBundle.from_bundle(bundle)

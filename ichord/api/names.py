@@ -19,6 +19,9 @@ BUNDLE_EXPORTED_ANNOTATION = f"{GROUP}/bundle-exported"
 CREDENTIALS_HANDOFF_ANNOTATION = f"{GROUP}/credentials-handoff"
 CA_ROTATION_FINALIZER = f"{GROUP}/ca-rotation"
 CA_ROTATION_TEMPLATE_ANNOTATION = f"{GROUP}/ca-rotation"
+#: On a bundle Secret: ichord watches Secrets with this label (set by ``ichord sim``, by the user, or by ichord when
+#: it first reads a referenced Secret), so a changed bundle wakes its cluster at once, never a list of every Secret.
+BUNDLE_LABEL = f"{GROUP}/bundle"
 
 # Bundle Secret keys.
 SECRETS_KEY = "secrets.yaml"
@@ -37,6 +40,12 @@ CERTIFICATES_EXPIRING = "CertificatesExpiring"
 CA_CLIENTS_NOT_RESTARTED = "CAClientsNotRestarted"
 CA_ROTATION = "CARotation"
 DELETION_HELD = "DeletionHeld"
+SUCCEEDED = "Succeeded"
+
+#: The TalosOperation kinds (spec.kind) and the condition each one reports its progress in.
+KIND_CA_ROTATION = "ca-rotation"
+KIND_CONFIG = "config"
+OPERATION_CONDITION = {KIND_CA_ROTATION: CA_ROTATION, KIND_CONFIG: CONFIG_ROLLOUT}
 
 
 class ReadyReason:

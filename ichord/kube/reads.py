@@ -19,6 +19,7 @@ class SecretData:
     namespace: str
     resource_version: str
     data: dict[str, bytes] = field(repr=False)
+    labels: dict[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:  # never print secret values
         return f"SecretData({self.namespace}/{self.name}, keys={sorted(self.data)})"
@@ -29,7 +30,15 @@ async def read_secret(client: KubeClient, namespace: str, name: str) -> SecretDa
         raw: dict[str, Any] = await client.raw("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
     data = {k: base64.b64decode(v) for k, v in (raw.get("data") or {}).items()}
     meta = raw.get("metadata") or {}
-    return SecretData(name, namespace, str(meta.get("resourceVersion", "")), data)
+    return SecretData(name, namespace, str(meta.get("resourceVersion", "")), data,
+                      {str(k): str(v) for k, v in (meta.get("labels") or {}).items()})
+
+
+async def label_secret(client: KubeClient, namespace: str, name: str, labels: dict[str, str]) -> None:
+    """Add ``labels`` to a Secret (a merge patch of metadata only: its data is never sent)."""
+    with translate():
+        await client.raw("PATCH", f"/api/v1/namespaces/{namespace}/secrets/{name}",
+                         body={"metadata": {"labels": labels}}, content_type="application/merge-patch+json")
 
 
 async def read_config_map(client: KubeClient, namespace: str, name: str) -> dict[str, Any]:

@@ -83,7 +83,9 @@ def _key(obj: Obj) -> tuple[str, str]:
 class Informer:
     def __init__(self, client: KubeClient, resource: Resource, *, timing: Timing | None = None,
                  label_selector: str | None = None, handlers: Iterable[Handler] = (),
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, transform: Callable[[Obj], Obj] | None = None) -> None:
+        """``transform`` shapes every object before it is cached or handed on (client-go's SetTransform): the
+        bundle Secrets' informer keeps metadata only, so no key material sits in its cache."""
         self.client = client
         self.resource = resource
         self.timing = timing or Timing.from_env()
@@ -94,6 +96,7 @@ class Informer:
         self.synced = anyio.Event()
         self.restarts: Counter[str] = Counter()
         self._rng = rng or random.Random()  # noqa: S311  (jitter, not security)
+        self._transform = transform
 
     # -- public surface ----------------------------------------------------------------------
     def add_handler(self, handler: Handler) -> None:
@@ -147,7 +150,7 @@ class Informer:
 
     async def _list(self) -> None:
         out = await self.client.raw("GET", self.resource.path(), query=self._query())
-        fresh = {_key(o): o for o in out.get("items") or []}
+        fresh = {_key(o): self._shape(o) for o in out.get("items") or []}
         old = self.cache
         self.cache = fresh
         self.resource_version = str((out.get("metadata") or {}).get("resourceVersion", ""))
@@ -205,6 +208,7 @@ class Informer:
             self.resource_version = rv
         if kind == "BOOKMARK":
             return
+        obj = self._shape(obj)
         key = _key(obj)
         if kind == "DELETED":
             old = self.cache.pop(key, None)
@@ -213,6 +217,9 @@ class Informer:
             old = self.cache.get(key)
             self.cache[key] = obj
             self._dispatch(WatchEvent("ADDED" if old is None else "MODIFIED", obj, old))
+
+    def _shape(self, obj: Obj) -> Obj:
+        return self._transform(obj) if self._transform is not None else obj
 
     def _dispatch(self, event: WatchEvent) -> None:
         for handler in list(self.handlers):

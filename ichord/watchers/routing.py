@@ -32,8 +32,10 @@ def _cluster_ref(obj: Obj) -> str | None:
 
 
 class Router:
-    def __init__(self, tell: Tell) -> None:
+    def __init__(self, tell: Tell,
+                 clusters_of_secret: Callable[[str, str], list[tuple[str, str]]] | None = None) -> None:
         self._tell = tell
+        self._clusters_of_secret = clusters_of_secret
         self.active = False  # only the leader's actors take messages
 
     def on_cluster(self, ev: WatchEvent) -> None:
@@ -52,6 +54,14 @@ class Router:
         for cluster in clusters - {None}:
             assert cluster is not None
             self._tell(ns, cluster, ("TalosMachine", name), ev.type)
+
+    def on_bundle_secret(self, ev: WatchEvent) -> None:
+        """A labelled bundle Secret appeared, changed or went: wake every cluster whose secretsRef names it."""
+        if not self.active or self._clusters_of_secret is None:
+            return
+        ns, name = ev.key
+        for cluster_ns, cluster in self._clusters_of_secret(ns, name):
+            self._tell(cluster_ns, cluster, ("Secret", name), ev.type)
 
     def on_operation(self, ev: WatchEvent) -> None:
         if not self.active:

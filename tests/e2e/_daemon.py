@@ -29,7 +29,8 @@ class Daemon:
         self.log_path = workdir / f"{name}.log"
         self.port_file = workdir / f"{name}.port"
         self._log = self.log_path.open("wb")
-        environ = {**os.environ, "ICHORD_TIME_SCALE": DAEMON_TIME_SCALE, **(extra_env or {})}
+        # HOME: the trust pool's per-kubeconfig file (~/.ichor/trust) stays inside the test's directory.
+        environ = {**os.environ, "ICHORD_TIME_SCALE": DAEMON_TIME_SCALE, "HOME": str(workdir), **(extra_env or {})}
         environ.pop("KUBECONFIG", None)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ichord.cli", "run", "--kubeconfig", str(env.kubeconfig),

@@ -61,7 +61,7 @@ class Replica(Daemon):
         self.port_file = workdir / f"{name}.port"
         self.trust_file = workdir / name / "kubernetes-ca.crt"  # the pod's emptyDir: kept across restarts
         self._log = self.log_path.open("ab")
-        environ = {**os.environ, "ICHORD_TIME_SCALE": DAEMON_TIME_SCALE}
+        environ = {**os.environ, "ICHORD_TIME_SCALE": DAEMON_TIME_SCALE, "HOME": str(workdir)}
         environ.pop("KUBECONFIG", None)
         args = [sys.executable, "-m", "ichord.cli", "run", "--kubeconfig", str(env.kubeconfig),
                 "--ca-file", str(projected), "--trust-file", str(self.trust_file),

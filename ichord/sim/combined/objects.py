@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ichord.api.contract import VersionContract
-from ichord.api.names import API_VERSION, SECRETS_KEY, TALOS_CLUSTER, TALOS_MACHINE
+from ichord.api.names import API_VERSION, BUNDLE_LABEL, SECRETS_KEY, TALOS_CLUSTER, TALOS_MACHINE
 from ichord.pki.bundle import SecretsBundle
 from ichord.render.config import MachineConfig
 from ichord.render.generate import render
@@ -72,7 +72,8 @@ def create_objects(store: Store, *, namespace: str, cluster: str, secret: str, b
         store.create(ns_rt, None, {"metadata": {"name": namespace}})
     data = base64.b64encode(bundle.to_yaml().encode()).decode()
     store.create(store.resolve("", "v1", "secrets"), namespace, {
-        "metadata": {"name": secret, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "ichord"}},
+        "metadata": {"name": secret, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "ichord",
+                                                                      BUNDLE_LABEL: "true"}},
         "type": "Opaque", "data": {SECRETS_KEY: data}})
     version = API_VERSION.split("/", 1)[1]
     store.create(store.resolve(GROUP, version, "talosclusters"), namespace, {
