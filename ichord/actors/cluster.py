@@ -17,7 +17,7 @@ import anyio
 import structlog
 
 from ichord.api import names
-from ichord.api.conditions import Condition, find, set_condition
+from ichord.api.conditions import Condition, find, set_condition, set_operation_phase
 from ichord.api.names import ReadyReason
 from ichord.errors import IchordError
 from ichord.kube import crds
@@ -254,8 +254,8 @@ class ClusterReconciler:
 
             def mutate(st: Obj, _obj: Obj, cond: Condition = cond, started: bool = started,
                        generation: int = generation) -> Obj:
-                st["phase"] = "Paused" if started else "Pending"
-                st["message"] = cond.message
+                set_operation_phase(st, "Paused" if started else "Pending", cond.message,
+                                    observed_generation=generation)
                 st["conditions"] = set_condition(st.get("conditions"), cond, observed_generation=generation)
                 return st
 

@@ -69,6 +69,23 @@ def set_condition(
     return out
 
 
+#: The TalosOperation's terminal condition (api.md), derived from its phase in one place so that
+#: `kubectl wait --for=condition=Succeeded` ends on success and `--for=condition=Succeeded=false` on failure.
+_SUCCEEDED_BY_PHASE = {"Completed": ("True", "Completed"), "Failed": ("False", "Failed")}
+
+
+def set_operation_phase(status: dict[str, Any], phase: str, message: str, *, now: dt.datetime | None = None,
+                        observed_generation: int | None = None) -> None:
+    """Write a TalosOperation's phase and message, and its Succeeded condition with them (Unknown while running)."""
+    status["phase"] = phase
+    status["message"] = scrub_text(message)
+    value, reason = _SUCCEEDED_BY_PHASE.get(phase, ("Unknown", phase or "Pending"))
+    status["conditions"] = set_condition(status.get("conditions"), Condition("Succeeded", value, reason, message),
+                                         now=now, observed_generation=observed_generation)
+    if observed_generation is not None:
+        status["observedGeneration"] = observed_generation
+
+
 def is_true(conditions: list[dict[str, Any]] | None, ctype: str) -> bool:
     c = find(conditions, ctype)
     return c is not None and c.get("status") == "True"

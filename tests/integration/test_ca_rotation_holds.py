@@ -192,6 +192,11 @@ async def test_a_healthy_rotation_never_shows_paused_and_raises_no_warning(env: 
     assert {c["reason"] for c in reasons if c} >= {"VerifyingPass", "AwaitingCredentials", "SettlingClients"}
     steps = {((s.get("status") or {}).get("caRotation") or {}).get("step") for s in driver.snapshots}
     assert {"apply", "verify"} <= steps
+    # The terminal condition `kubectl wait --for=condition=Succeeded` waits on: Unknown while running, then True.
+    succeeded = [find((s.get("status") or {}).get("conditions"), names.SUCCEEDED) for s in driver.snapshots]
+    assert {c["status"] for c in succeeded[:-1] if c} == {"Unknown"} and succeeded[-1]["status"] == "True"
+    final = driver.snapshots[-1]
+    assert final["status"]["observedGeneration"] == final["metadata"]["generation"]
     events = _events(env)
     # The one Warning of a healthy rotation is the call to export the replaced bundle (api.md), on the cluster.
     warnings = [(e["involvedObject"]["kind"], e["reason"]) for e in events if e.get("type") == "Warning"]

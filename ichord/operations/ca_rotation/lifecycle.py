@@ -7,7 +7,7 @@ import contextlib
 
 from ichord.api import names
 from ichord.api.carotation import Stage
-from ichord.api.conditions import Condition, set_condition
+from ichord.api.conditions import Condition, set_condition, set_operation_phase
 from ichord.api.names import CARotationReason, Phase
 from ichord.kube import crds
 from ichord.kube.errors import Conflict, KubeError, NotFound
@@ -145,9 +145,9 @@ async def fail(ctx: RotationContext, op: Obj, reason: str, message: str) -> Outc
     meta = op["metadata"]
     now = ctx.now()
 
-    def mutate(status: Obj, _obj: Obj) -> Obj:
-        status["phase"] = Phase.FAILED
-        status["message"] = message
+    def mutate(status: Obj, obj: Obj) -> Obj:
+        generation = int((obj.get("metadata") or {}).get("generation") or 0)
+        set_operation_phase(status, Phase.FAILED, message, now=now, observed_generation=generation)
         status["conditions"] = set_condition(status.get("conditions"),
                                              Condition(names.CA_ROTATION, "False", reason, message), now=now)
         return status
@@ -161,9 +161,9 @@ async def blocked_without_inputs(ctx: RotationContext, op: Obj, message: str) ->
     meta = op["metadata"]
     now = ctx.now()
 
-    def mutate(status: Obj, _obj: Obj) -> Obj:
-        status["phase"] = Phase.PAUSED
-        status["message"] = message
+    def mutate(status: Obj, obj: Obj) -> Obj:
+        generation = int((obj.get("metadata") or {}).get("generation") or 0)
+        set_operation_phase(status, Phase.PAUSED, message, now=now, observed_generation=generation)
         status["conditions"] = set_condition(
             status.get("conditions"), Condition(names.CA_ROTATION, "False", CARotationReason.BLOCKED, message),
             now=now)

@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from ichord.api import names
-from ichord.api.conditions import Condition, find, now_rfc3339, parse_time, set_condition
+from ichord.api.conditions import Condition, find, now_rfc3339, parse_time, set_condition, set_operation_phase
 from ichord.api.names import CARotationReason, Phase
 from ichord.kube import crds
 from ichord.kube.events import ObjectRef
@@ -52,9 +52,10 @@ def since_transition(op_status: Obj, reason: str, now: dt.datetime) -> float | N
 async def write(ctx: RotationContext, inputs: Inputs, *mutations: Mutation) -> Obj:
     """Apply ``mutations`` to a fresh read of the status (conflicts retried) and keep ``inputs.op`` current."""
 
-    def mutate(status: Obj, _obj: Obj) -> Obj:
+    def mutate(status: Obj, obj: Obj) -> Obj:
         for m in mutations:
             m(status)
+        status["observedGeneration"] = int((obj.get("metadata") or {}).get("generation") or 0)
         return status
 
     obj = await update_status(crds.operations(ctx.kube), inputs.op_namespace, inputs.name, mutate)
@@ -62,10 +63,9 @@ async def write(ctx: RotationContext, inputs: Inputs, *mutations: Mutation) -> O
     return obj
 
 
-def phase(value: str, message: str) -> Mutation:
+def phase(value: str, message: str, now: dt.datetime | None = None) -> Mutation:
     def m(status: Obj) -> None:
-        status["phase"] = value
-        status["message"] = SCRUBBER.text(message)
+        set_operation_phase(status, value, SCRUBBER.text(message), now=now)
 
     return m
 
