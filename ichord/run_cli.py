@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 from typing import Any
 
 import anyio
@@ -29,10 +30,14 @@ def register(subparsers: Any) -> None:
         help="kubeconfig file (default: in-cluster service account)",
     )
     p.add_argument(
-        "--namespace",
+        "--controller-namespace",
+        dest="namespace",
         default=os.environ.get("POD_NAMESPACE", "ichord-system"),
         help="controller namespace: bundle Secrets and Leases (default $POD_NAMESPACE or %(default)s)",
     )
+    # Deprecated spelling: elsewhere -n/--namespace names the TalosClusters' namespace, which `run` watches in all.
+    p.add_argument("--namespace", dest="namespace", default=argparse.SUPPRESS, action=_DeprecatedNamespace,
+                   help=argparse.SUPPRESS)
     p.add_argument("--identity", default=None, help="leader-election identity (default $POD_NAME or host_uuid)")
     p.add_argument("--metrics-addr", default="0.0.0.0:8080", help="host:port for /metrics /healthz /readyz")
     p.add_argument("--port-file", help="write the bound metrics port here (with port 0)")
@@ -55,6 +60,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--log-level", default=os.environ.get("ICHORD_LOG_LEVEL", "info"))
     p.add_argument("--log-format", choices=("json", "console"), default="json")
     p.set_defaults(func=run)
+
+
+class _DeprecatedNamespace(argparse.Action):
+    """``run --namespace``: still accepted (older scripts and charts use it), with a note on stderr."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print("ichord: `ichord run --namespace` is deprecated; use --controller-namespace", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
