@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 from typing import Any
 
 import anyio
+import structlog
 
 from ichord import log
 from ichord.daemon import DaemonSettings, run_daemon
@@ -63,12 +63,12 @@ def register(subparsers: Any) -> None:
 
 
 class _DeprecatedNamespace(argparse.Action):
-    """``run --namespace``: still accepted (older scripts and charts use it), with a note on stderr."""
+    """``run --namespace``: still accepted (older scripts and charts use it); ``run`` logs a warning."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        print("ichord: `ichord run --namespace` is deprecated; use --controller-namespace", file=sys.stderr)
         setattr(namespace, self.dest, values)
+        namespace.deprecated_namespace_flag = True
 
 
 def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
@@ -105,5 +105,9 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     log.configure(args.log_level, json=args.log_format == "json")
+    if getattr(args, "deprecated_namespace_flag", False):
+        # Logged, not printed: the daemon's output is JSON lines that collectors parse.
+        structlog.get_logger("ichord.run").warning(
+            "`ichord run --namespace` is deprecated; use --controller-namespace", namespace=settings.namespace)
     anyio.run(run_daemon, settings, backend="asyncio")
     return 0
