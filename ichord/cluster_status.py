@@ -84,7 +84,7 @@ def format_status(view: ClusterView, now: dt.datetime) -> str:
         out += _table(["CA", "PREVIOUS", "NEXT", "SIGNING WITH", "NODES TRUST"],
                       [[c.get("name", ""), _short(c.get("previous")), _short(c.get("next")),
                         _short(c.get("issuing")), " ".join(_short(a) for a in c.get("accepted") or [])]
-                       for c in _ca_rotation(rotation).get("certificates") or []], empty="(not planned yet)")
+                       for c in _ca_rotation(rotation).get("certificates") or []], empty="(no new CAs yet)")
 
     out += ["", "Machines:"]
     op_machines = {m.get("name"): m for m in (rotation or {}).get("status", {}).get("machines") or []}
@@ -93,11 +93,11 @@ def format_status(view: ClusterView, now: dt.datetime) -> str:
         ready = find((m.get("status") or {}).get("conditions"), names.READY) or {}
         row = [_name(m), (m.get("spec") or {}).get("role", ""), ready.get("status", "Unknown"),
                ready.get("reason", ""), _machine_fingerprints(m, certs)]
-        if rotation is not None:
+        if op_machines:
             entry = op_machines.get(_name(m)) or {}
             row.append(" ".join(x for x in (entry.get("state", ""), _text(entry.get("message"))) if x))
         rows.append(row)
-    header = ["NAME", "ROLE", "READY", "REASON", "CA FINGERPRINTS"] + (["ROTATION"] if rotation is not None else [])
+    header = ["NAME", "ROLE", "READY", "REASON", "CA FINGERPRINTS"] + (["ROTATION"] if op_machines else [])
     out += _table(header, rows, empty="(no TalosMachine names this cluster)")
 
     out += ["", "Operations:"]

@@ -123,9 +123,15 @@ def test_next_steps_by_state() -> None:
     assert next_step(blocked, "demo", NS).startswith("read the message above and fix the cause")
     # A reason this version does not know (the integrator adds normal waits) is shown as it is, never guessed at.
     verifying = rotation(stage="Issuing", reason="VerifyingPass", message="verifying the Issuing pass on demo-cp-1")
+    verifying["status"]["machines"] = [{"name": "demo-cp-1", "state": "Applied"},
+                                       {"name": "demo-cp-2", "state": "Pending", "message": "next in order"}]
     assert next_step(verifying, "demo", NS) == "nothing: the daemon is working on it"
     out = format_status(view(operations=[verifying]), NOW)
     assert "waiting for: VerifyingPass: verifying the Issuing pass on demo-cp-1" in out
+    # The operation's per-machine progress joins the machines table while it has any.
+    rows = {line.split()[0]: line for line in out.splitlines()[1:] if line.startswith("  demo-")}
+    assert "ROTATION" in out and rows["demo-cp-1"].endswith("Applied")
+    assert rows["demo-cp-2"].endswith("Pending next in order") and rows["demo-cp-3"].endswith("(cluster)")
 
 
 def test_a_completed_rotation_with_a_stale_bundle_asks_for_an_export() -> None:
