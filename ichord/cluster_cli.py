@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from ichord.api.names import (
     ROTATION_KEY,
     SECRETS_KEY,
 )
+from ichord.cluster_status import ClusterView, format_status, read_view
 from ichord.credentials import DEFAULT_CREDENTIALS_DIR, HandOff, files, hand_off
 from ichord.errors import IchordError
 from ichord.kube.client import KubeClient, from_kubeconfig
@@ -55,6 +57,7 @@ def register(subparsers: Any) -> None:
     sub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
     _register_bundle_export(sub)
     _register_credentials(sub)
+    _register_status(sub)
 
 
 def _register_bundle_export(sub: Any) -> None:
@@ -114,6 +117,36 @@ def _register_credentials(sub: Any) -> None:
     p.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
                    help="how long to wait for the stage and through transient API errors (default 600)")
     p.set_defaults(func=_credentials_main)
+
+
+def _register_status(sub: Any) -> None:
+    p = sub.add_parser(
+        "status",
+        help="show a cluster's conditions, CA expiry, machines and operations, and what to run next",
+        description=(
+            "Read the TalosCluster, its TalosMachines and TalosOperations and print the cluster's conditions, "
+            "its CAs' expiry and fingerprints, each machine's readiness, every operation not finished (phase, "
+            "stage, what it waits for) with the command that moves it on, and the last finished one. Prints "
+            "fingerprints only, never key or certificate material. Changes nothing."
+        ),
+    )
+    p.add_argument("name", metavar="NAME", help="the TalosCluster")
+    p.add_argument("-n", "--namespace", help="the TalosCluster's namespace (default: the kubeconfig context's)")
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context (default: the current context)")
+    p.set_defaults(func=_status_main)
+
+
+def _status_main(args: argparse.Namespace) -> int:
+    view = asyncio.run(_status_cli(args))
+    print(format_status(view, dt.datetime.now(dt.UTC)), end="")
+    return 0
+
+
+async def _status_cli(args: argparse.Namespace) -> ClusterView:
+    kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
+    async with kube:
+        return await read_view(kube, args.namespace or kube.namespace, args.name)
 
 
 def _credentials_main(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ import structlog
 from ichord import log
 from ichord.daemon import DaemonSettings, run_daemon
 from ichord.errors import IchordError
+from ichord.kube.client import check_kubeconfig, kubeconfig_files
 from ichord.leader import LeadershipLost
 from ichord.settings import SettingsError, Timing
 
@@ -32,10 +33,14 @@ def register(subparsers: Any) -> None:
         help="kubeconfig file (default: in-cluster service account)",
     )
     p.add_argument(
-        "--namespace",
+        "--controller-namespace",
+        dest="namespace",
         default=os.environ.get("POD_NAMESPACE", "ichord-system"),
         help="controller namespace: bundle Secrets and Leases (default $POD_NAMESPACE or %(default)s)",
     )
+    # Deprecated spelling: elsewhere -n/--namespace names the TalosClusters' namespace, which `run` watches in all.
+    p.add_argument("--namespace", dest="namespace", default=argparse.SUPPRESS, action=_DeprecatedNamespace,
+                   help=argparse.SUPPRESS)
     p.add_argument("--identity", default=None, help="leader-election identity (default $POD_NAME or host_uuid)")
     p.add_argument("--metrics-addr", default="0.0.0.0:8080", help="host:port for /metrics /healthz /readyz")
     p.add_argument("--port-file", help="write the bound metrics port here (with port 0)")
@@ -59,6 +64,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--log-level", default=os.environ.get("ICHORD_LOG_LEVEL", "info"))
     p.add_argument("--log-format", choices=("json", "console"), default="json")
     p.set_defaults(func=run)
+
+
+class _DeprecatedNamespace(argparse.Action):
+    """``run --namespace``: still accepted (older scripts and charts use it); ``run`` logs a warning."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.deprecated_namespace_flag = True
 
 
 def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
@@ -94,7 +108,14 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    if settings.kubeconfig:
+        # Before logging starts: a kubeconfig that cannot be used is one line naming the file, exit 2.
+        check_kubeconfig(kubeconfig_files(settings.kubeconfig), None)
     log.configure(args.log_level, json=args.log_format == "json")
+    if getattr(args, "deprecated_namespace_flag", False):
+        # Logged, not printed: the daemon's output is JSON lines that collectors parse.
+        structlog.get_logger("ichord.run").warning(
+            "`ichord run --namespace` is deprecated; use --controller-namespace", namespace=settings.namespace)
     try:
         anyio.run(run_daemon, settings, backend="asyncio")
     except BaseException as exc:  # every way out of the task tree becomes one structured line and an exit code

@@ -136,7 +136,8 @@ def start_daemon(fleet: Fleet, workdir: Path, args: argparse.Namespace) -> tuple
     env = {**os.environ, "ICHORD_TIME_SCALE": str(args.time_scale)}
     env.pop("KUBECONFIG", None)
     profile = ["-m", "cProfile", "-o", args.daemon_profile] if args.daemon_profile else []
-    cmd = [sys.executable, *profile, "-m", "ichord.cli", "run", "--kubeconfig", str(kubeconfig), "--namespace",
+    cmd = [sys.executable, *profile, "-m", "ichord.cli", "run", "--kubeconfig", str(kubeconfig),
+           "--controller-namespace",
            fleet.namespace, "--identity", "bench", "--metrics-addr", "127.0.0.1:0",
            "--port-file", str(workdir / "port"), "--log-level", args.log_level]
     if args.resync is not None:

@@ -329,7 +329,7 @@ def start_daemon(kubeconfig: Path, log: Path, scale: str, concurrency: int | Non
         environ["ICHORD_CA_WORKER_APPLY_CONCURRENCY"] = str(concurrency)
     with log.open("wb") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
-            [sys.executable, "-m", "ichord.cli", "run", "--kubeconfig", str(kubeconfig), "--namespace", NS,
+            [sys.executable, "-m", "ichord.cli", "run", "--kubeconfig", str(kubeconfig), "--controller-namespace", NS,
              "--identity", "bench", "--metrics-addr", "127.0.0.1:0", "--log-level", "warning"],
             stdout=out, stderr=subprocess.STDOUT, env=environ)
 

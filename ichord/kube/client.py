@@ -19,12 +19,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
+import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 
-from ichord import yamlio
 from ichord.kube.errors import KubeConfigError, KubeError, from_status, translate
 from ichord.kube.reachability import Reachability
 from ichord.metrics import KUBE_REQUEST_DURATION
@@ -193,23 +193,83 @@ def _build(cfg: k8s.Configuration, namespace: str, timeout: float, trust: TrustS
 async def from_kubeconfig(path: str | Path | None = None, *, context: str | None = None,
                           trust: TrustSource | None = None, timing: Timing | None = None,
                           namespace: str | None = None) -> KubeClient:
-    """A client from a kubeconfig file (KUBECONFIG / ~/.kube/config when ``path`` is None)."""
+    """A client from a kubeconfig file (KUBECONFIG / ~/.kube/config when ``path`` is None).
+
+    A file that is missing, is not YAML or lacks the context raises KubeConfigError naming the file.
+    """
+    files = kubeconfig_files(path)
+    check_kubeconfig(files, context)
+    where = os.pathsep.join(str(f) for f in files)
     cfg = k8s.Configuration()
-    where = str(path) if path else "$KUBECONFIG or ~/.kube/config"
     try:
         with translate():
-            await k8s_config.load_kube_config(config_file=str(path) if path else None, context=context,
-                                              client_configuration=cfg, persist_config=False)
-    except ConfigException as exc:
-        # A missing or malformed file must read as a usage error, not a traceback; the library's text names
-        # the missing key or context, never credentials.
-        raise KubeConfigError(f"cannot use the kubeconfig {where}: {exc}; pass --kubeconfig FILE "
+            await k8s_config.load_kube_config(config_file=where, context=context, client_configuration=cfg,
+                                              persist_config=False)
+    except (ConfigException, yaml.YAMLError) as exc:
+        # The library's text names the missing key or context, never credentials.
+        raise KubeConfigError(f"cannot use the kubeconfig {where}: {_one_line(str(exc))}; pass --kubeconfig FILE "
                               f"(and --context NAME)") from None
     except OSError as exc:
         raise KubeConfigError(f"cannot read the kubeconfig {where}: {exc.strerror or type(exc).__name__}; "
                               f"pass --kubeconfig FILE") from None
-    ns = namespace or _kubeconfig_namespace(path, context) or "default"
+    ns = namespace or _kubeconfig_namespace(files, context) or "default"
     return _build(cfg, ns, (timing or Timing.from_env()).kube_call_timeout, trust)
+
+
+def kubeconfig_files(path: str | Path | None) -> list[Path]:
+    """The files a kubeconfig argument means: ``path``, else $KUBECONFIG's list, else ~/.kube/config."""
+    if path:
+        return [Path(path).expanduser()]
+    env = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    return [Path(p).expanduser() for p in env] or [Path("~/.kube/config").expanduser()]
+
+
+def check_kubeconfig(files: Sequence[Path], context: str | None) -> None:
+    """Raise KubeConfigError, naming the file, when no file exists, one is not YAML, or the context is missing.
+
+    Done before kubernetes-asyncio loads them: it logs a missing file and goes on to a misleading
+    "Expected key current-context", and lets YAML errors escape as tracebacks.
+    """
+    docs: list[tuple[Path, dict[str, Any]]] = []
+    for f in files:
+        try:
+            text = f.read_text()
+        except FileNotFoundError:
+            continue  # kubectl skips a missing entry of a KUBECONFIG list too
+        except OSError as exc:
+            raise KubeConfigError(f"cannot read the kubeconfig {f}: {exc.strerror or type(exc).__name__}") from None
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise KubeConfigError(f"the kubeconfig {f} is not valid YAML ({_yaml_problem(exc)}); "
+                                  f"fix it or pass --kubeconfig FILE") from None
+        if not isinstance(doc, dict):
+            raise KubeConfigError(f"the kubeconfig {f} is not a kubeconfig (no mapping of clusters, users and "
+                                  f"contexts); pass --kubeconfig FILE") from None
+        docs.append((f, doc))
+    if not docs:
+        missing = ", ".join(str(f) for f in files)
+        raise KubeConfigError(f"the kubeconfig {missing} does not exist; pass --kubeconfig FILE or set KUBECONFIG")
+    where = ", ".join(str(f) for f, _ in docs)
+    name = context or next((str(d["current-context"]) for _, d in docs if d.get("current-context")), None)
+    if not name:
+        raise KubeConfigError(f"the kubeconfig {where} sets no current-context; pass --context NAME")
+    known = [str(c.get("name")) for _, d in docs for c in (d.get("contexts") or []) if isinstance(c, dict)]
+    if name not in known:
+        has = f" (it has: {', '.join(known)})" if known else " (it has none)"
+        raise KubeConfigError(f"the kubeconfig {where} has no context {name!r}{has}; pass --context NAME")
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    # Only the position and the parser's complaint: the snippet could hold a client key.
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem or 'cannot parse'}"
+    return type(exc).__name__
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def in_cluster(*, trust: TrustSource | None = None, timing: Timing | None = None, namespace: str | None = None,
@@ -232,20 +292,20 @@ def in_cluster(*, trust: TrustSource | None = None, timing: Timing | None = None
     return _build(cfg, ns, (timing or Timing.from_env()).kube_call_timeout, trust)
 
 
-def _kubeconfig_namespace(path: str | Path | None, context: str | None) -> str | None:
+def _kubeconfig_namespace(files: Sequence[Path], context: str | None) -> str | None:
     """The context's namespace (kubernetes-asyncio does not expose it)."""
-    if path is None:
-        env = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-        path = env or Path("~/.kube/config").expanduser()
-    try:
-        doc = yamlio.load(Path(path).read_text())
-    except OSError:
-        return None
-    if not isinstance(doc, dict):
-        return None
-    name = context or doc.get("current-context")
-    for ctx in doc.get("contexts") or []:
-        if isinstance(ctx, dict) and ctx.get("name") == name:
-            ns = (ctx.get("context") or {}).get("namespace")
-            return str(ns) if ns else None
+    docs = []
+    for f in files:
+        try:
+            doc = yaml.safe_load(f.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict):
+            docs.append(doc)
+    name = context or next((d["current-context"] for d in docs if d.get("current-context")), None)
+    for doc in docs:
+        for ctx in doc.get("contexts") or []:
+            if isinstance(ctx, dict) and ctx.get("name") == name:
+                ns = (ctx.get("context") or {}).get("namespace")
+                return str(ns) if ns else None
     return None

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from ichord.errors import IchordError
+from ichord.errors import IchordError, network_cause, verify_reason
 
 _MAX_MESSAGE = 500
 
@@ -34,6 +34,8 @@ class KubeError(IchordError):
             self.status = status
         self.reason = reason or self.default_reason
         self.details = details or {}
+        #: The full chain of what failed underneath, for the debug log; the message is the summary.
+        self.detail = message
 
     @property
     def retryable(self) -> bool:
@@ -149,23 +151,53 @@ def from_status(code: int, body: Any, fallback: str = "") -> KubeError:
 
 
 def from_exception(exc: BaseException) -> KubeError:
+    """The typed error of a failed call; its message is a one-line summary, ``detail`` the whole chain."""
     if isinstance(exc, KubeError):
         return exc
     if isinstance(exc, ApiException):
         return from_status(int(exc.status or 0), exc.body, str(exc.reason or ""))
+    out: KubeError
+    where = _where(exc)
     if isinstance(exc, (aiohttp.ClientConnectorCertificateError, ssl.SSLCertVerificationError)):
-        return TLSVerificationError(
-            f"the Kubernetes API server's certificate is not trusted ({_short(exc)}); the trust store "
-            f"must hold the CA that signs it", status=0)
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
-        return KubeTimeout("the Kubernetes API call timed out; the API server is slow or unreachable", status=0)
-    if isinstance(exc, (aiohttp.ClientError, OSError)):
-        return Unavailable(f"the Kubernetes API server is unreachable: {_short(exc)}", status=0)
-    raise TypeError(f"not a Kubernetes API failure: {type(exc).__name__}")
+        out = TLSVerificationError(
+            f"the Kubernetes API server{where}: its certificate is not trusted ({verify_reason(exc)}); the trust "
+            f"store must hold the CA that signs it", status=0)
+    elif isinstance(exc, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
+        out = KubeTimeout(f"the Kubernetes API server{where} did not answer in time (timed out); it is slow or "
+                          f"unreachable", status=0)
+    elif isinstance(exc, (aiohttp.ClientError, OSError)):
+        out = Unavailable(f"the Kubernetes API server{where} is unreachable: {_cause(exc)}", status=0)
+    else:
+        raise TypeError(f"not a Kubernetes API failure: {type(exc).__name__}")
+    out.detail = _chain(exc)
+    return out
 
 
-def _short(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:_MAX_MESSAGE]
+def _where(exc: BaseException) -> str:
+    """`` at host:port`` when the error knows the address (aiohttp's connector errors do)."""
+    host, port = getattr(exc, "host", None), getattr(exc, "port", None)
+    if not host:
+        return ""
+    host = f"[{host}]" if ":" in str(host) else str(host)
+    return f" at {host}:{port}" if port else f" at {host}"
+
+
+def _cause(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection"
+    return network_cause(exc)
+
+
+def _chain(exc: BaseException) -> str:
+    """Every exception under ``exc``, for the debug log (reprs of objects included: no secrets live there)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        parts.append(f"{type(cur).__name__}: {cur}"[:_MAX_MESSAGE])
+        cur = cur.__cause__ or cur.__context__
+    return "; caused by ".join(parts)
 
 
 TRANSLATED: tuple[type[BaseException], ...] = (

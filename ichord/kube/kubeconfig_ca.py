@@ -18,6 +18,7 @@ from typing import Any
 from ruamel.yaml.error import YAMLError
 
 from ichord import yamlio
+from ichord.kube.client import check_kubeconfig
 from ichord.kube.errors import KubeConfigError
 
 
@@ -50,6 +51,7 @@ def kubeconfig_ca(path: str | Path | None, context: str | None = None) -> Kubeco
     Raises KubeConfigError naming the file when it cannot be read or does not name the context's cluster.
     """
     where = Path(path) if path is not None else default_kubeconfig_path()
+    check_kubeconfig([where], context)  # the same one-line messages as every other command
     try:
         doc = yamlio.load(where.read_text())
     except OSError as exc:

@@ -21,6 +21,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from ichord.errors import IchordError
 from ichord.pki import pem as _pem
 
 REDACTED = "[REDACTED]"
@@ -125,7 +126,18 @@ class Scrubber:
         return out
 
     def exception(self, exc: BaseException) -> str:
-        """A safe one-line description: the type and the scrubbed message (and its causes')."""
+        """A safe one-line description for conditions and Events: the type and the scrubbed message.
+
+        The causes follow only while no IchordError has been reached: a typed error's message already
+        summarises what went wrong underneath (``chain`` keeps everything, for the debug log).
+        """
+        return self._describe(exc, whole=False)
+
+    def chain(self, exc: BaseException) -> str:
+        """Every exception under ``exc``, scrubbed, joined by "; caused by " (for the debug log)."""
+        return self._describe(exc, whole=True)
+
+    def _describe(self, exc: BaseException, *, whole: bool) -> str:
         parts = []
         seen: set[int] = set()
         cur: BaseException | None = exc
@@ -133,7 +145,9 @@ class Scrubber:
             seen.add(id(cur))
             msg = str(cur)
             parts.append(f"{type(cur).__name__}: {self.text(msg)}" if msg else type(cur).__name__)
-            cur = cur.__cause__ or cur.__context__
+            if not whole and isinstance(cur, IchordError):
+                break
+            cur = cur.__cause__ or (None if cur.__suppress_context__ and not whole else cur.__context__)
         return "; caused by ".join(parts)
 
     def value(self, obj: Any) -> Any:

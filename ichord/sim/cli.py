@@ -48,7 +48,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--talos-version", default="v1.14", help="v1.13 or v1.14 (behaviour and rendered contract)")
     p.add_argument("--bundle", type=Path, help="secrets bundle (secrets.yaml); default: a new one")
-    p.add_argument("--namespace", default="ichord-system", help="ichord's namespace (bundle Secret, Leases)")
+    p.add_argument("-n", "--namespace", default="ichord-system",
+                   help="namespace of the TalosCluster, its TalosMachines, the bundle Secret and ichord's Leases "
+                        "(default %(default)s)")
     p.add_argument("--cluster-name", default="demo", help="the TalosCluster's name")
     p.add_argument("--management-api", choices=("self", "separate"), default="self",
                    help="self: ichord's objects on the managed cluster's API; separate: a second API server")

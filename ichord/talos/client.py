@@ -21,6 +21,7 @@ from grpclib.config import Configuration
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
+from ichord.errors import network_cause, verify_reason
 from ichord.talos import errors as e
 from ichord.talos.dial import DialBundle
 from ichord.talos.proto.gen.cosi import state_grpc, state_pb2
@@ -174,7 +175,7 @@ class TalosClient(ResourceReads):
             return cls(endpoint, method, exc.message or exc.status.name, code=exc.status.name, node=node)
         if isinstance(exc, ssl.SSLCertVerificationError):
             return e.TalosCertificateError(
-                endpoint, method, f"the node's serving certificate is not trusted: {exc.verify_message}", node=node)
+                endpoint, method, f"the node's serving certificate is not trusted: {verify_reason(exc)}", node=node)
         if isinstance(exc, ssl.SSLError):
             reason = exc.reason or str(exc)
             if any(alert in reason for alert in _CERT_ALERTS):
@@ -192,11 +193,12 @@ class TalosClient(ResourceReads):
             # handshake done: the first call on the connection then finds it closed.
             return e.TalosCertificateError(
                 endpoint, method, "the node closed the connection right after the TLS handshake"
-                f" ({exc or type(exc).__name__}); it refused the client certificate", node=node)
+                f" ({network_cause(exc)}); it refused the client certificate", node=node)
         if isinstance(exc, StreamTerminatedError):
-            return e.TalosUnreachableError(endpoint, method, f"connection lost ({exc})", node=node)
+            return e.TalosUnreachableError(endpoint, method, f"connection lost ({network_cause(exc)})", node=node)
         if isinstance(exc, OSError):
-            return e.TalosUnreachableError(endpoint, method, exc.strerror or str(exc), node=node)
+            # "connection refused", "name not resolved (...)": never asyncio's "Connect call failed ('a', p)"
+            return e.TalosUnreachableError(endpoint, method, network_cause(exc), node=node)
         return exc
 
     def _metadata(self, node: str | None) -> dict[str, str] | None:

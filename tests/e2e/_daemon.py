@@ -34,7 +34,7 @@ class Daemon:
         environ.pop("KUBECONFIG", None)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ichord.cli", "run", "--kubeconfig", str(env.kubeconfig),
-             "--namespace", env.namespace, "--identity", name, "--metrics-addr", "127.0.0.1:0",
+             "--controller-namespace", env.namespace, "--identity", name, "--metrics-addr", "127.0.0.1:0",
              "--port-file", str(self.port_file), "--resync", str(resync), "--log-level", "debug"],
             stdout=self._log, stderr=subprocess.STDOUT, env=environ,
         )

@@ -55,7 +55,7 @@ class ReadmeReplica:
         environ = {**os.environ, "ICHORD_TIME_SCALE": DAEMON_TIME_SCALE, "HOME": str(workdir)}
         environ.pop("KUBECONFIG", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ichord.cli", "run", "--kubeconfig", str(env.kubeconfig), "--namespace",
+            [sys.executable, "-m", "ichord.cli", "run", "--kubeconfig", str(env.kubeconfig), "--controller-namespace",
              env.namespace, "--metrics-addr", f"127.0.0.1:{self.port}", *extra],
             stdout=self._log, stderr=subprocess.STDOUT, env=environ)
 

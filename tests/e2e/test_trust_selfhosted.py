@@ -67,7 +67,7 @@ class Replica(Daemon):
                 "--ca-file", str(projected), "--trust-file", str(self.trust_file),
                 # No fallback tick within the test: only the informer's events can publish in time.
                 "--trust-sync-tick", "3600",
-                "--namespace", env.namespace, "--identity", name, "--metrics-addr", "127.0.0.1:0",
+                "--controller-namespace", env.namespace, "--identity", name, "--metrics-addr", "127.0.0.1:0",
                 "--port-file", str(self.port_file), "--resync", "1", "--log-level", "debug"]
         if not pool:
             args.append("--no-trust-pool")

@@ -52,7 +52,7 @@ def test_inline_ca_data_is_a_fixed_base_and_a_kubeconfig_without_ca_leaves_none(
 
 
 @pytest.mark.parametrize(("content", "match"), [
-    (None, "cannot read the kubeconfig"),
+    (None, "does not exist"),
     ("{", "not valid YAML"),
     ("current-context: nope\ncontexts: []\n", "no context 'nope'"),
 ])
