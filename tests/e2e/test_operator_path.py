@@ -110,7 +110,8 @@ async def kube(env: SimEnvironment) -> AsyncIterator[KubeClient]:
     await client.close()
 
 
-async def _rotate(kube: KubeClient, env: SimEnvironment, within: float = 150.0) -> dict[str, Any]:
+async def _rotate(kube: KubeClient, env: SimEnvironment, within: float = 150.0,
+                  phases: set[str] | None = None) -> dict[str, Any]:
     """The README's kubectl recipe: create the rotation, acknowledge in AwaitingCredentials, wait for the end."""
     await crds.operations(kube).create(env.namespace, {"metadata": {"name": "rotate-cas"}, "spec": {
         "clusterRef": {"name": env.cluster_name}, "kind": "ca-rotation"}})
@@ -126,6 +127,8 @@ async def _rotate(kube: KubeClient, env: SimEnvironment, within: float = 150.0) 
             except KubeError:  # the API server restarts for the new CAs: look again
                 await anyio.sleep(0.05)
                 continue
+            if phases is not None and status.get("phase"):
+                phases.add(str(status["phase"]))
             if status.get("phase") in ("Completed", "Failed"):
                 return op
             await anyio.sleep(0.05)
@@ -148,8 +151,17 @@ async def test_the_readme_recipe_survives_a_rotation_with_no_trust_flag(
         before = await get_lease(kube, env.namespace, names.LEADER_LEASE)
         assert before is not None and before.holder == leader
 
-        op = await _rotate(kube, env)
+        phases: set[str] = set()
+        op = await _rotate(kube, env, phases=phases)
         assert op["status"]["phase"] == "Completed", op["status"]
+        # A healthy rotation waits as InProgress: never Paused, no Warning on the operation (issue 12).
+        assert "Paused" not in phases, phases
+        events = (await kube.raw("GET", f"/api/v1/namespaces/{env.namespace}/events"))["items"]
+        assert not [e for e in events if e["type"] == "Warning" and e["involvedObject"]["name"] == "rotate-cas"]
+        # Messages for humans: no object reprs, no exception chains, in any Event or condition.
+        texts = [e.get("message") or "" for e in events] + [
+            c.get("message") or "" for c in op["status"].get("conditions") or []]
+        assert not [t for t in texts if "0x" in t or "caused by" in t], texts
         assert _switched(env)
         for r in replicas:
             assert not [line for line in r.log().splitlines() if any(m in line for m in X509)], r.name

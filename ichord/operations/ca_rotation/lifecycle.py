@@ -7,10 +7,11 @@ import contextlib
 
 from ichord.api import names
 from ichord.api.carotation import Stage
-from ichord.api.conditions import Condition, set_condition, set_operation_phase
+from ichord.api.conditions import Condition, find, set_condition, set_operation_phase
 from ichord.api.names import CARotationReason, Phase
 from ichord.kube import crds
 from ichord.kube.errors import Conflict, KubeError, NotFound
+from ichord.kube.events import ObjectRef
 from ichord.kube.status import update_status
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.plan import certificates_status, verify_dial
@@ -169,6 +170,9 @@ async def blocked_without_inputs(ctx: RotationContext, op: Obj, message: str) ->
             now=now)
         return status
 
+    before = find((op.get("status") or {}).get("conditions"), names.CA_ROTATION)
     with contextlib.suppress(KubeError):
         await update_status(crds.operations(ctx.kube), meta["namespace"], meta["name"], mutate)
+        if before is None or (before.get("reason"), before.get("message")) != (CARotationReason.BLOCKED, message):
+            ctx.recorder.record(ObjectRef.of(op), "Warning", names.EventReason.OPERATION_BLOCKED, message)
     return Blocked(CARotationReason.BLOCKED, message, ctx.timing.retry)
