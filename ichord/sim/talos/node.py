@@ -60,6 +60,8 @@ class Faults:
     reboot_never_happens: bool = False
     etcd_unhealthy: bool = False
     apply_error: str | None = None
+    #: The Reboot RPC fails with Internal and this message; nothing reboots (e.g. a sequence already running).
+    reboot_error: str | None = None
 
 
 @dataclass
@@ -219,6 +221,12 @@ class SimNode:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     # ---- reboot -----------------------------------------------------------------------------
+
+    def refuse_reboot(self) -> None:
+        """Raise what machined answers when the Reboot RPC fails (``Faults.reboot_error``); the node stays up."""
+        if self.faults.reboot_error:
+            self.history.record("reboot_refused", self.name, boot_id=self.boot_id, error=self.faults.reboot_error)
+            raise GRPCError(Status.INTERNAL, self.faults.reboot_error)
 
     def request_reboot(self, actor: str) -> None:
         self.history.record("reboot_requested", self.name, actor_id=actor, boot_id=self.boot_id,
