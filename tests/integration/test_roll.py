@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from ichord.api.contract import V1_14
+from ichord.errors import IchordError
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.nodes import CORDONED_BY_ICHORD_ANNOTATION, NodeView, read_node_view
 from ichord.operations.roll import (
@@ -241,4 +242,40 @@ async def test_a_drain_that_gives_up_uncordons_and_pauses_without_a_reboot(
     assert (out.reason, out.pause, out.machine) == (RollReason.DRAIN_FAILED, True, "demo-cp-1")
     assert "pod db-0 has no controller" in out.message
     assert requested(env, "demo-cp-1") == []
+    await assert_none_cordoned(kc, env)
+
+
+async def test_drain_waits_verifiers_hold_the_node_and_a_failing_forfeit_does_not_stop_the_reboot(
+        env: SimEnvironment, kc: KubeClient, roll: Roll) -> None:
+    drains: dict[str, int] = {}
+    verified: list[str] = []
+    etcd_back = {"value": False}
+
+    async def drain(target: RollTarget) -> HookResult:
+        drains[target.machine] = drains.get(target.machine, 0) + 1
+        if drains[target.machine] < 3:
+            return HookResult(HookVerdict.WAIT, f"evicting 2 pods from {target.node}", after=0.01)
+        return HookResult()
+
+    async def forfeit(target: RollTarget) -> None:
+        raise IchordError("etcd forfeit leadership failed: no leader")
+
+    async def etcd_healthy(target: RollTarget) -> GateResult:
+        return OPEN if etcd_back["value"] else closed(f"etcd on {target.machine} is not healthy yet")
+
+    async def after(target: RollTarget) -> None:
+        verified.append(target.machine)
+
+    roll.plan = roll.plan[:1]
+    roll.hooks = RollHooks(before_reboot=drain, before_reboot_call=forfeit, after_reboot_verified=after)
+    roll.verifiers = [etcd_healthy]
+    out = await roll.until(lambda o: o.reason is RollReason.DRAINING)
+    assert out.message == "evicting 2 pods from demo-cp-1" and requested(env, "demo-cp-1") == []
+    out = await roll.until(lambda o: o.reason is RollReason.AWAITING_NODE and "etcd" in o.message)
+    assert out.message == "waiting for demo-cp-1: etcd on demo-cp-1 is not healthy yet"
+    assert drains == {"demo-cp-1": 3} and verified == [] and reboots(env)["demo-cp-1"] == 1
+    assert (await read_node_view(kc, env.node("demo-cp-1").nodename)).cordoned_by_ichord  # held until verified
+    etcd_back["value"] = True
+    out = await roll.to_done()
+    assert out.finished and out.done == ("demo-cp-1",) and verified == ["demo-cp-1"]
     await assert_none_cordoned(kc, env)
