@@ -16,6 +16,7 @@ import sys
 
 from ichord.api.contract import V1_14
 from ichord.api.names import SECRETS_KEY
+from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig
 from ichord.kube.reads import read_secret
@@ -33,13 +34,19 @@ DONE, PAUSED, UNFINISHED = 0, 3, 4
 async def run(args: argparse.Namespace) -> int:
     timing = Timing.from_env()
     plan = [RollTarget(**t) for t in json.loads(args.plan)]
-    async with await from_kubeconfig(args.kubeconfig, timing=timing) as kc:
+    # The roll's bounds are scaled; each API call keeps its normal timeout (a loaded CI is slow, not broken).
+    async with await from_kubeconfig(args.kubeconfig, timing=Timing()) as kc:
         secret = await read_secret(kc, args.namespace, args.secret)
         bundle = SecretsBundle.from_yaml(secret.data[SECRETS_KEY])
         store = StatusMarkerStore(crds.operations(kc), args.namespace, args.operation)
         async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=2, rpc_timeout=5) as talos:
             for _ in range(args.steps):
-                out = await advance_roll(plan, store, TalosNodes(talos, V1_14), KubeNodes(kc), timing=timing)
+                try:
+                    out = await advance_roll(plan, store, TalosNodes(talos, V1_14), KubeNodes(kc), timing=timing)
+                except IchordError as exc:  # the actor logs a failed step and runs it again later
+                    print(json.dumps({"error": str(exc)}), flush=True)
+                    await asyncio.sleep(timing.retry)
+                    continue
                 print(json.dumps({"reason": str(out.reason), "machine": out.machine, "pause": out.pause,
                                   "message": out.message}), flush=True)
                 if out.finished:
