@@ -15,6 +15,8 @@ State table (``roll_state.decide``; first matching row wins)::
     rebooting=M       boot ID = marker's, >= reboot_retry             clear marker -> Requeue RebootRequestedAgain
     rebooting=M       new boot ID, Node Ready on it, verifiers open   after_reboot_verified, uncordon (if ours),
                                                                       done += M, clear -> Requeue NodeRebooted
+    rebooting=M       back (as above), a verifier failed for good     uncordon (if ours), keep marker ->
+                                                                      Blocked VerifyFailed, pause=True
     rebooting=M       anything else, < node_action_timeout            Requeue RebootingNode / AwaitingNode
     rebooting=M       anything else, >= node_action_timeout           Blocked NodeActionTimeout, pause=True
     none              every machine done                              Done RollDone
@@ -81,7 +83,9 @@ from ichord.operations.roll_state import (
     RollMarker,
     RollReason,
     RollTarget,
+    closed,
     decide,
+    failed,
     next_target,
 )
 from ichord.settings import Timing
@@ -92,8 +96,11 @@ log = structlog.get_logger(__name__)
 
 __all__ = [
     "OPEN",
+    "PROCEED",
+    "Gate",
     "GateResult",
     "HookResult",
+    "HookVerdict",
     "KubeNodes",
     "ManagedNodes",
     "MarkerStore",
@@ -105,6 +112,8 @@ __all__ = [
     "RollTarget",
     "TalosNodes",
     "advance_roll",
+    "closed",
+    "failed",
     "restart_clock",
 ]
 
@@ -336,6 +345,13 @@ async def _act(d: Decision, marker: RollMarker, obs: Observations, store: Marker
         return out(Requeue(0.0, d.reason))
     if d.action is Action.COMPLETE:
         return await _complete(d.target, marker, store, nodes, hooks, out)
+    if d.action is Action.GIVE_UP:
+        # ADR 0080 D3: any failure after the reboot request re-enables scheduling; the marker stays, so a
+        # resumed roll verifies this node again and never reboots it a second time.
+        log.warning("roll: node failed verification", machine=machine, reason=d.reason)
+        freed = "released" if await _uncordon_quietly(nodes, d.target) else "not released yet (see the log)"
+        message = f"{d.message}; ichord's cordon of {d.target.node} {freed}"
+        return out(Blocked(d.reason, message, d.after), d.reason, message, pause=True)
     return await _reboot(d.target, marker, store, talos, nodes, hooks, timing, clock, out)
 
 

@@ -54,9 +54,12 @@ class RollMarker:
 
 @dataclass(frozen=True)
 class GateResult:
-    """A gate's answer: open (``wait`` is None) or the reason to wait, shown to the user."""
+    """A gate's answer: open (``wait`` is None) or the reason to wait, shown to the user. ``final``: a
+    verifier that knows waiting will not help (ADR 0080 D3: the node came back without the rendered
+    configuration); before a reboot it is an ordinary closed gate."""
 
     wait: str | None = None
+    final: bool = False
 
     @property
     def ok(self) -> bool:
@@ -68,6 +71,10 @@ OPEN = GateResult()
 
 def closed(reason: str) -> GateResult:
     return GateResult(reason)
+
+
+def failed(reason: str) -> GateResult:
+    return GateResult(reason, final=True)
 
 
 class RollReason(enum.StrEnum):
@@ -86,6 +93,7 @@ class RollReason(enum.StrEnum):
     REBOOT_REQUESTED_AGAIN = "RebootRequestedAgain"  # same boot ID after reboot_retry: marker cleared
     REBOOT_FAILED = "RebootFailed"           # the node refused Reboot: marker cleared, uncordoned, Blocked
     AWAITING_NODE = "AwaitingNode"           # new boot ID; waiting for Node Ready and the verifiers
+    VERIFY_FAILED = "VerifyFailed"           # back, but a verifier failed for good: uncordoned, marker kept, pause
     NODE_REBOOTED = "NodeRebooted"           # one machine verified, uncordoned and recorded
     NODE_TIMED_OUT = "NodeActionTimeout"     # past node_action_timeout: the caller pauses, naming the node
 
@@ -99,6 +107,7 @@ class Action(enum.Enum):
     ASK_AGAIN = "ask-again"      # clear a stale marker (same boot ID past reboot_retry)
     TIME_OUT = "time-out"        # past the bound: pause
     COMPLETE = "complete"        # after_reboot_verified hook, uncordon, record done
+    GIVE_UP = "give-up"          # back but failed for good: uncordon, keep the marker, pause
 
 
 @dataclass(frozen=True)
@@ -184,6 +193,9 @@ def _rebooting(target: RollTarget, marker: RollMarker, obs: Observations, now: d
                         min(timing.reboot_poll, timing.reboot_retry - spent))
     if is_back(marker, obs) and obs.gate.ok:
         return Decision(Action.COMPLETE, RollReason.NODE_REBOOTED, target, f"{target.machine} rebooted and verified")
+    if is_back(marker, obs) and obs.gate.final:
+        return Decision(Action.GIVE_UP, RollReason.VERIFY_FAILED, target,
+                        f"{target.machine} rebooted but failed verification: {obs.gate.wait}", timing.retry)
     waiting = _waiting_for(target, marker, obs)
     if left <= 0:
         return Decision(Action.TIME_OUT, RollReason.NODE_TIMED_OUT, target,

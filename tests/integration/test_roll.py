@@ -23,7 +23,7 @@ from ichord.operations.roll import (
     RollTarget,
     restart_clock,
 )
-from ichord.operations.roll_state import closed
+from ichord.operations.roll_state import closed, failed
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
@@ -278,4 +278,25 @@ async def test_drain_waits_verifiers_hold_the_node_and_a_failing_forfeit_does_no
     etcd_back["value"] = True
     out = await roll.to_done()
     assert out.finished and out.done == ("demo-cp-1",) and verified == ["demo-cp-1"]
+    await assert_none_cordoned(kc, env)
+
+
+async def test_a_node_back_with_a_failed_verification_is_uncordoned_and_paused_never_rebooted_again(
+        env: SimEnvironment, kc: KubeClient, roll: Roll) -> None:
+    verdict = {"demo-cp-2": failed("it runs configuration 1a2b, not the rendered 3c4d")}
+
+    async def runs_rendered(target: RollTarget) -> GateResult:
+        return verdict.get(target.machine, OPEN)
+
+    roll.verifiers = [runs_rendered]
+    out = await roll.to_done()
+    assert (out.reason, out.pause, out.machine) == (RollReason.VERIFY_FAILED, True, "demo-cp-2")
+    assert "runs configuration 1a2b" in out.message
+    marker = await roll.store.read()
+    assert (marker.rebooting, marker.done) == ("demo-cp-2", ("demo-cp-1",))  # kept: resume verifies, never reboots
+    await assert_none_cordoned(kc, env)
+    verdict.clear()  # fixed by a person; the operation is resumed
+    assert await restart_clock(roll.store, roll.clock)
+    assert (await roll.to_done()).finished
+    assert reboots(env) == {**dict.fromkeys(CPS, 1), "demo-worker-1": 0}
     await assert_none_cordoned(kc, env)

@@ -16,6 +16,7 @@ from ichord.operations.roll_state import (
     RollTarget,
     closed,
     decide,
+    failed,
     next_target,
 )
 from ichord.operations.roll_store import MarkerFields, marker_from_status, status_with_marker
@@ -86,6 +87,14 @@ ROWS = [
                  RollReason.NODE_REBOOTED, "cp-1", 0.0, id="new boot, Ready on it, verified: complete"),
     pytest.param(rebooting(), Observations(node=node(boot=""), boot_id=NEW), 5000, Action.COMPLETE,
                  RollReason.NODE_REBOOTED, "cp-1", 0.0, id="back even past the bound: complete (no pause)"),
+    pytest.param(rebooting(), Observations(node=node(boot=NEW), boot_id=NEW, gate=failed("runs another config")), 90,
+                 Action.GIVE_UP, RollReason.VERIFY_FAILED, "cp-1", 30.0, id="back, a verifier failed for good: pause"),
+    pytest.param(rebooting(), Observations(node=node(boot=NEW), boot_id=NEW, gate=failed("x")), 5000,
+                 Action.GIVE_UP, RollReason.VERIFY_FAILED, "cp-1", 30.0, id="failed for good past the bound: same"),
+    pytest.param(rebooting(), Observations(node=node(ready=False, boot=NEW), boot_id=NEW, gate=failed("x")), 90,
+                 Action.WAIT, RollReason.AWAITING_NODE, "cp-1", 10.0, id="a final verdict counts only once back"),
+    pytest.param(RollMarker(), Observations(node=node(), gate=failed("x")), 0, Action.BLOCK, RollReason.GATE_CLOSED,
+                 "cp-1", 30.0, id="a final gate before the reboot is an ordinary closed gate"),
     pytest.param(rebooting("cp-9"), Observations(), 0, Action.BLOCK, RollReason.UNKNOWN_MACHINE, None, 30.0,
                  id="marker names a machine not in the plan"),
     pytest.param(RollMarker("cp-2", OLD, None), Observations(node=node("node-2"), boot_id=OLD), 0, Action.ASK_AGAIN,
