@@ -2,7 +2,7 @@
 
 Written once for the etcd CA target (ADR 0120 Amendment 1 §1.2-1.3) and the ``config`` operation
 (ADR 0080 D3). ``advance_roll`` is a level-triggered step: each call reads the persisted marker
-(``MarkerStore``), the node's boot ID (Talos) and its Node (the managed cluster's API), does at most
+(``MarkerStore``; roll_ports.py), the node's boot ID (Talos) and its Node (the managed cluster's API), does at most
 one small piece of work and returns a ``RollOutcome``; the caller requeues. Nothing is remembered in
 the process: every wait is measured from the marker's persisted ``requested_at``.
 
@@ -66,14 +66,12 @@ from typing import Protocol
 
 import structlog
 
-from ichord.api.contract import VersionContract
 from ichord.errors import IchordError
 from ichord.failpoints import failpoint
-from ichord.kube import nodes as kube_nodes
-from ichord.kube.client import KubeClient
 from ichord.kube.errors import NotFound
 from ichord.kube.nodes import NodeView
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue
+from ichord.operations.roll_ports import KubeNodes, ManagedNodes, MarkerStore, RollTalos, TalosNodes
 from ichord.operations.roll_state import (
     OPEN,
     Action,
@@ -89,7 +87,6 @@ from ichord.operations.roll_state import (
     next_target,
 )
 from ichord.settings import Timing
-from ichord.talos.client import TalosClient
 from ichord.talos.errors import TalosError, TalosUnreachableError
 
 log = structlog.get_logger(__name__)
@@ -116,63 +113,6 @@ __all__ = [
     "failed",
     "restart_clock",
 ]
-
-
-class MarkerStore(Protocol):
-    """Where the roll's marker lives (the backbone: TalosOperation status; see roll_store.py)."""
-
-    async def read(self) -> RollMarker: ...
-
-    async def write(self, marker: RollMarker) -> None:
-        """Replace the record; raise an IchordError when it was not written (the step fails, nothing follows)."""
-
-
-class RollTalos(Protocol):
-    """The two Talos calls of a roll. Errors are TalosErrors."""
-
-    async def boot_id(self, target: RollTarget) -> str: ...
-
-    async def reboot(self, target: RollTarget) -> None: ...
-
-
-class ManagedNodes(Protocol):
-    """The managed cluster's Nodes. Errors are IchordErrors (KubeError; NotFound for a missing Node)."""
-
-    async def read(self, name: str) -> NodeView: ...
-
-    async def cordon(self, name: str) -> None: ...
-
-    async def uncordon(self, name: str) -> bool: ...
-
-
-class TalosNodes:
-    """RollTalos over a TalosClient: the BootID resource on v1.14, the boot_id file before (facts §2.4)."""
-
-    def __init__(self, client: TalosClient, contract: VersionContract) -> None:
-        self._client = client
-        self._contract = contract
-
-    async def boot_id(self, target: RollTarget) -> str:
-        return await self._client.boot_id(target.endpoint, self._contract)
-
-    async def reboot(self, target: RollTarget) -> None:
-        await self._client.reboot(target.endpoint)
-
-
-class KubeNodes:
-    """ManagedNodes over a client of the managed cluster (ichord.kube.nodes)."""
-
-    def __init__(self, client: KubeClient) -> None:
-        self._client = client
-
-    async def read(self, name: str) -> NodeView:
-        return await kube_nodes.read_node_view(self._client, name)
-
-    async def cordon(self, name: str) -> None:
-        await kube_nodes.cordon(self._client, name)
-
-    async def uncordon(self, name: str) -> bool:
-        return await kube_nodes.uncordon(self._client, name)
 
 
 #: Each returns OPEN or the reason to wait; an IchordError raised by a gate counts as a reason to wait.
