@@ -2,9 +2,9 @@
 
 Written once for the etcd CA target (ADR 0120 Amendment 1 §1.2-1.3) and the ``config`` operation
 (ADR 0080 D3). ``advance_roll`` is a level-triggered step: each call reads the persisted marker
-(``MarkerStore``; roll_ports.py), the node's boot ID (Talos) and its Node (the managed cluster's API), does at most
-one small piece of work and returns a ``RollOutcome``; the caller requeues. Nothing is remembered in
-the process: every wait is measured from the marker's persisted ``requested_at``.
+(``MarkerStore``, roll_ports.py), the node's boot ID (Talos) and its Node (the managed cluster's
+API), does at most one small piece of work and returns a ``RollOutcome``; the caller requeues.
+Nothing is remembered in the process: every wait is measured from the marker's ``requested_at``.
 
 State table (``roll_state.decide``; first matching row wins)::
 
