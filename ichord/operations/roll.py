@@ -20,7 +20,8 @@ State table (``roll_state.decide``; first matching row wins)::
     rebooting=M       anything else, < node_action_timeout            Requeue RebootingNode / AwaitingNode
     rebooting=M       anything else, >= node_action_timeout           Blocked NodeActionTimeout, pause=True
     none              every machine done                              Done RollDone
-    none              a gate closed                                   Blocked GateClosed (retry 30 s)
+    none              a gate closed                                   Blocked GateClosed (retry 30 s; a
+                                                                      cordon already made stays)
     none              Node unreadable / missing                       Blocked ManagedAPIUnavailable / NodeNotFound
     none              Node schedulable                                cordon -> Requeue Cordoned
     none              Node unschedulable (ours or a person's)         before_reboot (drain): wait -> Requeue
