@@ -11,6 +11,8 @@ State table (``roll_state.decide``; first matching row wins)::
     marker            observation                                     action
     ----------------  ----------------------------------------------  ---------------------------------------
     rebooting=M       M not in the plan                               Blocked UnknownMachine
+    rebooting=M       boot ID = marker's, Talos stage REBOOTING or    Requeue RebootingNode (wait); past
+                      SHUTTING_DOWN                                   node_action_timeout: the timeout row
     rebooting=M       boot ID = marker's, < reboot_retry              Requeue RebootingNode (wait)
     rebooting=M       boot ID = marker's, >= reboot_retry             clear marker -> Requeue RebootRequestedAgain
     rebooting=M       new boot ID, Node Ready on it, verifiers open   after_reboot_verified, uncordon (if ours),
@@ -219,8 +221,14 @@ async def _observe(target: RollTarget | None, marker: RollMarker, talos: RollTal
         boot_error = ""
     except TalosError as exc:
         boot_id, boot_error = None, str(exc)
+    stopping = False
+    if boot_id is not None and boot_id == marker.boot_id:
+        try:
+            stopping = await talos.shutting_down(target)
+        except TalosError:
+            stopping = False  # it answered the boot ID a moment ago; the same-boot rows decide
     obs = Observations(node=node, node_error=node_error, node_missing=missing, boot_id=boot_id,
-                       boot_error=boot_error)
+                       boot_error=boot_error, stopping=stopping)
     if boot_id not in (None, marker.boot_id) and node is not None and node.ready:
         # The verifiers (etcd health, PKI) are asked only of a node that is back.
         obs = Observations(node=node, boot_id=boot_id, gate=await _first_closed(verifiers, target))

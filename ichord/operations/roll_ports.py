@@ -15,6 +15,9 @@ from ichord.kube.nodes import NodeView
 from ichord.operations.roll_state import RollMarker, RollTarget
 from ichord.talos.client import TalosClient
 
+#: MachineStatus stages of a node on its way down (talos-api-facts.md §2.3).
+STOPPING_STAGES = frozenset({"MACHINE_STAGE_REBOOTING", "MACHINE_STAGE_SHUTTING_DOWN"})
+
 
 class MarkerStore(Protocol):
     """Where the roll's marker lives (the backbone: TalosOperation status; see roll_store.py)."""
@@ -31,6 +34,9 @@ class RollTalos(Protocol):
     async def boot_id(self, target: RollTarget) -> str: ...
 
     async def reboot(self, target: RollTarget) -> None: ...
+
+    async def shutting_down(self, target: RollTarget) -> bool:
+        """True while the node reports itself rebooting or shutting down (still on its old boot)."""
 
 
 class ManagedNodes(Protocol):
@@ -55,6 +61,9 @@ class TalosNodes:
 
     async def reboot(self, target: RollTarget) -> None:
         await self._client.reboot(target.endpoint)
+
+    async def shutting_down(self, target: RollTarget) -> bool:
+        return (await self._client.machine_status(target.endpoint)).stage in STOPPING_STAGES
 
 
 class KubeNodes:

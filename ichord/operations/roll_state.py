@@ -121,6 +121,8 @@ class Observations:
     node_missing: bool = False
     boot_id: str | None = None
     boot_error: str = ""
+    #: Talos reports the node rebooting or shutting down (asked only while the boot ID is the marker's).
+    stopping: bool = False
     gate: GateResult = OPEN
 
 
@@ -184,6 +186,15 @@ def _rebooting(target: RollTarget, marker: RollMarker, obs: Observations, now: d
     spent = elapsed(marker, now)
     left = timing.node_action_timeout - spent
     if obs.boot_id == marker.boot_id:
+        if obs.stopping:
+            # Still on its way down (a graceful reboot stops pods and services first): asking again could
+            # reboot it twice. Wait, bounded like any other wait after the request.
+            if left <= 0:
+                return Decision(Action.TIME_OUT, RollReason.NODE_TIMED_OUT, target,
+                                f"{target.machine} did not come back within {timing.node_action_timeout:g} s of its "
+                                "reboot request (Talos still reports it rebooting)", timing.retry)
+            return Decision(Action.WAIT, RollReason.REBOOTING, target,
+                            f"waiting for {target.machine}: Talos reports it rebooting", min(timing.reboot_poll, left))
         if spent >= timing.reboot_retry:
             return Decision(Action.ASK_AGAIN, RollReason.REBOOT_REQUESTED_AGAIN, target,
                             f"{target.machine} still runs boot {marker.boot_id} {timing.reboot_retry:g} s after the "

@@ -300,3 +300,20 @@ async def test_a_node_back_with_a_failed_verification_is_uncordoned_and_paused_n
     assert (await roll.to_done()).finished
     assert reboots(env) == {**dict.fromkeys(CPS, 1), "demo-worker-1": 0}
     await assert_none_cordoned(kc, env)
+
+
+async def test_a_node_still_shutting_down_past_reboot_retry_is_waited_for_not_asked_again(
+        env: SimEnvironment, kc: KubeClient, roll: Roll) -> None:
+    # A graceful reboot stops pods and services before the node goes down; apid answers meanwhile with the
+    # old boot ID and stage REBOOTING. Asking again then would reboot it twice (the simulator would do it).
+    clock = roll.clock
+    assert isinstance(clock, MovableClock)
+    env.talos.timings.reboot_shutdown = 0.5
+    roll.plan = roll.plan[:1]
+    await roll.until(lambda o: o.reason is RollReason.REBOOTING)
+    clock.advance(TIMING.reboot_retry)
+    out = await roll.step()
+    assert (out.reason, out.message) == (RollReason.REBOOTING, "waiting for demo-cp-1: Talos reports it rebooting")
+    assert (await roll.to_done()).finished
+    assert len(requested(env, "demo-cp-1")) == 1 and reboots(env)["demo-cp-1"] == 1
+    await assert_none_cordoned(kc, env)

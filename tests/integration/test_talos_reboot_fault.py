@@ -1,5 +1,6 @@
-"""The injected Reboot failure (``Faults.reboot_error``): the RPC fails with Internal, the node stays up on the
-same boot, and the refusal is in the history; cleared, the next Reboot reboots."""
+"""Reboot edges the roll depends on: the injected Reboot failure (``Faults.reboot_error``: Internal, the node
+stays up on the same boot, the refusal in the history) and the graceful shutdown before a reboot
+(``Timings.reboot_shutdown``: apid still answers, old boot ID, stage REBOOTING)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 @pytest.fixture
 def talos_layout() -> TalosLayout:
-    return TalosLayout(control_planes=1, workers=1, first=81)
+    return TalosLayout(control_planes=1, workers=1, first=81, timings={"reboot_shutdown": 0.3})
 
 
 async def test_a_refused_reboot_leaves_the_node_up_on_its_boot(cluster: SimCluster, client: TalosClient) -> None:
@@ -35,3 +36,16 @@ async def test_a_refused_reboot_leaves_the_node_up_on_its_boot(cluster: SimClust
     await client.reboot(node.endpoint)
     await eventually(lambda: node.up and node.boot_id != before)
     assert len(cluster.history.of("reboot", "worker-1")) == 1
+
+
+async def test_a_rebooting_node_answers_on_its_old_boot_in_stage_rebooting_until_it_goes_down(
+        cluster: SimCluster, client: TalosClient) -> None:
+    node = cluster.nodes["cp-1"]
+    before = await client.boot_id(node.endpoint, V1_14)
+    await client.reboot(node.endpoint)
+    await eventually(lambda: node.stage == "MACHINE_STAGE_REBOOTING")
+    assert (await client.machine_status(node.endpoint)).stage == "MACHINE_STAGE_REBOOTING"
+    assert await client.boot_id(node.endpoint, V1_14) == before
+    await eventually(lambda: not node.up)
+    await eventually(lambda: node.up and node.stage == "MACHINE_STAGE_RUNNING")
+    assert await client.boot_id(node.endpoint, V1_14) != before

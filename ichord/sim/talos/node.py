@@ -41,6 +41,8 @@ class Timings:
     """Simulated durations in seconds (scale them down in tests)."""
 
     reboot: float = 2.0
+    #: Before going down for a reboot the node still answers, in stage REBOOTING (pods and services stopping).
+    reboot_shutdown: float = 0.0
     kubelet_restart: float = 1.0
     #: A Kubernetes CA change restarts the kubelet this much later; the Node reads Ready meanwhile (stale Ready).
     kubelet_restart_lag: float = 0.0
@@ -237,6 +239,8 @@ class SimNode:
     async def _reboot(self) -> None:
         await asyncio.sleep(0)  # let the RPC answer before the node goes away
         self.stage = "MACHINE_STAGE_REBOOTING"
+        if self.timings.reboot_shutdown:
+            await asyncio.sleep(self.timings.reboot_shutdown)
         old = self.boot_id
         await self.go_down("reboot")
         self.cluster.etcd.stop_member(self.name)
