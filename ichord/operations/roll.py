@@ -71,7 +71,7 @@ import structlog
 
 from ichord.errors import IchordError
 from ichord.failpoints import failpoint
-from ichord.kube.errors import NotFound
+from ichord.kube.errors import Conflict, NotFound
 from ichord.kube.nodes import NodeView
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue
 from ichord.operations.roll_ports import KubeNodes, ManagedNodes, MarkerStore, RollTalos, TalosNodes
@@ -168,7 +168,8 @@ class RollOutcome:
     reason: RollReason
     machine: str | None = None
     message: str = ""
-    #: Past a bound (NodeActionTimeout, DrainFailed): the operation pauses, naming ``machine``.
+    #: Past a bound or failed for good (NodeActionTimeout, DrainFailed, VerifyFailed): the operation pauses,
+    #: naming ``machine``.
     pause: bool = False
     done: tuple[str, ...] = field(default=())
 
@@ -184,20 +185,21 @@ def _utcnow() -> datetime:
 async def advance_roll(plan: Sequence[RollTarget], store: MarkerStore, talos: RollTalos, nodes: ManagedNodes, *,
                        gates: Sequence[Gate] = (), verifiers: Sequence[Gate] = (), hooks: RollHooks | None = None,
                        timing: Timing | None = None, clock: Callable[[], datetime] = _utcnow) -> RollOutcome:
-    """One step of the roll over ``plan`` (in order). ``gates`` are asked before each reboot, ``verifiers``
-    after it (with the new boot ID and Node Ready), both bounded as the table says."""
+    """One step of the roll over ``plan`` (in order). ``gates`` are asked before each reboot (a closed one
+    blocks); ``verifiers`` once the node is back on a new boot ID with its Node Ready (a closed one waits,
+    up to node_action_timeout)."""
     timing = timing or Timing.from_env()
     hooks = hooks or RollHooks()
     marker = await store.read()
     target = next_target(plan, marker)
     obs = await _observe(target, marker, talos, nodes, gates, verifiers)
     decision = decide(plan, marker, obs, clock(), timing)
-    return await _act(decision, marker, obs, store, talos, nodes, hooks, timing, clock)
+    return await _act(decision, marker, store, talos, nodes, hooks, timing, clock)
 
 
 async def restart_clock(store: MarkerStore, clock: Callable[[], datetime] = _utcnow) -> bool:
-    """Measure an outstanding reboot's bounds from now (a paused roll resumed by a person: ADR 0080 D3's
-    "waits again with a fresh clock"). False when no reboot is outstanding."""
+    """Measure an outstanding reboot's bounds from now, for a paused roll a person resumes (ADR 0095's
+    retry "waits again with a fresh clock", as ADR 0080 cites it). False when no reboot is outstanding."""
     marker = await store.read()
     if not marker.rebooting:
         return False
@@ -258,8 +260,8 @@ async def _first_closed(gates: Sequence[Gate], target: RollTarget) -> GateResult
 # ---- actions ------------------------------------------------------------------------------------
 
 
-async def _act(d: Decision, marker: RollMarker, obs: Observations, store: MarkerStore, talos: RollTalos,
-               nodes: ManagedNodes, hooks: RollHooks, timing: Timing, clock: Callable[[], datetime]) -> RollOutcome:
+async def _act(d: Decision, marker: RollMarker, store: MarkerStore, talos: RollTalos, nodes: ManagedNodes,
+               hooks: RollHooks, timing: Timing, clock: Callable[[], datetime]) -> RollOutcome:
     machine = d.target.machine if d.target else None
 
     def out(outcome: Outcome, reason: RollReason = d.reason, message: str = d.message, *, pause: bool = False,
@@ -280,9 +282,13 @@ async def _act(d: Decision, marker: RollMarker, obs: Observations, store: Marker
         failpoint("roll.cordon.before")
         try:
             await nodes.cordon(d.target.node)
+        except Conflict:  # the Node changed since it was read: read it again and decide again
+            return out(Requeue(timing.reboot_poll, d.reason), d.reason,
+                       f"Node {d.target.node} changed while being cordoned; trying again")
         except IchordError as exc:
-            return out(Blocked(RollReason.MANAGED_API_UNAVAILABLE, f"cannot cordon Node {d.target.node}: {exc}",
-                               timing.retry), RollReason.MANAGED_API_UNAVAILABLE)
+            message = f"cannot cordon Node {d.target.node}: {exc}"
+            return out(Blocked(RollReason.MANAGED_API_UNAVAILABLE, message, timing.retry),
+                       RollReason.MANAGED_API_UNAVAILABLE, message)
         failpoint("roll.cordon.after")
         log.info("roll: cordoned", machine=machine, node=d.target.node)
         return out(Requeue(0.0, d.reason))
@@ -293,7 +299,7 @@ async def _act(d: Decision, marker: RollMarker, obs: Observations, store: Marker
         log.warning("roll: reboot not seen; asking again", machine=machine, boot_id=marker.boot_id)
         return out(Requeue(0.0, d.reason))
     if d.action is Action.COMPLETE:
-        return await _complete(d.target, marker, store, nodes, hooks, out)
+        return await _complete(d.target, marker, store, nodes, hooks, timing, out)
     if d.action is Action.GIVE_UP:
         # ADR 0080 D3: any failure after the reboot request re-enables scheduling; the marker stays, so a
         # resumed roll verifies this node again and never reboots it a second time.
@@ -310,7 +316,7 @@ class _Out(Protocol):
 
 
 async def _complete(target: RollTarget, marker: RollMarker, store: MarkerStore, nodes: ManagedNodes,
-                    hooks: RollHooks, out: _Out) -> RollOutcome:
+                    hooks: RollHooks, timing: Timing, out: _Out) -> RollOutcome:
     failpoint("roll.verified.before")
     await hooks.after_reboot_verified(target)
     failpoint("roll.verified.after")
@@ -318,7 +324,7 @@ async def _complete(target: RollTarget, marker: RollMarker, store: MarkerStore, 
     try:
         uncordoned = await nodes.uncordon(target.node)
     except IchordError as exc:
-        return out(Requeue(0.0, RollReason.AWAITING_NODE), RollReason.AWAITING_NODE,
+        return out(Requeue(timing.reboot_poll, RollReason.AWAITING_NODE), RollReason.AWAITING_NODE,
                    f"{target.machine} is back; cannot uncordon Node {target.node} yet: {exc}")
     failpoint("roll.uncordon.after")
     failpoint("roll.done.before")
