@@ -46,6 +46,8 @@ class Timing:
     client_restart_bound: float = 300.0
     reboot_retry: float = 300.0
     node_action_timeout: float = 1200.0
+    # How often a reboot roll looks again at a node it asked to reboot (a Requeue, never a sleep).
+    reboot_poll: float = 10.0
     drain_bound: float = 600.0
     trust_sync_tick: float = 10.0
     # CA rotation (ADR 0063 amendments): the settle after kube-root-ca.crt carries the new CA, the

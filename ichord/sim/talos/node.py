@@ -41,6 +41,8 @@ class Timings:
     """Simulated durations in seconds (scale them down in tests)."""
 
     reboot: float = 2.0
+    #: Before going down for a reboot the node still answers, in stage REBOOTING (pods and services stopping).
+    reboot_shutdown: float = 0.0
     kubelet_restart: float = 1.0
     #: A Kubernetes CA change restarts the kubelet this much later; the Node reads Ready meanwhile (stale Ready).
     kubelet_restart_lag: float = 0.0
@@ -60,6 +62,8 @@ class Faults:
     reboot_never_happens: bool = False
     etcd_unhealthy: bool = False
     apply_error: str | None = None
+    #: The Reboot RPC fails with Internal and this message; nothing reboots (e.g. a sequence already running).
+    reboot_error: str | None = None
 
 
 @dataclass
@@ -220,6 +224,12 @@ class SimNode:
 
     # ---- reboot -----------------------------------------------------------------------------
 
+    def refuse_reboot(self) -> None:
+        """Raise what machined answers when the Reboot RPC fails (``Faults.reboot_error``); the node stays up."""
+        if self.faults.reboot_error:
+            self.history.record("reboot_refused", self.name, boot_id=self.boot_id, error=self.faults.reboot_error)
+            raise GRPCError(Status.INTERNAL, self.faults.reboot_error)
+
     def request_reboot(self, actor: str) -> None:
         self.history.record("reboot_requested", self.name, actor_id=actor, boot_id=self.boot_id,
                             happens=not self.faults.reboot_never_happens)
@@ -229,6 +239,8 @@ class SimNode:
     async def _reboot(self) -> None:
         await asyncio.sleep(0)  # let the RPC answer before the node goes away
         self.stage = "MACHINE_STAGE_REBOOTING"
+        if self.timings.reboot_shutdown:
+            await asyncio.sleep(self.timings.reboot_shutdown)
         old = self.boot_id
         await self.go_down("reboot")
         self.cluster.etcd.stop_member(self.name)

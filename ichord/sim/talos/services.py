@@ -99,6 +99,7 @@ class MachineService(_Base, machine_grpc.MachineServiceBase):
 
     async def Reboot(self, stream: Stream[Any, Any]) -> None:
         async def run(node: SimNode, req: m.RebootRequest, roles: tuple[str, ...]) -> Any:
+            node.refuse_reboot()
             actor = str(uuid.uuid4())
             node.request_reboot(actor)
             return m.RebootResponse(messages=[m.Reboot(actor_id=actor)])

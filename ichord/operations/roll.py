@@ -1,0 +1,394 @@
+"""The reboot roll: one node at a time, gated, with a boot-ID marker before the irreversible call.
+
+Written once for the etcd CA target (ADR 0120 Amendment 1 §1.2-1.3) and the ``config`` operation
+(ADR 0080 D3). ``advance_roll`` is a level-triggered step: each call reads the persisted marker
+(``MarkerStore``, roll_ports.py), the node's boot ID (Talos) and its Node (the managed cluster's
+API), does at most one small piece of work and returns a ``RollOutcome``; the caller requeues.
+Nothing is remembered in the process: every wait is measured from the marker's ``requested_at``.
+
+State table (``roll_state.decide``; first matching row wins)::
+
+    marker            observation                                     action
+    ----------------  ----------------------------------------------  ---------------------------------------
+    rebooting=M       M not in the plan                               Blocked UnknownMachine
+    rebooting=M       boot ID = marker's, Talos stage REBOOTING or    Requeue RebootingNode (wait); past
+                      SHUTTING_DOWN                                   node_action_timeout: the timeout row
+    rebooting=M       boot ID = marker's, < reboot_retry              Requeue RebootingNode (wait)
+    rebooting=M       boot ID = marker's, >= reboot_retry             clear marker -> Requeue RebootRequestedAgain
+    rebooting=M       new boot ID, Node Ready on it, verifiers open   after_reboot_verified, uncordon (if ours),
+                                                                      done += M, clear -> Requeue NodeRebooted
+    rebooting=M       back (as above), a verifier failed for good     uncordon (if ours), keep marker ->
+                                                                      Blocked VerifyFailed, pause=True
+    rebooting=M       anything else, < node_action_timeout            Requeue RebootingNode / AwaitingNode
+    rebooting=M       anything else, >= node_action_timeout           Blocked NodeActionTimeout, pause=True
+    none              every machine done                              Done RollDone
+    none              a gate closed                                   Blocked GateClosed (retry 30 s; a
+                                                                      cordon already made stays)
+    none              Node unreadable / missing                       Blocked ManagedAPIUnavailable / NodeNotFound
+    none              Node schedulable                                cordon -> Requeue Cordoned
+    none              Node unschedulable (ours or a person's)         before_reboot (drain): wait -> Requeue
+                                                                      Draining; give up -> uncordon, pause
+                                                                      DrainFailed; then read boot ID (fails ->
+                                                                      Blocked NodeUnreachable),
+                                                                      before_reboot_call (best effort), write
+                                                                      marker, Reboot -> Requeue RebootingNode
+
+Resume rules: a marker means wait, never reboot again; the same boot ID past ``reboot_retry`` clears
+it and the next step asks again (through the gates). A Reboot the node refused (it answered with an
+error status) clears the marker and uncordons (Blocked RebootFailed); a Reboot whose answer was lost
+(unreachable, deadline) keeps the marker: the node may be rebooting, and the rows above decide.
+Only a Node ichord cordoned (annotation ``ichor.maesh.dev/cordoned-by-ichor``) is ever uncordoned.
+
+Failpoints (``ICHORD_FAILPOINTS``), in the order a node passes them::
+
+    roll.cordon.before          gates open, Node schedulable, cordon not sent
+    roll.cordon.after           cordoned, nothing else
+    roll.marker.before          drained, boot ID read, marker not written
+    roll.marker.after           marker written, Reboot not called
+    roll.reboot.before          about to call Reboot (marker written)
+    roll.reboot.after           Reboot answered, outcome not returned
+    roll.reboot_failed.before   Reboot refused, marker not cleared
+    roll.reboot_failed.after    marker cleared, not uncordoned
+    roll.ask_again.before       same boot ID past reboot_retry, marker not cleared
+    roll.ask_again.after        marker cleared, reboot not asked again
+    roll.verified.before        node back and verified, after_reboot_verified not run
+    roll.verified.after         after_reboot_verified ran, not uncordoned
+    roll.uncordon.before        about to uncordon
+    roll.uncordon.after         uncordoned, done not recorded
+    roll.done.before            about to record the machine as done and clear the marker
+    roll.done.after             recorded, outcome not returned
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+import structlog
+
+from ichord.errors import IchordError
+from ichord.failpoints import failpoint
+from ichord.kube.errors import Conflict, NotFound
+from ichord.kube.nodes import NodeView
+from ichord.operations.outcome import Blocked, Done, Outcome, Requeue
+from ichord.operations.roll_ports import KubeNodes, ManagedNodes, MarkerStore, RollTalos, TalosNodes
+from ichord.operations.roll_state import (
+    OPEN,
+    Action,
+    Decision,
+    GateResult,
+    Observations,
+    RollMarker,
+    RollReason,
+    RollTarget,
+    closed,
+    decide,
+    failed,
+    next_target,
+)
+from ichord.settings import Timing
+from ichord.talos.errors import TalosError, TalosUnreachableError
+
+log = structlog.get_logger(__name__)
+
+__all__ = [
+    "OPEN",
+    "PROCEED",
+    "Gate",
+    "GateResult",
+    "HookResult",
+    "HookVerdict",
+    "KubeNodes",
+    "ManagedNodes",
+    "MarkerStore",
+    "RollHooks",
+    "RollMarker",
+    "RollOutcome",
+    "RollReason",
+    "RollTalos",
+    "RollTarget",
+    "TalosNodes",
+    "advance_roll",
+    "closed",
+    "failed",
+    "restart_clock",
+]
+
+
+#: Each returns OPEN or the reason to wait; an IchordError raised by a gate counts as a reason to wait.
+Gate = Callable[[RollTarget], Awaitable[GateResult]]
+
+
+class HookVerdict(enum.Enum):
+    PROCEED = "proceed"
+    WAIT = "wait"
+    GIVE_UP = "give-up"
+
+
+@dataclass(frozen=True)
+class HookResult:
+    """What ``before_reboot`` (drain) answers: go on, come back after ``after`` seconds, or give up."""
+
+    verdict: HookVerdict = HookVerdict.PROCEED
+    message: str = ""
+    after: float = 0.0
+
+
+PROCEED = HookResult()
+
+
+async def _no_drain(target: RollTarget) -> HookResult:
+    return PROCEED
+
+
+async def _nothing(target: RollTarget) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class RollHooks:
+    """The roll's injection points. Every hook may run more than once for a node (a killed step repeats)."""
+
+    #: Drain (and storage evacuation) after the cordon; the ``config`` operation fills it.
+    before_reboot: Callable[[RollTarget], Awaitable[HookResult]] = _no_drain
+    #: Just before the marker is written, e.g. forfeit etcd leadership. Best effort: an IchordError is logged.
+    before_reboot_call: Callable[[RollTarget], Awaitable[None]] = _nothing
+    #: Once the node is back and verified, before it is uncordoned (e.g. end storage evacuation).
+    after_reboot_verified: Callable[[RollTarget], Awaitable[None]] = _nothing
+
+
+@dataclass(frozen=True)
+class RollOutcome:
+    """A step's outcome plus what the caller shows: the reason, the machine under way, and whether to pause."""
+
+    outcome: Outcome
+    reason: RollReason
+    machine: str | None = None
+    message: str = ""
+    #: Past a bound or failed for good (NodeActionTimeout, DrainFailed, VerifyFailed): the operation pauses,
+    #: naming ``machine``.
+    pause: bool = False
+    done: tuple[str, ...] = field(default=())
+
+    @property
+    def finished(self) -> bool:
+        return isinstance(self.outcome, Done)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+async def advance_roll(plan: Sequence[RollTarget], store: MarkerStore, talos: RollTalos, nodes: ManagedNodes, *,
+                       gates: Sequence[Gate] = (), verifiers: Sequence[Gate] = (), hooks: RollHooks | None = None,
+                       timing: Timing | None = None, clock: Callable[[], datetime] = _utcnow) -> RollOutcome:
+    """One step of the roll over ``plan`` (in order). ``gates`` are asked before each reboot (a closed one
+    blocks); ``verifiers`` once the node is back on a new boot ID with its Node Ready (a closed one waits,
+    up to node_action_timeout)."""
+    timing = timing or Timing.from_env()
+    hooks = hooks or RollHooks()
+    marker = await store.read()
+    target = next_target(plan, marker)
+    obs = await _observe(target, marker, talos, nodes, gates, verifiers)
+    decision = decide(plan, marker, obs, clock(), timing)
+    return await _act(decision, marker, store, talos, nodes, hooks, timing, clock)
+
+
+async def restart_clock(store: MarkerStore, clock: Callable[[], datetime] = _utcnow) -> bool:
+    """Measure an outstanding reboot's bounds from now, for a paused roll a person resumes (ADR 0095's
+    retry "waits again with a fresh clock", as ADR 0080 cites it). False when no reboot is outstanding."""
+    marker = await store.read()
+    if not marker.rebooting:
+        return False
+    await store.write(marker.marked(marker.rebooting, marker.boot_id, clock()))
+    return True
+
+
+# ---- observations -------------------------------------------------------------------------------
+
+
+async def _observe(target: RollTarget | None, marker: RollMarker, talos: RollTalos, nodes: ManagedNodes,
+                   gates: Sequence[Gate], verifiers: Sequence[Gate]) -> Observations:
+    if target is None:
+        return Observations()
+    node, node_error, missing = await _read_node(nodes, target)
+    if not marker.rebooting:
+        return Observations(node=node, node_error=node_error, node_missing=missing, gate=await _first_closed(
+            gates, target))
+    try:
+        boot_id: str | None = await talos.boot_id(target)
+        boot_error = ""
+    except TalosError as exc:
+        boot_id, boot_error = None, str(exc)
+    stopping = False
+    if boot_id is not None and boot_id == marker.boot_id:
+        try:
+            stopping = await talos.shutting_down(target)
+        except TalosError:
+            stopping = False  # it answered the boot ID a moment ago; the same-boot rows decide
+    obs = Observations(node=node, node_error=node_error, node_missing=missing, boot_id=boot_id,
+                       boot_error=boot_error, stopping=stopping)
+    if boot_id not in (None, marker.boot_id) and node is not None and node.ready:
+        # The verifiers (etcd health, PKI) are asked only of a node that is back.
+        obs = Observations(node=node, boot_id=boot_id, gate=await _first_closed(verifiers, target))
+    return obs
+
+
+async def _read_node(nodes: ManagedNodes, target: RollTarget) -> tuple[NodeView | None, str, bool]:
+    try:
+        return await nodes.read(target.node), "", False
+    except NotFound as exc:
+        return None, str(exc), True
+    except IchordError as exc:
+        return None, str(exc), False
+
+
+async def _first_closed(gates: Sequence[Gate], target: RollTarget) -> GateResult:
+    for gate in gates:
+        try:
+            result = await gate(target)
+        except IchordError as exc:
+            result = GateResult(f"a check failed: {exc}")
+        if not result.ok:
+            return result
+    return OPEN
+
+
+# ---- actions ------------------------------------------------------------------------------------
+
+
+async def _act(d: Decision, marker: RollMarker, store: MarkerStore, talos: RollTalos, nodes: ManagedNodes,
+               hooks: RollHooks, timing: Timing, clock: Callable[[], datetime]) -> RollOutcome:
+    machine = d.target.machine if d.target else None
+
+    def out(outcome: Outcome, reason: RollReason = d.reason, message: str = d.message, *, pause: bool = False,
+            m: RollMarker = marker) -> RollOutcome:
+        return RollOutcome(outcome, reason, machine, message, pause, m.done)
+
+    if d.action is Action.FINISH:
+        return out(Done())
+    if d.action is Action.BLOCK:
+        return out(Blocked(d.reason, d.message, d.after))
+    if d.action is Action.WAIT:
+        return out(Requeue(d.after, d.reason))
+    if d.action is Action.TIME_OUT:
+        log.warning("roll: node did not come back in time", machine=machine, reason=d.reason)
+        return out(Blocked(d.reason, d.message, d.after), pause=True)
+    assert d.target is not None
+    if d.action is Action.CORDON:
+        failpoint("roll.cordon.before")
+        try:
+            await nodes.cordon(d.target.node)
+        except Conflict:  # the Node changed since it was read: read it again and decide again
+            return out(Requeue(timing.reboot_poll, d.reason), d.reason,
+                       f"Node {d.target.node} changed while being cordoned; trying again")
+        except IchordError as exc:
+            message = f"cannot cordon Node {d.target.node}: {exc}"
+            return out(Blocked(RollReason.MANAGED_API_UNAVAILABLE, message, timing.retry),
+                       RollReason.MANAGED_API_UNAVAILABLE, message)
+        failpoint("roll.cordon.after")
+        log.info("roll: cordoned", machine=machine, node=d.target.node)
+        return out(Requeue(0.0, d.reason))
+    if d.action is Action.ASK_AGAIN:
+        failpoint("roll.ask_again.before")
+        await store.write(marker.cleared())
+        failpoint("roll.ask_again.after")
+        log.warning("roll: reboot not seen; asking again", machine=machine, boot_id=marker.boot_id)
+        return out(Requeue(0.0, d.reason))
+    if d.action is Action.COMPLETE:
+        return await _complete(d.target, marker, store, nodes, hooks, timing, out)
+    if d.action is Action.GIVE_UP:
+        # ADR 0080 D3: any failure after the reboot request re-enables scheduling; the marker stays, so a
+        # resumed roll verifies this node again and never reboots it a second time.
+        log.warning("roll: node failed verification", machine=machine, reason=d.reason)
+        freed = "released" if await _uncordon_quietly(nodes, d.target) else "not released yet (see the log)"
+        message = f"{d.message}; ichord's cordon of {d.target.node} {freed}"
+        return out(Blocked(d.reason, message, d.after), d.reason, message, pause=True)
+    return await _reboot(d.target, marker, store, talos, nodes, hooks, timing, clock, out)
+
+
+class _Out(Protocol):
+    def __call__(self, outcome: Outcome, reason: RollReason = ..., message: str = ..., *, pause: bool = ...,
+                 m: RollMarker = ...) -> RollOutcome: ...
+
+
+async def _complete(target: RollTarget, marker: RollMarker, store: MarkerStore, nodes: ManagedNodes,
+                    hooks: RollHooks, timing: Timing, out: _Out) -> RollOutcome:
+    failpoint("roll.verified.before")
+    await hooks.after_reboot_verified(target)
+    failpoint("roll.verified.after")
+    failpoint("roll.uncordon.before")
+    try:
+        uncordoned = await nodes.uncordon(target.node)
+    except IchordError as exc:
+        return out(Requeue(timing.reboot_poll, RollReason.AWAITING_NODE), RollReason.AWAITING_NODE,
+                   f"{target.machine} is back; cannot uncordon Node {target.node} yet: {exc}")
+    failpoint("roll.uncordon.after")
+    failpoint("roll.done.before")
+    done = marker.finished(target.machine)
+    await store.write(done)
+    failpoint("roll.done.after")
+    log.info("roll: node rebooted", machine=target.machine, uncordoned=uncordoned, done=len(done.done))
+    return out(Requeue(0.0, RollReason.NODE_REBOOTED), m=done)
+
+
+async def _reboot(target: RollTarget, marker: RollMarker, store: MarkerStore, talos: RollTalos,
+                  nodes: ManagedNodes, hooks: RollHooks, timing: Timing, clock: Callable[[], datetime],
+                  out: _Out) -> RollOutcome:
+    prepared = await hooks.before_reboot(target)
+    if prepared.verdict is HookVerdict.WAIT:
+        return out(Requeue(prepared.after, RollReason.DRAINING), RollReason.DRAINING,
+                   prepared.message or f"draining {target.node}")
+    if prepared.verdict is HookVerdict.GIVE_UP:
+        freed = "released" if await _uncordon_quietly(nodes, target) else "not released yet (see the log)"
+        message = f"{target.machine} was not rebooted: {prepared.message}; ichord's cordon of {target.node} {freed}"
+        return out(Blocked(RollReason.DRAIN_FAILED, message, timing.retry), RollReason.DRAIN_FAILED, message,
+                   pause=True)
+    try:
+        boot_id = await talos.boot_id(target)
+    except TalosError as exc:
+        message = f"cannot read the boot ID of {target.machine} before its reboot: {exc}"
+        return out(Blocked(RollReason.NODE_UNREACHABLE, message, timing.retry), RollReason.NODE_UNREACHABLE,
+                   message)
+    try:
+        await hooks.before_reboot_call(target)
+    except IchordError as exc:  # best effort (ADR 0120 Amendment 1 §1.2: a leader forfeits, best effort)
+        log.warning("roll: before the reboot call", machine=target.machine, error=str(exc))
+    failpoint("roll.marker.before")
+    marked = marker.marked(target.machine, boot_id, clock())
+    await store.write(marked)
+    failpoint("roll.marker.after")
+    failpoint("roll.reboot.before")
+    try:
+        await talos.reboot(target)
+    except TalosUnreachableError as exc:
+        # The answer was lost, not refused: the node may be rebooting. The marker decides from here.
+        log.warning("roll: reboot answer lost; waiting on the marker", machine=target.machine, error=str(exc))
+        return out(Requeue(timing.reboot_poll, RollReason.REBOOTING), RollReason.REBOOTING,
+                   f"asked {target.machine} to reboot; no answer ({exc})", m=marked)
+    except TalosError as exc:
+        failpoint("roll.reboot_failed.before")
+        await store.write(marked.cleared())
+        failpoint("roll.reboot_failed.after")
+        await _uncordon_quietly(nodes, target)
+        message = f"{target.machine} refused the reboot: {exc}"
+        log.warning("roll: reboot refused", machine=target.machine, error=str(exc))
+        return out(Blocked(RollReason.REBOOT_FAILED, message, timing.retry), RollReason.REBOOT_FAILED, message,
+                   m=marked.cleared())
+    failpoint("roll.reboot.after")
+    log.info("roll: reboot requested", machine=target.machine, boot_id=boot_id)
+    return out(Requeue(timing.reboot_poll, RollReason.REBOOTING), RollReason.REBOOTING,
+               f"asked {target.machine} to reboot", m=marked)
+
+
+async def _uncordon_quietly(nodes: ManagedNodes, target: RollTarget) -> bool:
+    # On a failure path the failure itself is the news; a Node left cordoned is taken up by the next step.
+    try:
+        await nodes.uncordon(target.node)
+    except IchordError as exc:
+        log.warning("roll: cannot uncordon", machine=target.machine, node=target.node, error=str(exc))
+        return False
+    return True

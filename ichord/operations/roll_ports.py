@@ -1,0 +1,82 @@
+"""What the reboot roll talks to: the marker's store, two Talos calls, the managed cluster's Nodes.
+
+Protocols, so the roll is tested on the simulators through the real adapters below and the backbone
+can bring its own store (TalosOperation status) or a managed-cluster client built per step.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ichord.api.contract import VersionContract
+from ichord.kube import nodes as kube_nodes
+from ichord.kube.client import KubeClient
+from ichord.kube.nodes import NodeView
+from ichord.operations.roll_state import RollMarker, RollTarget
+from ichord.talos.client import TalosClient
+
+#: MachineStatus stages of a node on its way down (talos-api-facts.md §2.3).
+STOPPING_STAGES = frozenset({"MACHINE_STAGE_REBOOTING", "MACHINE_STAGE_SHUTTING_DOWN"})
+
+
+class MarkerStore(Protocol):
+    """Where the roll's marker lives (the backbone: TalosOperation status; see roll_store.py)."""
+
+    async def read(self) -> RollMarker: ...
+
+    async def write(self, marker: RollMarker) -> None:
+        """Replace the record; raise an IchordError when it was not written (the step fails, nothing follows)."""
+
+
+class RollTalos(Protocol):
+    """The two Talos calls of a roll. Errors are TalosErrors."""
+
+    async def boot_id(self, target: RollTarget) -> str: ...
+
+    async def reboot(self, target: RollTarget) -> None: ...
+
+    async def shutting_down(self, target: RollTarget) -> bool:
+        """True while the node reports itself rebooting or shutting down (still on its old boot)."""
+
+
+class ManagedNodes(Protocol):
+    """The managed cluster's Nodes. Errors are IchordErrors (KubeError; NotFound for a missing Node)."""
+
+    async def read(self, name: str) -> NodeView: ...
+
+    async def cordon(self, name: str) -> None: ...
+
+    async def uncordon(self, name: str) -> bool: ...
+
+
+class TalosNodes:
+    """RollTalos over a TalosClient: the BootID resource on v1.14, the boot_id file before (facts §2.4)."""
+
+    def __init__(self, client: TalosClient, contract: VersionContract) -> None:
+        self._client = client
+        self._contract = contract
+
+    async def boot_id(self, target: RollTarget) -> str:
+        return await self._client.boot_id(target.endpoint, self._contract)
+
+    async def reboot(self, target: RollTarget) -> None:
+        await self._client.reboot(target.endpoint)
+
+    async def shutting_down(self, target: RollTarget) -> bool:
+        return (await self._client.machine_status(target.endpoint)).stage in STOPPING_STAGES
+
+
+class KubeNodes:
+    """ManagedNodes over a client of the managed cluster (ichord.kube.nodes)."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+
+    async def read(self, name: str) -> NodeView:
+        return await kube_nodes.read_node_view(self._client, name)
+
+    async def cordon(self, name: str) -> None:
+        await kube_nodes.cordon(self._client, name)
+
+    async def uncordon(self, name: str) -> bool:
+        return await kube_nodes.uncordon(self._client, name)
