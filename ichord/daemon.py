@@ -50,9 +50,10 @@ from ichord.kube.events import EventRecorder
 from ichord.kube.kubeconfig_ca import kubeconfig_ca
 from ichord.leader import LeaderElector, default_identity
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, forget_cluster
+from ichord.operations.scope import TrustHooks
 from ichord.server import HealthServer
 from ichord.settings import Timing
-from ichord.trust import install, uninstall
+from ichord.trust import SharedTrust
 from ichord.trust.pool import DEFAULT_TRUST_FILE, TrustPool, describe
 from ichord.trust.sync import TrustSync
 from ichord.watchers.informer import Informer, Resource
@@ -187,7 +188,9 @@ class Daemon:
         self.bundles = Informer(kube, Resource("", "v1", "secrets", settings.namespace), timing=timing,
                                 label_selector=BUNDLE_LABEL, transform=metadata_only)
         self.trust_sync: TrustSync | None = None
+        hooks = TrustHooks()  # without a pool, the rotation's trust hooks do nothing
         if pool is not None and settings.trust_pool:
+            hooks = SharedTrust(pool, settings.resolved_trust_file()).hooks()
             self.trust_sync = TrustSync(kube, pool, namespace=settings.namespace,
                                         trust_file=settings.resolved_trust_file(), timing=timing,
                                         cluster_cache=self.clusters.get)
@@ -197,7 +200,7 @@ class Daemon:
         self.runtime = Runtime(kube, settings.namespace, self.clusters, self.machines, self.operations,
                                self.recorder, timing,
                                resync=settings.resync if settings.resync is not None else timing.drift_resync,
-                               warning_days=settings.certificate_expiry_warning_days)
+                               warning_days=settings.certificate_expiry_warning_days, trust=hooks)
         self.server = HealthServer(ready_checks={
             "informers": lambda: all(i.synced.is_set() for i in self._informers()),
             "api": lambda: kube.reachability.reachable(timing.api_unready_grace),
@@ -339,7 +342,6 @@ async def run_daemon(settings: DaemonSettings) -> None:
     if settings.trust_pool:
         if trust_file is not None:
             pool.load(trust_file)  # before the API wait: a restarted container trusts the new CA at once
-        install(pool, trust_file)
         log_trust(pool, trust_file)
     else:
         log.warning("the trust pool is off (--no-trust-pool): a Kubernetes CA rotation of the cluster this "
@@ -348,6 +350,5 @@ async def run_daemon(settings: DaemonSettings) -> None:
     try:
         await Daemon(settings, kube, pool).run()  # the API wait runs first inside, with /healthz up
     finally:
-        uninstall()
         with anyio.CancelScope(shield=True):
             await kube.close()

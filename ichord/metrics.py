@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+# The process (CPU, RSS, fds), Python platform and GC series, as the default registry would carry them.
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
 
 CERTIFICATE_EXPIRY = Gauge(
     "ichor_certificate_expiry_timestamp_seconds",
@@ -42,6 +48,12 @@ ACTOR_MAILBOX_DEPTH = Gauge(
 )
 ACTOR_STEP_DURATION = Histogram(
     "ichord_actor_step_duration_seconds", "Duration of one cluster actor step.", registry=REGISTRY
+)
+RECONCILE_OUTCOMES = Counter(
+    "ichord_reconcile_outcomes_total",
+    "Outcomes of the cluster actors' phases, by phase, outcome type (Done/Requeue/Blocked/Failed) and reason.",
+    ["phase", "outcome", "reason"],
+    registry=REGISTRY,
 )
 ACTOR_RESTARTS = Counter("ichord_actor_restarts_total", "Crashed cluster actors restarted.", registry=REGISTRY)
 LEADER = Gauge("ichord_leader", "1 while this replica leads.", registry=REGISTRY)

@@ -21,6 +21,7 @@ import anyio
 
 from ichord.api import names
 from ichord.api.carotation import Stage
+from ichord.api.views import MachineSpecError, MachineView, OperationView
 from ichord.credentials.files import make_private_dirs, write_private
 from ichord.credentials.mint import Minted, mint, talosconfig_dial
 from ichord.credentials.retry import DEFAULT_DELAYS, Retrier
@@ -29,7 +30,6 @@ from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import Forbidden, Invalid, KubeError, NotFound, TLSVerificationError, Unauthorized
 from ichord.kube.reads import read_secret
-from ichord.machines.view import MachineSpecError, MachineView
 from ichord.operations.ca_rotation.plan import CERT_NAMES, handoff_token, hands_off, replaced_by
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CertificateAuthority
@@ -47,7 +47,6 @@ Obj = dict[str, Any]
 DEFAULT_CREDENTIALS_DIR = "~/.ichor/clusters/{name}"
 TALOSCONFIG = "talosconfig"
 KUBECONFIG = "kubeconfig"
-CA_ROTATION_KIND = "ca-rotation"
 _PAST = (Stage.ISSUING, Stage.DROPPING, Stage.FINALIZING, Stage.DONE)
 
 
@@ -112,7 +111,7 @@ async def _api(retry: Retrier, what: str, fn: Callable[[], Awaitable[T]]) -> T:
 
 
 def _stage(op: Obj) -> Stage | None:
-    text = ((op.get("status") or {}).get("caRotation") or {}).get("stage") or ""
+    text = OperationView.of(op).stage
     try:
         return Stage.parse(text) if text else None
     except ValueError:
@@ -129,20 +128,20 @@ def _targets(op: Obj) -> tuple[Target, ...] | None:
         return None  # the controller fails such an operation; the stage wait reports it
 
 
-def _under_way(op: Obj, cluster: str) -> bool:
-    spec = op.get("spec") or {}
-    return (spec.get("kind") == CA_ROTATION_KIND and (spec.get("clusterRef") or {}).get("name") == cluster
-            and (op.get("status") or {}).get("phase") not in (names.Phase.COMPLETED, names.Phase.FAILED))
+def _unfinished_rotation(op: Obj, cluster: str) -> bool:
+    """A ca-rotation of ``cluster`` neither Completed nor Failed (started or not: the hand-off waits for it)."""
+    view = OperationView.of(op)
+    return view.is_ca_rotation and view.cluster == cluster and view.unfinished
 
 
 async def _find_operation(kube: KubeClient, retry: Retrier, namespace: str, cluster: str) -> Obj:
     items, _ = await _api(retry, f"listing the TalosOperations in {namespace}",
                           lambda: crds.operations(kube).list_objects(namespace))
-    found = [op for op in items if _under_way(op, cluster)]
+    found = [op for op in items if _unfinished_rotation(op, cluster)]
     if not found:
         raise NoRotationUnderWay(
             f"no ca-rotation of TalosCluster {namespace}/{cluster} is under way (no TalosOperation of kind "
-            f"{CA_ROTATION_KIND} for it that is neither Completed nor Failed); start the rotation first. "
+            f"{names.KIND_CA_ROTATION} for it that is neither Completed nor Failed); start the rotation first. "
             "Nothing was written.")
     # The cluster lock admits one rotation; should there be more, the one that has begun is the one waiting.
     found.sort(key=lambda op: (_stage(op) is None, str(op["metadata"].get("creationTimestamp") or "")))

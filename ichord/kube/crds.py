@@ -8,12 +8,10 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from ichord.api.names import API_VERSION, GROUP, PLURALS, TALOS_CLUSTER, TALOS_MACHINE, TALOS_OPERATION, VERSION
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import translate
 
-GROUP = "ichor.maesh.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
@@ -23,9 +21,9 @@ Obj = dict[str, Any]
 class Kind(enum.Enum):
     """(kind, plural) of each custom resource."""
 
-    TALOS_CLUSTER = ("TalosCluster", "talosclusters")
-    TALOS_MACHINE = ("TalosMachine", "talosmachines")
-    TALOS_OPERATION = ("TalosOperation", "talosoperations")
+    TALOS_CLUSTER = (TALOS_CLUSTER, PLURALS[TALOS_CLUSTER])
+    TALOS_MACHINE = (TALOS_MACHINE, PLURALS[TALOS_MACHINE])
+    TALOS_OPERATION = (TALOS_OPERATION, PLURALS[TALOS_OPERATION])
 
     @property
     def kind(self) -> str:

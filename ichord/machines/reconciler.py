@@ -25,7 +25,7 @@ import structlog
 from ichord.api import names
 from ichord.api.conditions import Condition
 from ichord.api.names import ReadyReason
-from ichord.machines.view import MachineView
+from ichord.api.views import MachineView
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.config import ConfigParseError, MachineConfig

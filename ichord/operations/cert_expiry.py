@@ -15,23 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
-from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from cryptography import x509
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from ichord.api.conditions import Condition, find, now_rfc3339, set_condition
 from ichord.api.names import (
     BUNDLE_BACKUP_STALE,
     BUNDLE_EXPORTED_ANNOTATION,
     CERTIFICATES_EXPIRING,
-    SECRETS_KEY,
     BundleBackupStaleReason,
     CertificatesExpiringReason,
     EventReason,
@@ -41,14 +35,11 @@ from ichord.kube.client import KubeClient
 from ichord.kube.crds import clusters
 from ichord.kube.errors import KubeError, NotFound
 from ichord.kube.events import WARNING, EventRecorder, ObjectRef
-from ichord.kube.reads import read_secret
 from ichord.kube.status import update_status
 from ichord.metrics import CERTIFICATE_EXPIRY
-from ichord.pki import pem as _pem
-from ichord.pki.bundle import BundleError, SecretsBundle
-from ichord.pki.ca import CAKind, CertificateAuthority
+from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_bundle_secret
+from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint, export_fingerprint
-from ichord.pki.pem import PEMError
 from ichord.pki.rotation import Target
 from ichord.pki.scrub import scrub_text
 from ichord.settings import SettingsError, Timing
@@ -62,10 +53,6 @@ CERTIFICATE_ORDER: tuple[Target, ...] = (
     Target.TALOS, Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR, Target.ETCD,
 )
 DEFAULT_WARNING_DAYS = 90
-
-
-class BundleUnreadable(IchordError):
-    """The bundle Secret cannot be turned into a bundle; the message never quotes the Secret."""
 
 
 # ---- the pure decision ------------------------------------------------------------------------
@@ -177,83 +164,6 @@ def _secret_name(cluster_obj: Obj) -> str | None:
     return str(name) if name else None
 
 
-async def read_bundle(kube: KubeClient, namespace: str, secret_name: str) -> SecretsBundle:
-    """The live bundle's CA certificates, read uncached; every failure is an IchordError.
-
-    Returns a public view (see ``public_bundle``): the expiry pass needs the certificates only.
-    """
-    secret = await read_secret(kube, namespace, secret_name)
-    raw = secret.data.get(SECRETS_KEY)
-    if raw is None:
-        raise BundleUnreadable(f"Secret {namespace}/{secret_name} has no {SECRETS_KEY} key; put the Talos "
-                               f"secrets bundle there")
-    return public_bundle(raw, f"Secret {namespace}/{secret_name} key {SECRETS_KEY}")
-
-
-#: Parsed public views by SHA-256 of the Secret's bytes: an unchanged bundle is not parsed again.
-_PARSED: OrderedDict[bytes, SecretsBundle] = OrderedDict()
-_PARSED_MAX = 4096
-_CA_ENTRIES = {CAKind.OS: "os", CAKind.KUBERNETES: "k8s", CAKind.AGGREGATOR: "k8saggregator", CAKind.ETCD: "etcd"}
-
-
-def public_bundle(raw: bytes, source: str = "secrets bundle") -> SecretsBundle:
-    """The bundle's four CA certificates as a SecretsBundle holding no secret (every secret field empty).
-
-    A full ``SecretsBundle.from_yaml`` validates every key (the RSA service-account key alone costs
-    ~0.3 s of CPU); expiry needs the certificates only, so it parses just them, and keeps the result
-    for unchanged bytes. Key defects are the machine reconciler's to report (BundleInvalid). Never
-    save this view.
-    """
-    digest = hashlib.sha256(raw).digest()
-    cached = _PARSED.get(digest)
-    if cached is not None:
-        _PARSED.move_to_end(digest)
-        return cached
-    try:
-        doc = YAML(typ="safe").load(raw)
-    except (YAMLError, ValueError, UnicodeError, RecursionError):
-        # The parser's message may quote the input: say only that it failed.
-        raise BundleError(["it is not valid YAML"], source) from None
-    if not isinstance(doc, dict):
-        raise BundleError(["it is not a YAML mapping"], source)
-    problems: list[str] = []
-    cas: dict[CAKind, CertificateAuthority] = {}
-    certs = doc.get("certs")
-    for kind, entry in _CA_ENTRIES.items():
-        entry_doc = certs.get(entry) if isinstance(certs, dict) else None
-        crt = entry_doc.get("crt") if isinstance(entry_doc, dict) else None
-        if not isinstance(crt, str) or not crt:
-            problems.append(f"certs.{entry}.crt is missing")
-            continue
-        try:
-            ca = CertificateAuthority(_pem.b64_pem_decode(crt, f"certs.{entry}.crt"))
-            cert = _pem.load_certificate(ca.cert_pem, f"certs.{entry}.crt")
-        except PEMError as exc:
-            problems.append(str(exc))
-            continue
-        if not _is_ca(cert):
-            problems.append(f"certs.{entry}.crt is not a CA certificate")
-            continue
-        cas[kind] = ca
-    if problems:
-        raise BundleError(problems, source)
-    view = SecretsBundle(
-        cluster_id="", cluster_secret="", bootstrap_token="", trustd_token="", secretbox_encryption_secret=None,
-        aescbc_encryption_secret=None, etcd=cas[CAKind.ETCD], k8s=cas[CAKind.KUBERNETES],
-        k8s_aggregator=cas[CAKind.AGGREGATOR], k8s_service_account_key=b"", os=cas[CAKind.OS])
-    _PARSED[digest] = view
-    while len(_PARSED) > _PARSED_MAX:
-        _PARSED.popitem(last=False)
-    return view
-
-
-def _is_ca(cert: x509.Certificate) -> bool:
-    try:
-        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
-    except x509.ExtensionNotFound:
-        return False
-
-
 def publish_metrics(namespace: str, name: str, result: ExpiryResult) -> None:
     for cert in result.certificates:
         CERTIFICATE_EXPIRY.labels(namespace=namespace, name=name, certificate=cert.name).set(
@@ -315,6 +225,7 @@ async def expiry_pass(
     timing: Timing,
     warning_days: float = DEFAULT_WARNING_DAYS,
     now: dt.datetime | None = None,
+    bundle: Callable[[], Awaitable[BundleRead]] | None = None,
 ) -> float:
     """One expiry read of a cluster; returns the seconds until the next one.
 
@@ -325,23 +236,23 @@ async def expiry_pass(
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     bound = log.bind(namespace=namespace, cluster=name)
     now = now or dt.datetime.now(dt.UTC)
-    secret_name = _secret_name(cluster_obj)
+    secret_name = _secret_name(cluster_obj) or ""
     try:
-        if secret_name is None:
-            raise BundleUnreadable("spec.secretsRef.name is empty; name the bundle Secret there")
-        bundle = await read_bundle(kube, namespace_of_secret, secret_name)
+        read = await (bundle() if bundle is not None else read_bundle_secret(kube, namespace_of_secret, secret_name))
+        public = read.public()  # the CA certificates only: expiry needs no key
     except IchordError as exc:
-        # KubeError, BundleError, BundleUnreadable: only the typed message is logged, scrubbed.
+        # BundleSourceError (its reason is the type): only the typed message is logged, scrubbed.
         message = scrub_text(str(exc))
-        bound.warning("bundle unreadable; expiry not published, retrying", error_type=type(exc).__name__,
+        kind = exc.reason if isinstance(exc, BundleSourceError) else type(exc).__name__
+        bound.warning("bundle unreadable; expiry not published, retrying", error_type=kind,
                       error=message, retry_in=timing.expiry_retry)
         return timing.expiry_retry
 
-    result = expiry_status(bundle, now, warning_days)
+    result = expiry_status(public, now, warning_days)
     publish_metrics(namespace, name, result)
     written = _Written()
     try:
-        obj = await update_status(clusters(kube), namespace, name, _mutation(result, bundle, now, written))
+        obj = await update_status(clusters(kube), namespace, name, _mutation(result, public, now, written))
     except NotFound:
         bound.info("cluster gone before its expiry status was written")
         return timing.expiry_retry

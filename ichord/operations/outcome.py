@@ -55,3 +55,23 @@ def earliest(*delays: float | None) -> float | None:
     """The lowest requested delay wins (cluster-api's phase functions)."""
     present = [d for d in delays if d is not None]
     return min(present) if present else None
+
+
+def soonest(*outcomes: Outcome) -> Outcome:
+    """The outcome that asks to run soonest (cluster-api: the lowest requeue wins); when none asks to run again,
+    a Failed (it says more) or Done."""
+    best: Outcome | None = None
+    best_delay: float | None = None
+    for outcome in outcomes:
+        delay = next_delay(outcome)
+        if delay is not None and (best_delay is None or delay < best_delay):
+            best, best_delay = outcome, delay
+    if best is not None:
+        return best
+    return next((o for o in outcomes if isinstance(o, Failed)), Done())
+
+
+def describe(outcome: Outcome) -> tuple[str, str]:
+    """(type, reason) of an outcome, for the one log line and counter the actor keeps per phase."""
+    reason = outcome.reason if isinstance(outcome, Requeue | Blocked | Failed) else ""
+    return type(outcome).__name__, reason

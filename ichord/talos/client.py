@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -22,6 +23,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from ichord.errors import network_cause, verify_reason
+from ichord.metrics import TALOS_RPC_DURATION
 from ichord.talos import errors as e
 from ichord.talos.dial import DialBundle
 from ichord.talos.proto.gen.cosi import state_grpc, state_pb2
@@ -206,21 +208,28 @@ class TalosClient(ResourceReads):
 
     async def _call(self, endpoint: str, method: str, node: str | None,
                     fn: Callable[[Channel], Awaitable[T]]) -> T:
-        channel = await self._connect(endpoint, method, node)
-        cached = self._channels.get(split_endpoint(endpoint, self._port))
-        fresh = cached is None or not cached.answered
+        start, code = time.monotonic(), "Unavailable"
         try:
-            result = await fn(channel)
-        except GRPCError as exc:
+            channel = await self._connect(endpoint, method, node)
+            cached = self._channels.get(split_endpoint(endpoint, self._port))
+            fresh = cached is None or not cached.answered
+            try:
+                result = await fn(channel)
+            except GRPCError as exc:
+                code = exc.status.name.title().replace("_", "")
+                if cached is not None:
+                    cached.answered = True  # the node answered: the connection itself is fine
+                raise self._translate(exc, endpoint, method, node) from None
+            except (TimeoutError, ssl.SSLError, StreamTerminatedError, OSError) as exc:
+                code = "DeadlineExceeded" if isinstance(exc, TimeoutError) else "Unavailable"
+                self._drop(endpoint)
+                raise self._translate(exc, endpoint, method, node, fresh=fresh) from None
+            code = "OK"
             if cached is not None:
-                cached.answered = True  # the node answered: the connection itself is fine
-            raise self._translate(exc, endpoint, method, node) from None
-        except (TimeoutError, ssl.SSLError, StreamTerminatedError, OSError) as exc:
-            self._drop(endpoint)
-            raise self._translate(exc, endpoint, method, node, fresh=fresh) from None
-        if cached is not None:
-            cached.answered = True
-        return result
+                cached.answered = True
+            return result
+        finally:
+            TALOS_RPC_DURATION.labels(method=method, code=code).observe(time.monotonic() - start)
 
     async def _unary(self, endpoint: str, method: str, node: str | None, request: Any) -> Any:
         async def run(channel: Channel) -> Any:

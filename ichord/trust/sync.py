@@ -24,18 +24,14 @@ from typing import Any
 
 import anyio
 import structlog
-from ruamel.yaml.error import YAMLError
 
-from ichord import yamlio
-from ichord.api import names
-from ichord.api.carotation import Stage
 from ichord.api.names import Phase
-from ichord.errors import IchordError
+from ichord.api.views import ClusterView, OperationView
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import KubeError
-from ichord.kube.reads import read_secret
-from ichord.pki import pem as _pem
+from ichord.operations.bundle_source import BundleSourceError, read_bundle_secret
+from ichord.pki.ca import CAKind
 from ichord.pki.rotation import Target
 from ichord.settings import Timing
 from ichord.trust.pool import TrustPool, TrustPoolError
@@ -44,58 +40,6 @@ from ichord.watchers.informer import WatchEvent
 log = structlog.get_logger("ichord.trust.sync")
 
 Obj = dict[str, Any]
-KIND = "ca-rotation"
-
-
-class RotationFileError(IchordError):
-    """rotation.yaml cannot be read for its Kubernetes CA certificate; the message never holds its content."""
-
-
-def is_ca_rotation(op: Obj) -> bool:
-    return (op.get("spec") or {}).get("kind") == KIND
-
-
-def _phase(op: Obj | None) -> str:
-    return str(((op or {}).get("status") or {}).get("phase") or "")
-
-
-def ca_rotation_underway(op: Obj) -> bool:
-    """A ca-rotation with a stage set that has not completed (the same test the rotation's lock uses)."""
-    stage = ((op.get("status") or {}).get("caRotation") or {}).get("stage") or ""
-    return is_ca_rotation(op) and bool(stage) and _phase(op) != Phase.COMPLETED and stage != Stage.DONE.value
-
-
-def kubernetes_ca_certificate(rotation_yaml: bytes) -> bytes | None:
-    """The new Kubernetes CA's certificate from rotation.yaml, None when Kubernetes is not a target.
-
-    Reads the ``crt`` field only: the key is never decoded, kept or passed on.
-    """
-    try:
-        doc = yamlio.load(rotation_yaml)
-    except YAMLError:
-        raise RotationFileError(f"{names.ROTATION_KEY} is not valid YAML") from None
-    if not isinstance(doc, dict):
-        raise RotationFileError(f"{names.ROTATION_KEY} is not a mapping")
-    entry = doc.get(Target.KUBERNETES.rotation_key)
-    if entry is None:
-        return None
-    crt = entry.get("crt") if isinstance(entry, dict) else None
-    if not crt:
-        raise RotationFileError(f"{names.ROTATION_KEY} has a {Target.KUBERNETES.rotation_key} entry without crt")
-    try:
-        return _pem.b64_pem_decode(str(crt), f"{Target.KUBERNETES.rotation_key}.crt")
-    except _pem.PEMError as exc:
-        raise RotationFileError(f"{names.ROTATION_KEY}: {exc}") from None
-
-
-def current_kubernetes_ca_certificate(secrets_yaml: bytes) -> bytes | None:
-    """The bundle's Kubernetes CA certificate (``certs.k8s.crt``); the key is never decoded. None if unreadable."""
-    try:
-        doc = yamlio.load(secrets_yaml)
-        crt = doc["certs"]["k8s"]["crt"]
-        return _pem.b64_pem_decode(str(crt), "certs.k8s.crt")
-    except (YAMLError, KeyError, TypeError, _pem.PEMError):
-        return None
 
 
 @dataclass
@@ -133,11 +77,13 @@ class TrustSync:
 
     def on_operation(self, event: WatchEvent) -> None:
         """TalosOperation informer handler; returns at once."""
-        if event.type == "DELETED" or not is_ca_rotation(event.obj):
+        view = OperationView.of(event.obj)
+        if event.type == "DELETED" or not view.is_ca_rotation:
             return
-        if ca_rotation_underway(event.obj):
+        if view.rotation_under_way:
             self.request()
-        elif _phase(event.obj) == Phase.COMPLETED and _phase(event.old) != Phase.COMPLETED:
+        elif view.phase == Phase.COMPLETED and (event.old is None
+                                                or OperationView.of(event.old).phase != Phase.COMPLETED):
             self.request()  # the rotation completed: try the clear now rather than on the next tick
 
     # ---- the loop ---------------------------------------------------------------------------
@@ -165,7 +111,7 @@ class TrustSync:
                         error=str(exc))
             result.failed = True
             return result
-        underway = [op for op in ops if ca_rotation_underway(op)]
+        underway = [op for op in ops if OperationView.of(op).rotation_under_way]
         result.underway = len(underway)
         if not underway:
             try:
@@ -177,7 +123,7 @@ class TrustSync:
         for op in underway:
             try:
                 cert = await self._new_kubernetes_ca(op)
-            except (KubeError, RotationFileError) as exc:
+            except (KubeError, BundleSourceError) as exc:
                 meta = op.get("metadata") or {}
                 log.warning("trust sync cannot read the rotation's new Kubernetes CA",
                             operation=f"{meta.get('namespace')}/{meta.get('name')}", error=str(exc))
@@ -207,22 +153,18 @@ class TrustSync:
 
     async def _new_kubernetes_ca(self, op: Obj) -> tuple[bytes, bytes | None] | None:
         """(the new Kubernetes CA, the bundle's current one) of the rotation's cluster; None when there is none."""
-        meta = op.get("metadata") or {}
-        ns = str(meta.get("namespace") or "")
-        cluster_name = str(((op.get("spec") or {}).get("clusterRef") or {}).get("name") or "")
-        if not cluster_name:
+        view = OperationView.of(op)
+        if not view.cluster:
             return None
-        cluster = self._cluster_cache(ns, cluster_name) if self._cluster_cache is not None else None
+        cluster = self._cluster_cache(view.namespace, view.cluster) if self._cluster_cache is not None else None
         if cluster is None:
-            cluster = await crds.clusters(self.kube).get(ns, cluster_name)
-        secret_name = str(((cluster.get("spec") or {}).get("secretsRef") or {}).get("name") or "")
+            cluster = await crds.clusters(self.kube).get(view.namespace, view.cluster)
+        secret_name = ClusterView.of(cluster).secret_name
         if not secret_name:
             return None
-        secret = await read_secret(self.kube, self.namespace, secret_name)  # uncached: rotation.yaml decides
-        raw = secret.data.get(names.ROTATION_KEY)
-        if raw is None:
-            return None  # not saved yet (the leader saves it before it sets Accepting) or already dropped
-        new = kubernetes_ca_certificate(raw)
+        read = await read_bundle_secret(self.kube, self.namespace, secret_name)  # uncached: rotation.yaml decides
+        # Not saved yet (the leader saves it before it sets Accepting) or already dropped: None.
+        new = read.rotation_ca_certificate(Target.KUBERNETES)  # the certificate only, never the key
         if new is None:
             return None
-        return new, current_kubernetes_ca_certificate(secret.data.get(names.SECRETS_KEY) or b"")
+        return new, read.ca_certificate(CAKind.KUBERNETES)

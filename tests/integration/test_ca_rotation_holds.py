@@ -14,7 +14,7 @@ from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
 from ichord.kube.errors import NotFound
-from ichord.operations.ca_rotation import machine as machine_module
+from ichord.operations.ca_rotation import stage_table
 from ichord.operations.outcome import Done
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.fingerprint import ca_fingerprint
@@ -102,11 +102,11 @@ async def test_deletion_is_held_and_a_restart_after_the_secret_replace_carries_o
     def crash_at(name: str) -> Callable[[str], None]:
         def fp(point: str) -> None:
             if point == name:
-                monkeypatch.setattr(machine_module, "failpoint", lambda _p: None)
+                monkeypatch.setattr(stage_table, "failpoint", lambda _p: None)
                 raise Crash(point)
         return fp
 
-    monkeypatch.setattr(machine_module, "failpoint", crash_at("ca-rotation.replace.after"))
+    monkeypatch.setattr(stage_table, "failpoint", crash_at("ca-rotation.replace.after"))
     await driver.create()
     await driver.run(until=at("Issuing"))
     await crds.operations(driver.kube).delete(env.namespace, driver.op_name)

@@ -171,8 +171,9 @@ def _with_os_crt(bundle: SecretsBundle, crt_pem: bytes) -> bytes:
     return yamlio.dump(doc).encode()
 
 
-EXPECTED_ERROR = {"missing-secret": "NotFound", "missing-key": "BundleUnreadable", "not-yaml": "BundleError",
-                  "leaf-not-ca": "BundleError", "not-a-certificate": "BundleError", "binary": "BundleError"}
+# The BundleSource's one vocabulary (issue 13): the reason a condition would carry.
+EXPECTED_ERROR = {"missing-secret": "SecretNotFound", "missing-key": "BundleInvalid", "not-yaml": "BundleInvalid",
+                  "leaf-not-ca": "BundleInvalid", "not-a-certificate": "BundleInvalid", "binary": "BundleInvalid"}
 
 
 @pytest.mark.parametrize("case", list(EXPECTED_ERROR))

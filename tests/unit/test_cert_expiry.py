@@ -10,11 +10,11 @@ import pytest
 from ichord.api.conditions import now_rfc3339
 from ichord.api.names import BUNDLE_EXPORTED_ANNOTATION, CERTIFICATES_EXPIRING, CertificatesExpiringReason
 from ichord.metrics import REGISTRY
+from ichord.operations.bundle_source import public_bundle
 from ichord.operations.cert_expiry import (
     backup_stale_lowered,
     expiry_status,
     forget_cluster,
-    public_bundle,
     publish_metrics,
     wants_expiry_pass,
 )

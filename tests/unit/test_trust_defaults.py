@@ -8,14 +8,15 @@ from pathlib import Path
 import pytest
 import structlog
 
-from ichord import trust
 from ichord.daemon import DaemonSettings, build_pool
 from ichord.kube.errors import KubeConfigError
 from ichord.kube.kubeconfig_ca import kubeconfig_ca
 from ichord.kube.reachability import Reachability
 from ichord.leader import LeadershipLost
+from ichord.operations.scope import TrustHooks
 from ichord.pki.ca import CAKind, generate_ca
 from ichord.run_cli import exit_code_for
+from ichord.trust import SharedTrust
 from ichord.trust.pool import TrustPool
 
 
@@ -67,16 +68,11 @@ def test_a_kubeconfig_that_cannot_be_used_names_the_file(tmp_path: Path, content
 
 def test_a_pool_without_a_base_refuses_kubernetes_ca_rotations_and_no_pool_does_not() -> None:
     current = generate_ca(CAKind.KUBERNETES).cert_pem
-    try:
-        trust.install(TrustPool(describe_base="nothing"), None)
-        message = trust.rotation_refusal(current)
-        assert message is not None and "no base CA" in message and "--ca-file" in message
-        trust.install(TrustPool(base_data=current, describe_base="inline"), None)
-        assert trust.rotation_refusal(current) is None
-        trust.uninstall()  # --no-trust-pool: the operator's explicit choice, warned at start-up
-        assert trust.rotation_refusal(current) is None
-    finally:
-        trust.uninstall()
+    message = SharedTrust(TrustPool(describe_base="nothing"), None).hooks().refusal(current)
+    assert message is not None and "no base CA" in message and "--ca-file" in message
+    assert SharedTrust(TrustPool(base_data=current, describe_base="inline"), None).rotation_refusal(current) is None
+    # --no-trust-pool: the operator's explicit choice, warned at start-up; the actors' default hooks refuse nothing.
+    assert TrustHooks().refusal(current) is None
 
 
 def test_reachability_fails_only_past_the_grace_and_any_answer_resets_it() -> None:

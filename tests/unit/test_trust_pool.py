@@ -8,9 +8,10 @@ import pytest
 import structlog
 from cryptography.hazmat.primitives import serialization
 
-from ichord import trust
 from ichord.metrics import REGISTRY
+from ichord.operations.scope import TrustHooks
 from ichord.pki.ca import CAKind, CertificateAuthority, generate_ca, issue_talos_client_certificate
+from ichord.trust import SharedTrust
 from ichord.trust.pool import TrustPool, TrustPoolError
 
 
@@ -188,28 +189,24 @@ def test_rotation_hook_adds_and_publishes_only_when_installed(tmp_path: Path, ca
     path = tmp_path / "kubernetes-ca.crt"
     base = tmp_path / "ca.crt"
     base.write_bytes(cas[2].cert_pem)  # this process's cluster: its current CA is cas[2]
-    trust.uninstall()
-    trust.rotation_trust_hook(cas[0].cert_pem, cas[2].cert_pem)  # nothing installed: a no-op
+    TrustHooks().trust(cas[0].cert_pem, cas[2].cert_pem)  # no pool (the actors' default hooks): a no-op
     pool = TrustPool(base)
-    trust.install(pool, path)
-    try:
-        trust.rotation_trust_hook(cas[0].cert_pem, cas[2].cert_pem)
-        assert pool.extras == [cas[0].cert_pem] and path.read_bytes() == cas[0].cert_pem
-        key = cas[1].key_pem
-        assert key is not None
-        with structlog.testing.capture_logs() as logs:
-            trust.rotation_trust_hook(key, cas[2].cert_pem)  # refused, logged, never raised into the rotation
-        assert pool.extras == [cas[0].cert_pem] and logs and key.decode().splitlines()[1] not in repr(logs)
-        blocked = tmp_path / "file-not-dir"
-        blocked.write_text("x")
-        trust.install(pool, blocked / "kubernetes-ca.crt")  # cannot be written: logged, the pool still trusts
-        with structlog.testing.capture_logs() as logs:
-            trust.rotation_trust_hook(cas[1].cert_pem, cas[2].cert_pem)
-        assert next(e["event"] for e in logs).startswith("cannot publish the trust file")
-        assert pool.extras == [cas[0].cert_pem, cas[1].cert_pem]
-    finally:
-        trust.uninstall()
-    assert trust.installed() is None
+    shared = SharedTrust(pool, path)
+    hook = shared.hooks().trust
+    hook(cas[0].cert_pem, cas[2].cert_pem)
+    assert pool.extras == [cas[0].cert_pem] and path.read_bytes() == cas[0].cert_pem
+    key = cas[1].key_pem
+    assert key is not None
+    with structlog.testing.capture_logs() as logs:
+        hook(key, cas[2].cert_pem)  # refused, logged, never raised into the rotation
+    assert pool.extras == [cas[0].cert_pem] and logs and key.decode().splitlines()[1] not in repr(logs)
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("x")
+    shared.trust_file = blocked / "kubernetes-ca.crt"  # cannot be written: logged, the pool still trusts
+    with structlog.testing.capture_logs() as logs:
+        hook(cas[1].cert_pem, cas[2].cert_pem)
+    assert next(e["event"] for e in logs).startswith("cannot publish the trust file")
+    assert pool.extras == [cas[0].cert_pem, cas[1].cert_pem]
 
 
 def test_rotation_hook_ignores_another_clusters_ca(tmp_path: Path, cas: list[CertificateAuthority]) -> None:
@@ -218,15 +215,12 @@ def test_rotation_hook_ignores_another_clusters_ca(tmp_path: Path, cas: list[Cer
     base = tmp_path / "ca.crt"
     base.write_bytes(cas[2].cert_pem)
     pool = TrustPool(base)
-    trust.install(pool, tmp_path / "kubernetes-ca.crt")
-    try:
-        trust.rotation_trust_hook(cas[0].cert_pem, cas[1].cert_pem)  # new cas[0], current cas[1]: not ours
-        assert pool.extras == [] and not (tmp_path / "kubernetes-ca.crt").exists()
-        trust.rotation_trust_hook(cas[0].cert_pem, cas[2].cert_pem)  # ours
-        assert pool.extras == [cas[0].cert_pem]
-        base.write_bytes(cas[0].cert_pem)  # the projected ca.crt already holds the new CA: still ours
-        trust.rotation_trust_hook(cas[1].cert_pem, cas[0].cert_pem)
-        assert pool.extras == [cas[0].cert_pem, cas[1].cert_pem]
-    finally:
-        trust.uninstall()
+    hook = SharedTrust(pool, tmp_path / "kubernetes-ca.crt").rotation_trust_hook
+    hook(cas[0].cert_pem, cas[1].cert_pem)  # new cas[0], current cas[1]: not ours
+    assert pool.extras == [] and not (tmp_path / "kubernetes-ca.crt").exists()
+    hook(cas[0].cert_pem, cas[2].cert_pem)  # ours
+    assert pool.extras == [cas[0].cert_pem]
+    base.write_bytes(cas[0].cert_pem)  # the projected ca.crt already holds the new CA: still ours
+    hook(cas[1].cert_pem, cas[0].cert_pem)
+    assert pool.extras == [cas[0].cert_pem, cas[1].cert_pem]
     assert not TrustPool().trusts_any([cas[0].cert_pem])  # no base (a kubeconfig run): nothing is ours

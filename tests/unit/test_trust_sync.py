@@ -8,16 +8,12 @@ from typing import Any
 import anyio
 import pytest
 
-from ichord.pki.ca import CAKind, generate_ca
-from ichord.pki.rotation import Rotation, Target, generate_rotation
+from ichord.api.views import OperationView
 from ichord.settings import Timing
 from ichord.trust.pool import TrustPool
 from ichord.trust.sync import (
     PassResult,
-    RotationFileError,
     TrustSync,
-    ca_rotation_underway,
-    kubernetes_ca_certificate,
 )
 from ichord.watchers.informer import WatchEvent
 
@@ -51,6 +47,10 @@ class Recorder(TrustSync):
         finally:
             self.running -= 1
         return PassResult()
+
+
+def ca_rotation_underway(o: dict[str, Any]) -> bool:
+    return OperationView.of(o).rotation_under_way
 
 
 def test_under_way_means_a_stage_set_and_not_completed() -> None:
@@ -110,17 +110,3 @@ async def test_a_request_before_the_loop_starts_is_not_lost_and_the_tick_runs_pa
                 await anyio.sleep(0.005)
         tg.cancel_scope.cancel()
     assert sync.most == 1
-
-
-def test_rotation_yaml_gives_the_kubernetes_certificate_never_the_key() -> None:
-    rotation = generate_rotation((Target.TALOS, Target.KUBERNETES))
-    new = rotation.new[Target.KUBERNETES]
-    cert = kubernetes_ca_certificate(rotation.to_yaml().encode())
-    assert cert == new.cert_pem
-    assert new.key_pem is not None and b"PRIVATE KEY" not in (cert or b"")
-    talos_only = Rotation({Target.TALOS: generate_ca(CAKind.OS)})
-    assert kubernetes_ca_certificate(talos_only.to_yaml().encode()) is None
-    for bad, why in ((b"{a", "not valid YAML"), (b"- a list", "not a mapping"),
-                     (b"kubernetes: {key: abc}", "without crt"), (b"kubernetes: {crt: '!!!'}", "base64")):
-        with pytest.raises(RotationFileError, match=why):
-            kubernetes_ca_certificate(bad)

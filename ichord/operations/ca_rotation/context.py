@@ -7,20 +7,22 @@ the bundle Secret uncached (ADR 0063: a controller killed anywhere resumes from 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ichord.api import names
+from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
+from ichord.kube.errors import KubeError
 from ichord.kube.events import EventRecorder
-from ichord.kube.reads import SecretData, read_secret
-from ichord.machines.view import MachineSpecError, MachineView
+from ichord.kube.reads import SecretData
+from ichord.operations.bundle_source import BundleSourceError, read_bundle_secret
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.rotation import Rotation
 from ichord.pki.scrub import SCRUBBER
+from ichord.render.errors import RenderError
 from ichord.render.inputs import ClusterInputs
 from ichord.settings import Timing
 from ichord.talos.client import TalosClient
@@ -56,6 +58,10 @@ class RotationContext:
     #: Asked with the current Kubernetes CA before a rotation of it starts: why ichord cannot safely rotate it
     #: (its own client would be locked out at Issuing), or None. The trust pool fills it.
     trust_refusal: Callable[[bytes], str | None] = lambda _current_ca_pem: None
+    #: Told of every write of the operation (the step's scope keeps its copy current for the phases after it).
+    observe: Callable[[Obj], None] = lambda _obj: None
+    #: The cluster's operations as the step's scope listed them (None: list them, e.g. a test driving one step).
+    operations: list[OperationView] | None = None
 
 
 class InputsError(Exception):
@@ -107,94 +113,36 @@ class Inputs:
 
 
 async def load_inputs(ctx: RotationContext, op: Obj) -> Inputs:
-    """Read the cluster, its approved machines and the bundle Secret uncached; parse the bundle and rotation.yaml."""
-    meta = op.get("metadata") or {}
-    ns = str(meta.get("namespace") or "")
-    cluster_name = str(((op.get("spec") or {}).get("clusterRef") or {}).get("name") or "")
+    """Read the cluster, its approved machines and the bundle Secret uncached; parse the bundle and rotation.yaml.
+
+    Uncached on purpose (ADR 0063): a rotation step decides irreversible calls on what it reads here.
+    """
+    view = OperationView.of(op)
+    ns, cluster_name = view.namespace, view.cluster or ""
     try:
         cluster = await crds.clusters(ctx.kube).get(ns, cluster_name)
-    except Exception as exc:  # NotFound and transport errors alike block the step
+    except KubeError as exc:  # NotFound and transport errors alike block the step
         raise InputsError("ClusterUnavailable",
                           f"cannot read TalosCluster {ns}/{cluster_name}: {SCRUBBER.exception(exc)}") from None
-    spec = cluster.get("spec") or {}
+    cluster_view = ClusterView.of(cluster)
     try:
-        cluster_inputs = ClusterInputs.from_spec(str(spec.get("clusterName") or cluster_name), spec)
-    except Exception as exc:
+        cluster_inputs = ClusterInputs.from_spec(cluster_view.cluster_name, cluster_view.spec)
+    except RenderError as exc:
         raise InputsError(names.CARotationReason.INVALID_SPEC,
                           f"the TalosCluster spec is invalid: {SCRUBBER.exception(exc)}") from None
     objs, _ = await crds.machines(ctx.kube).list_objects(ns)
     machines = []
     for obj in objs:
-        if ((obj.get("spec") or {}).get("clusterRef") or {}).get("name") != cluster_name:
-            continue
         try:
-            view = MachineView.of(obj)
+            machine = MachineView.of(obj)
         except MachineSpecError:
             continue
-        if view.approved:
-            machines.append(view)
+        if machine.cluster == cluster_name and machine.approved:
+            machines.append(machine)
     machines.sort(key=lambda m: (not m.is_control_plane, m.name))
-    secret_name = str((spec.get("secretsRef") or {}).get("name") or "")
     try:
-        secret = await read_secret(ctx.kube, ctx.namespace, secret_name)
-    except Exception as exc:
-        raise InputsError("BundleUnavailable", f"cannot read the bundle Secret {ctx.namespace}/{secret_name}: "
-                                               f"{SCRUBBER.exception(exc)}") from None
-    raw = secret.data.get(names.SECRETS_KEY)
-    if raw is None:
-        raise InputsError("BundleUnavailable", f"Secret {ctx.namespace}/{secret_name} has no key {names.SECRETS_KEY}")
-    try:
-        bundle = _parse_bundle(raw, f"Secret {ctx.namespace}/{secret_name} key {names.SECRETS_KEY}")
-    except Exception as exc:
-        raise InputsError("BundleInvalid", SCRUBBER.exception(exc)) from None
-    rotation = None
-    raw_rotation = secret.data.get(names.ROTATION_KEY)
-    if raw_rotation is not None:
-        try:
-            rotation = _parse_rotation(raw_rotation)
-        except Exception as exc:
-            raise InputsError("RotationInvalid", f"{names.ROTATION_KEY} in Secret {ctx.namespace}/{secret_name}: "
-                                                 f"{SCRUBBER.exception(exc)}") from None
-    return Inputs(op, cluster, cluster_inputs, machines, secret, bundle, rotation)
-
-
-def register_rotation(rotation: Rotation) -> None:
-    """Every new CA key goes to the scrubber before it can reach any message."""
-    SCRUBBER.register_all(ca.key_pem for ca in rotation.new.values() if ca.key_pem)
-
-
-# Parsing checks every RSA/ECDSA key (~0.3 s of CPU per bundle) and registering a secret derives all its
-# encodings: both are memoised by the bytes' digest. Same bytes, same result: nothing decided is kept.
-_MEMO_SIZE = 8
-_bundles: dict[str, SecretsBundle] = {}
-_rotations: dict[str, Rotation] = {}
-
-
-def _digest(raw: bytes) -> str:
-    return hashlib.sha256(raw).hexdigest()
-
-
-def _parse_bundle(raw: bytes, source: str) -> SecretsBundle:
-    key = _digest(raw)
-    bundle = _bundles.get(key)
-    if bundle is None:
-        bundle = SecretsBundle.from_yaml(raw, source)
-        SCRUBBER.register_all(bundle.secret_values())
-        _remember(_bundles, key, bundle)
-    return bundle
-
-
-def _parse_rotation(raw: bytes) -> Rotation:
-    key = _digest(raw)
-    rotation = _rotations.get(key)
-    if rotation is None:
-        rotation = Rotation.from_yaml(raw)
-        register_rotation(rotation)
-        _remember(_rotations, key, rotation)
-    return rotation
-
-
-def _remember(memo: dict[str, Any], key: str, value: Any) -> None:
-    if len(memo) >= _MEMO_SIZE:
-        memo.pop(next(iter(memo)))
-    memo[key] = value
+        read = await read_bundle_secret(ctx.kube, ctx.namespace, cluster_view.secret_name)
+        bundle, rotation = read.full(), read.rotation()
+    except BundleSourceError as exc:
+        raise InputsError(exc.reason, exc.message) from None
+    return Inputs(op, cluster, cluster_inputs, machines, read.secret, bundle, rotation)

@@ -1,14 +1,17 @@
-"""Finalizing, after the one Secret update (ADR 0063 step 4 and its amendments).
+"""Finalizing, after the one Secret update (ADR 0063 step 4 and its amendments), as explicit steps
+(``status.caRotation.step``, with ``stepSince``), each a row of ``STEPS``:
 
-    replaced bundle verified on every machine (plain dial, configuration equal to its render)
-    -> Nodes read live, Ready continuously for caKubeletSettleDelay (AwaitingNodes / SettlingNodes)
-    -> clients restarted one at a time, bounded by caClientRestartTimeout (RestartingClients)
+    verify-replaced   the replaced bundle on every machine (plain dial, configuration equal to its render)
+    settle-nodes      Nodes read live, Ready continuously for caKubeletSettleDelay (AwaitingNodes / SettlingNodes)
+    restart-clients   clients restarted one at a time, bounded by caClientRestartTimeout (RestartingClients)
     -> Done: Completed (Rotated or RotatedClientsNotBack), CAClientsNotRestarted, lock and finalizer let go
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from ichord.api.carotation import Stage
 from ichord.api.conditions import now_rfc3339
@@ -21,6 +24,9 @@ from ichord.operations.ca_rotation.lifecycle import ca_reason, let_go, lock
 from ichord.operations.ca_rotation.managed import admin_client, not_ready_nodes
 from ichord.operations.ca_rotation.plan import replaced_by
 from ichord.operations.ca_rotation.status import (
+    FINALIZING_RESTART,
+    FINALIZING_SETTLE,
+    FINALIZING_VERIFY,
     blocked,
     condition,
     event,
@@ -30,6 +36,7 @@ from ichord.operations.ca_rotation.status import (
     since_transition,
     write,
 )
+from ichord.operations.ca_rotation.status import step as status_step
 from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.config import ConfigParseError, MachineConfig
@@ -39,9 +46,17 @@ from ichord.render.inputs import MachineInputs
 from ichord.talos.dial import DialBundle
 from ichord.talos.errors import TalosError
 
-#: Finalizing's waits, entered only after the replaced bundle was verified on every machine.
-FINALIZING_WAITS = (CARotationReason.AWAITING_NODES, CARotationReason.SETTLING_NODES,
-                    CARotationReason.RESTARTING_CLIENTS)
+#: An operation a previous version left in Finalizing has no step: its condition's reason said which it was.
+_STEP_OF_REASON = {CARotationReason.AWAITING_NODES: FINALIZING_SETTLE,
+                   CARotationReason.SETTLING_NODES: FINALIZING_SETTLE,
+                   CARotationReason.RESTARTING_CLIENTS: FINALIZING_RESTART}
+
+
+def current_step(inputs: Inputs) -> str:
+    named = str(inputs.ca_status.get("step") or "")
+    if named in STEPS:
+        return named
+    return _STEP_OF_REASON.get(ca_reason(inputs) or "", FINALIZING_VERIFY)
 
 
 async def step(ctx: RotationContext, inputs: Inputs) -> Outcome:
@@ -52,21 +67,44 @@ async def step(ctx: RotationContext, inputs: Inputs) -> Outcome:
     refusal = await lock(ctx, inputs)
     if refusal is not None:
         return refusal
-    reason = ca_reason(inputs)
-    if reason not in FINALIZING_WAITS:
-        # Verified once, on entry (and again after any Blocked): the waits that follow only read Nodes/workloads.
-        problem = await verify_replaced(ctx, inputs)
-        if problem is not None:
-            return await blocked(ctx, inputs, problem)
-    now = ctx.now()
+    return await STEPS[current_step(inputs)](ctx, inputs)
+
+
+async def _verify(ctx: RotationContext, inputs: Inputs) -> Outcome:
+    """Verified once, on entry: the steps that follow only read Nodes and workloads."""
+    problem = await verify_replaced(ctx, inputs)
+    if problem is not None:
+        return await blocked(ctx, inputs, problem)
+    await write(ctx, inputs, status_step(FINALIZING_SETTLE, ctx.now()))
+    return await _settle(ctx, inputs)
+
+
+async def _settle(ctx: RotationContext, inputs: Inputs) -> Outcome:
+    async with _managed(ctx, inputs) as kc:
+        return await settle_nodes(ctx, inputs, kc, ca_reason(inputs), ctx.now())
+
+
+async def _restart(ctx: RotationContext, inputs: Inputs) -> Outcome:
+    async with _managed(ctx, inputs) as kc:
+        return await restart_clients(ctx, inputs, kc, ctx.now())
+
+
+@contextlib.asynccontextmanager
+async def _managed(ctx: RotationContext, inputs: Inputs) -> AsyncIterator[KubeClient]:
+    """The managed cluster's API through a Talos-issued admin kubeconfig, from the replaced bundle."""
     talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
     try:
         async with admin_client(talos, inputs.control_planes, [inputs.bundle.k8s.cert_pem]) as kc:
-            if reason != CARotationReason.RESTARTING_CLIENTS:
-                return await settle_nodes(ctx, inputs, kc, reason, now)
-            return await restart_clients(ctx, inputs, kc, now)
+            yield kc
     finally:
         talos.close()
+
+
+STEPS: dict[str, Callable[[RotationContext, Inputs], Awaitable[Outcome]]] = {
+    FINALIZING_VERIFY: _verify,
+    FINALIZING_SETTLE: _settle,
+    FINALIZING_RESTART: _restart,
+}
 
 
 async def settle_nodes(ctx: RotationContext, inputs: Inputs, kc: KubeClient, reason: str | None,
@@ -87,7 +125,8 @@ async def settle_nodes(ctx: RotationContext, inputs: Inputs, kc: KubeClient, rea
     if elapsed < delay:
         return Requeue(min(poll, delay - elapsed), "settling nodes")
     message = "every Node stayed Ready; restarting the clients that keep the old CA, one at a time"
-    await write(ctx, inputs, *in_progress(ctx, CARotationReason.RESTARTING_CLIENTS, message, timed=True))
+    await write(ctx, inputs, status_step(FINALIZING_RESTART, now),
+                *in_progress(ctx, CARotationReason.RESTARTING_CLIENTS, message, timed=True))
     return Requeue(0.0, "restarting clients")
 
 

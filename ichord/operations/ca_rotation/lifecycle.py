@@ -1,40 +1,29 @@
-"""The ca-rotation's lifecycle around the stages: the lock, the finalizer, stage transitions, failing and
-letting go. Each helper writes status through ``status.write`` (scrubbed) and is idempotent."""
+"""The ca-rotation around its stages: trust hand-off, stage transitions, and the backbone's lock, finalizer,
+fail and let-go bound to the CARotation kind. Each helper writes status through ``status.write`` (scrubbed)
+and is idempotent."""
 
 from __future__ import annotations
 
-import contextlib
-
 from ichord.api import names
 from ichord.api.carotation import Stage
-from ichord.api.conditions import Condition, find, set_condition, set_operation_phase
-from ichord.api.names import CARotationReason, Phase
+from ichord.api.names import CARotationReason
+from ichord.api.views import OperationView
 from ichord.kube import crds
-from ichord.kube.errors import Conflict, KubeError, NotFound
-from ichord.kube.events import ObjectRef
-from ichord.kube.status import update_status
+from ichord.operations import backbone
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.plan import certificates_status, verify_dial
 from ichord.operations.ca_rotation.status import (
     APPLY_STEP,
+    CA_ROTATION,
     Mutation,
-    blocked,
     in_progress,
     log_transition,
     step,
     write,
 )
-from ichord.operations.lock import acquire_disruptive_lock, release_lock
-from ichord.operations.outcome import Blocked, Failed, Outcome
+from ichord.operations.outcome import Blocked, Failed
 from ichord.pki.rotation import Rotation, Target
-from ichord.pki.scrub import SCRUBBER
 from ichord.talos.dial import DialBundle
-
-KIND = "ca-rotation"
-
-
-def is_ca_rotation(op: Obj) -> bool:
-    return (op.get("spec") or {}).get("kind") == KIND
 
 
 def hand_trust(ctx: RotationContext, rotation: Rotation, current_k8s_pem: bytes) -> None:
@@ -50,10 +39,8 @@ def issuing_dial(inputs: Inputs, rotation: Rotation) -> DialBundle:
 
 
 def ca_reason(inputs: Inputs) -> str | None:
-    for c in inputs.status.get("conditions") or []:
-        if c.get("type") == names.CA_ROTATION:
-            return str(c.get("reason"))
-    return None
+    cond = OperationView.of(inputs.op).condition(names.CA_ROTATION)
+    return str(cond.get("reason")) if cond else None
 
 
 def stage_mutations(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> list[Mutation]:
@@ -71,108 +58,54 @@ def stage_mutations(ctx: RotationContext, inputs: Inputs, rotation: Rotation, st
 
 
 async def enter(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage,
-                 extra: list[Mutation] | None = None) -> None:
+                extra: list[Mutation] | None = None) -> None:
     message = f"stage {stage.value}"
     await write(ctx, inputs, *stage_mutations(ctx, inputs, rotation, stage), *(extra or []),
                 *in_progress(ctx, CARotationReason.IN_PROGRESS, message))
     log_transition(inputs, "ca-rotation stage", to=stage.value)
 
 
-async def enter_finalizing(ctx: RotationContext, inputs: Inputs) -> None:
+async def enter_finalizing(ctx: RotationContext, inputs: Inputs, first_step: str) -> None:
     def m(s: Obj) -> None:
         ca = s.setdefault("caRotation", {})
         ca["stage"] = Stage.FINALIZING.value
+        ca.pop("step", None)
         s["machines"] = []
 
-    await write(ctx, inputs, m, *in_progress(ctx, CARotationReason.IN_PROGRESS,
-                                             "stage Finalizing: the bundle Secret holds the new CAs"))
+    await write(ctx, inputs, m, step(first_step, ctx.now()),
+                *in_progress(ctx, CARotationReason.IN_PROGRESS,
+                             "stage Finalizing: the bundle Secret holds the new CAs"))
     log_transition(inputs, "ca-rotation stage", to=Stage.FINALIZING.value)
 
 
-async def lock(ctx: RotationContext, inputs: Inputs) -> Outcome | None:
+async def lock(ctx: RotationContext, inputs: Inputs) -> Blocked | None:
     """Take or renew the cluster lock; the refusal as a Blocked outcome (status written) otherwise."""
-    other = await other_rotation(ctx, inputs)
-    decision = await acquire_disruptive_lock(
-        ctx.kube, ctx.namespace, inputs.cluster_name, inputs.uid,
-        approved_control_planes=len(inputs.control_planes), rotating_operation_uid=other,
-        duration=ctx.timing.cluster_lock_duration, now=ctx.now)
-    if decision.acquired:
-        return None
-    return await blocked(ctx, inputs, decision.message, reason=decision.reason)
+    return await backbone.lock(ctx, CA_ROTATION, inputs, approved_control_planes=len(inputs.control_planes),
+                               other_under_way=await other_rotation(ctx, inputs))
 
 
 async def other_rotation(ctx: RotationContext, inputs: Inputs) -> str | None:
-    ops, _ = await crds.operations(ctx.kube).list_objects(inputs.op_namespace)
-    for op in ops:
-        uid = str((op.get("metadata") or {}).get("uid"))
-        ref = ((op.get("spec") or {}).get("clusterRef") or {}).get("name")
-        st = op.get("status") or {}
-        if (uid != inputs.uid and ref == inputs.cluster_name and is_ca_rotation(op)
-                and (st.get("caRotation") or {}).get("stage") and st.get("phase") != Phase.COMPLETED
-                and (st.get("caRotation") or {}).get("stage") != Stage.DONE.value):
-            return uid
-    return None
+    """Another ca-rotation of the cluster under way (from the step's scope; listed when there is none)."""
+    operations = ctx.operations
+    if operations is None:
+        objs, _ = await crds.operations(ctx.kube).list_objects(inputs.op_namespace)
+        operations = [OperationView.of(o) for o in objs]
+    ours = [op for op in operations if op.of_cluster(inputs.op_namespace, inputs.cluster_name)]
+    return backbone.other_under_way(ours, inputs.uid)
 
 
 async def ensure_finalizer(ctx: RotationContext, inputs: Inputs) -> None:
-    meta = inputs.op["metadata"]
-    finalizers = list(meta.get("finalizers") or [])
-    if names.CA_ROTATION_FINALIZER in finalizers:
-        return
-    inputs.op = await crds.operations(ctx.kube).patch(inputs.op_namespace, inputs.name, {"metadata": {
-        "resourceVersion": meta["resourceVersion"], "finalizers": [*finalizers, names.CA_ROTATION_FINALIZER]}})
+    await backbone.ensure_finalizer(ctx, CA_ROTATION, inputs)
 
 
 async def let_go(ctx: RotationContext, op: Obj) -> None:
     """Release the lock (only if this operation holds it) and remove the finalizer; idempotent."""
-    meta = op.get("metadata") or {}
-    ns, name, uid = str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid"))
-    cluster = str(((op.get("spec") or {}).get("clusterRef") or {}).get("name") or "")
-    if cluster:
-        await release_lock(ctx.kube, ctx.namespace, cluster, uid)
-    finalizers = list(meta.get("finalizers") or [])
-    if names.CA_ROTATION_FINALIZER not in finalizers:
-        return
-    rest = [f for f in finalizers if f != names.CA_ROTATION_FINALIZER]
-    try:
-        await crds.operations(ctx.kube).patch(ns, name, {"metadata": {
-            "resourceVersion": meta.get("resourceVersion"), "finalizers": rest or None}})
-    except (NotFound, Conflict):
-        return  # gone already, or changed: the next step sees the fresh object
+    await backbone.let_go(ctx, CA_ROTATION, op)
 
 
-async def fail(ctx: RotationContext, op: Obj, reason: str, message: str) -> Outcome:
-    message = SCRUBBER.text(message)
-    meta = op["metadata"]
-    now = ctx.now()
-
-    def mutate(status: Obj, obj: Obj) -> Obj:
-        generation = int((obj.get("metadata") or {}).get("generation") or 0)
-        set_operation_phase(status, Phase.FAILED, message, now=now, observed_generation=generation)
-        status["conditions"] = set_condition(status.get("conditions"),
-                                             Condition(names.CA_ROTATION, "False", reason, message), now=now)
-        return status
-
-    await update_status(crds.operations(ctx.kube), meta["namespace"], meta["name"], mutate)
-    return Failed(reason, message)
+async def fail(ctx: RotationContext, op: Obj, reason: str, message: str) -> Failed:
+    return await backbone.fail(ctx, CA_ROTATION, op, reason, message)
 
 
-async def blocked_without_inputs(ctx: RotationContext, op: Obj, message: str) -> Outcome:
-    message = SCRUBBER.text(message)
-    meta = op["metadata"]
-    now = ctx.now()
-
-    def mutate(status: Obj, obj: Obj) -> Obj:
-        generation = int((obj.get("metadata") or {}).get("generation") or 0)
-        set_operation_phase(status, Phase.PAUSED, message, now=now, observed_generation=generation)
-        status["conditions"] = set_condition(
-            status.get("conditions"), Condition(names.CA_ROTATION, "False", CARotationReason.BLOCKED, message),
-            now=now)
-        return status
-
-    before = find((op.get("status") or {}).get("conditions"), names.CA_ROTATION)
-    with contextlib.suppress(KubeError):
-        await update_status(crds.operations(ctx.kube), meta["namespace"], meta["name"], mutate)
-        if before is None or (before.get("reason"), before.get("message")) != (CARotationReason.BLOCKED, message):
-            ctx.recorder.record(ObjectRef.of(op), "Warning", names.EventReason.OPERATION_BLOCKED, message)
-    return Blocked(CARotationReason.BLOCKED, message, ctx.timing.retry)
+async def blocked_without_inputs(ctx: RotationContext, op: Obj, message: str) -> Blocked:
+    return await backbone.blocked_before_read(ctx, CA_ROTATION, op, message)

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ichord.api.names import ROOT_CA_CONFIGMAP
+from ichord.api.views import MachineView
 from ichord.errors import IchordError
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import KubeError, NotFound
 from ichord.kube.reads import list_nodes, node_ready
-from ichord.machines.view import MachineView
 from ichord.pki import pem as _pem
 from ichord.pki.scrub import SCRUBBER
 from ichord.talos.client import TalosClient

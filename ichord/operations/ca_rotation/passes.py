@@ -17,8 +17,8 @@ import structlog
 
 from ichord.api.carotation import Stage
 from ichord.api.names import CARotationReason
+from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
-from ichord.machines.view import MachineView
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
 from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, not_ready_nodes
 from ichord.operations.ca_rotation.plan import apply_dial, verify_dial

@@ -7,7 +7,7 @@ the old CA is dropped could never be reached again.
 
 from __future__ import annotations
 
-from ichord.machines.view import MachineView
+from ichord.api.views import MachineView
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
 from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, not_ready_nodes
 from ichord.pki.scrub import SCRUBBER

@@ -1,8 +1,9 @@
-"""The ca-rotation state machine: ``advance(ctx, op)`` runs one step and says when to run the next.
+"""The ca-rotation's stage table: ``advance(ctx, op)`` runs one step and says when to run the next.
 
 Every step reads everything it decides on (operation, cluster, machines, bundle Secret, nodes) and
 writes status in the step that decided it; nothing lives in memory between steps (ADR 0063). The
-stage only moves forward, and only after the stage under way is verified.
+stage only moves forward, and only after the stage under way is verified. The lifecycle around the
+stages (plan only, pause/resume, lock, finalizer, blocked, fail) is the backbone's (operations/backbone).
 
     stage ""             plan, finalizer, lock, preflight, rotation.yaml saved      -> Accepting
     Accepting            pass (apply, later verify)                                 -> AwaitingCredentials
@@ -10,30 +11,34 @@ stage only moves forward, and only after the stage under way is verified.
     Issuing              pass, kube-root-ca.crt everywhere, caClientSettleDelay     -> Dropping
     Dropping             pass, then the one Secret update                           -> Finalizing
     Finalizing           replaced bundle verified, Nodes settled, clients restarted -> Done (Completed)
+
+``STAGES`` maps each stage to its step function; a pass stage's steps are ``apply`` then ``verify``
+(status.caRotation.step), Finalizing's are in ``finalizing.STEPS``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 import structlog
 
 from ichord.api import names
 from ichord.api.carotation import Stage
-from ichord.api.conditions import find
 from ichord.api.names import CARotationReason, EventReason, Phase
+from ichord.api.views import OperationView
 from ichord.failpoints import failpoint
 from ichord.kube.errors import KubeError
+from ichord.operations import backbone
 from ichord.operations.ca_rotation import cluster_conditions, finalizing, handoff
 from ichord.operations.ca_rotation.bundle_secret import BundleSecretError, replace_bundle, save_rotation
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.lifecycle import (
     blocked_without_inputs,
-    ca_reason,
     ensure_finalizer,
     enter,
     enter_finalizing,
     fail,
     hand_trust,
-    is_ca_rotation,
     issuing_dial,
     let_go,
     lock,
@@ -42,7 +47,6 @@ from ichord.operations.ca_rotation.lifecycle import (
 from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, root_ca_lagging
 from ichord.operations.ca_rotation.passes import apply_pass, kubernetes_cas, verify_pass
 from ichord.operations.ca_rotation.plan import (
-    PASS_STAGES,
     PlannedMachine,
     TargetSpecError,
     UnsupportedTargetError,
@@ -53,20 +57,20 @@ from ichord.operations.ca_rotation.plan import (
 )
 from ichord.operations.ca_rotation.preflight import preflight
 from ichord.operations.ca_rotation.status import (
+    CA_ROTATION,
+    FINALIZING_VERIFY,
     VERIFY_STEP,
     blocked,
-    condition,
     event,
     in_progress,
     log_transition,
-    phase,
     since_transition,
     started,
     step,
     wait_within_bound,
     write,
 )
-from ichord.operations.outcome import Blocked, Done, Outcome, Requeue
+from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.pki.rotation import Rotation, Target
 from ichord.pki.scrub import SCRUBBER
 
@@ -80,7 +84,7 @@ def _stage_of(op: Obj) -> Stage | None:
 
 async def advance(ctx: RotationContext, op: Obj) -> Outcome:
     """One step of the ca-rotation ``op`` (a TalosOperation as read)."""
-    if not is_ca_rotation(op):
+    if not OperationView.of(op).is_ca_rotation:
         return Done()
     try:
         return await _advance(ctx, op)
@@ -114,18 +118,8 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
         return await _start(ctx, inputs)
     if stage is not Stage.DONE and (op.get("spec") or {}).get("paused"):
         return await _held_by_spec(ctx, inputs, stage)
-    if ca_reason(inputs) == CARotationReason.PAUSED:
-        message = f"resumed in {stage.value}: spec.paused is false"
-        await write(ctx, inputs, *in_progress(ctx, CARotationReason.IN_PROGRESS, message))
-        event(ctx, inputs, "Normal", EventReason.OPERATION_RESUMED, message)
-        log_transition(inputs, "ca-rotation resumed")
-    if stage in PASS_STAGES:
-        return await _pass(ctx, inputs, stage)
-    if stage is Stage.AWAITING_CREDENTIALS:
-        return await _await_credentials(ctx, inputs)
-    if stage is Stage.FINALIZING:
-        return await finalizing.step(ctx, inputs)
-    return await finalizing.complete(ctx, inputs, [])  # Done written, Completed not yet
+    await backbone.resume_if_paused(ctx, CA_ROTATION, inputs, stage.value)
+    return await STAGES[stage](ctx, inputs, stage)
 
 
 # ---- start --------------------------------------------------------------------------------
@@ -140,9 +134,7 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
         await let_go(ctx, inputs.op)  # deleted before anything was written: nothing to hold
         return Done()
     if spec.get("paused"):
-        message = "plan only: spec.paused is true; set it to false to start the rotation"
-        await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), phase(Phase.PENDING, message),
-                    condition(ctx, "False", CARotationReason.PLANNED, message))
+        await backbone.plan_only(ctx, CA_ROTATION, inputs, plan)
         return Done()
     if inputs.status.get("plan") != plan:
         await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), started(ctx))
@@ -182,15 +174,7 @@ async def _held_by_spec(ctx: RotationContext, inputs: Inputs, stage: Stage) -> O
     refusal = await lock(ctx, inputs)
     if refusal is not None:
         return refusal
-    message = (f"paused in {stage.value} by spec.paused: nothing is applied until it is set to false; "
-               f"the cluster lock stays held")
-    before = find(inputs.status.get("conditions"), names.CA_ROTATION)
-    if before is None or before.get("reason") != CARotationReason.PAUSED:
-        await write(ctx, inputs, phase(Phase.PAUSED, message),
-                    condition(ctx, "False", CARotationReason.PAUSED, message))
-        event(ctx, inputs, "Normal", EventReason.OPERATION_PAUSED, message)
-        log_transition(inputs, "ca-rotation paused by spec")
-    return Blocked(CARotationReason.PAUSED, message, ctx.timing.retry)
+    return await backbone.hold_paused(ctx, CA_ROTATION, inputs, stage.value)
 
 
 # ---- passes -------------------------------------------------------------------------------
@@ -203,7 +187,7 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
         if stage is Stage.DROPPING and replaced_by(inputs.bundle, certs):
             # The Secret was replaced but the process died before status learned it (ADR 0063 step 4).
             await cluster_conditions.raise_backup_stale(ctx, inputs)
-            await enter_finalizing(ctx, inputs)
+            await enter_finalizing(ctx, inputs, FINALIZING_VERIFY)
             return Requeue(0.0, "stage Finalizing")
         return await blocked(ctx, inputs, f"the bundle Secret holds no {names.ROTATION_KEY} although the rotation is "
                                           f"in {stage.value}; restore it from a backup of the Secret")
@@ -253,7 +237,7 @@ async def _after_accepting(ctx: RotationContext, inputs: Inputs, rotation: Rotat
     return Requeue(ctx.timing.retry, "awaiting credentials")
 
 
-async def _await_credentials(ctx: RotationContext, inputs: Inputs) -> Outcome:
+async def _await_credentials(ctx: RotationContext, inputs: Inputs, _stage: Stage) -> Outcome:
     rotation = inputs.rotation
     if rotation is None:
         return await blocked(ctx, inputs, f"the bundle Secret holds no {names.ROTATION_KEY} in AwaitingCredentials")
@@ -308,5 +292,24 @@ async def _replace(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> 
                                          inputs.secret.resource_version)
     failpoint("ca-rotation.replace.after")
     await cluster_conditions.raise_backup_stale(ctx, inputs)
-    await enter_finalizing(ctx, inputs)
+    await enter_finalizing(ctx, inputs, FINALIZING_VERIFY)
     return Requeue(0.0, "stage Finalizing")
+
+
+async def _finalizing(ctx: RotationContext, inputs: Inputs, _stage: Stage) -> Outcome:
+    return await finalizing.step(ctx, inputs)
+
+
+async def _done(ctx: RotationContext, inputs: Inputs, _stage: Stage) -> Outcome:
+    return await finalizing.complete(ctx, inputs, [])  # Done written, Completed not yet
+
+
+#: The stage table: what one step does in each stage (the order and the per-target stages are in ``plan``).
+STAGES: dict[Stage, Callable[[RotationContext, Inputs, Stage], Awaitable[Outcome]]] = {
+    Stage.ACCEPTING: _pass,
+    Stage.AWAITING_CREDENTIALS: _await_credentials,
+    Stage.ISSUING: _pass,
+    Stage.DROPPING: _pass,
+    Stage.FINALIZING: _finalizing,
+    Stage.DONE: _done,
+}

@@ -1,0 +1,335 @@
+"""The lifecycle every disruptive operation shares, parameterised by its kind (condition type, finalizer).
+
+    created with spec.paused: true   -> plan only (status.plan, phase Pending, reason Planned); nothing runs
+    started                          -> finalizer, then the cluster lock (acquired, renewed every step)
+    spec.paused: true while running  -> held at the next step boundary (phase Paused, reason Paused, one
+                                        OperationPaused Event), the lock kept; false resumes in the same stage
+    a normal wait                    -> InProgress with the reason of what is awaited (no Warning)
+    a fault, or a bound exceeded     -> Blocked: phase Paused, reason Blocked, one OperationBlocked Warning;
+                                        retried every Timing.retry (each step is idempotent)
+    an invalid spec                  -> Failed (terminal): only a change of the inputs wakes it
+    Completed / Failed               -> the lock released, the finalizer removed
+
+Status is written in one place (``write``): a fresh read on conflict, messages scrubbed, the Succeeded
+condition kept with the phase, observedGeneration recorded, and the step's scope told of the new copy. An
+operation kind declares only its stage table and its stage functions; everything here is shared.
+The abandon/DeletionHeld decision (ADR 0120 Amendment 2) plugs in through ``OperationKind.abandonable``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from ichord.api import names
+from ichord.api.conditions import Condition, find, now_rfc3339, parse_time, set_condition, set_operation_phase
+from ichord.api.names import Phase
+from ichord.api.views import OperationView
+from ichord.kube import crds
+from ichord.kube.client import KubeClient
+from ichord.kube.errors import Conflict, KubeError, NotFound
+from ichord.kube.events import EventRecorder, ObjectRef
+from ichord.kube.status import update_status
+from ichord.metrics import OPERATION_STAGE_DURATION
+from ichord.operations.lock import acquire_disruptive_lock, release_lock
+from ichord.operations.outcome import Blocked, Failed
+from ichord.pki.scrub import SCRUBBER
+from ichord.settings import Timing
+
+log = structlog.get_logger("ichord.operations")
+
+Obj = dict[str, Any]
+Mutation = Callable[[Obj], None]
+
+BLOCKED = "Blocked"
+PAUSED = "Paused"
+PLANNED = "Planned"
+IN_PROGRESS = "InProgress"
+
+
+@dataclass(frozen=True)
+class OperationKind:
+    """What the backbone needs to know of a kind: its name, the condition it reports in, its finalizer."""
+
+    kind: str
+    condition_type: str
+    finalizer: str
+    #: ADR 0120 Amendment 2: may an operation in this state be abandoned when deleted? Kinds fill it in.
+    abandonable: Callable[[OperationView], bool] = lambda _op: False
+
+
+class Context(Protocol):
+    """The shared handles of a step (ca_rotation.RotationContext is one)."""
+
+    kube: KubeClient
+    namespace: str  # the controller namespace: Leases
+    recorder: EventRecorder
+    timing: Timing
+
+    def now(self) -> dt.datetime: ...
+
+    def observe(self, obj: Obj) -> None: ...
+
+
+class Subject(Protocol):
+    """The operation a step works on, kept current by ``write`` (ca_rotation.Inputs is one)."""
+
+    op: Obj
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def op_namespace(self) -> str: ...
+
+    @property
+    def uid(self) -> str: ...
+
+    @property
+    def status(self) -> Obj: ...
+
+    @property
+    def cluster_name(self) -> str: ...
+
+
+# ---- the status writer (the one place) ------------------------------------------------------------
+
+
+async def write(ctx: Context, subject: Subject, *mutations: Mutation) -> Obj:
+    """Apply ``mutations`` to a fresh read of the status (conflicts retried); keeps ``subject.op`` current."""
+
+    def mutate(status: Obj, obj: Obj) -> Obj:
+        before = str((status.get("caRotation") or {}).get("stage") or status.get("stage") or "")
+        for m in mutations:
+            m(status)
+        status["observedGeneration"] = int((obj.get("metadata") or {}).get("generation") or 0)
+        after = str((status.get("caRotation") or {}).get("stage") or status.get("stage") or "")
+        if before != after:
+            _stage_ended(obj, status, before)
+        return status
+
+    obj = await update_status(crds.operations(ctx.kube), subject.op_namespace, subject.name, mutate)
+    subject.op = obj
+    ctx.observe(obj)
+    return obj
+
+
+def _stage_ended(obj: Obj, status: Obj, stage: str) -> None:
+    """A stage ended: observe how long it took (from its entry time, kept in status.stageSince)."""
+    now = dt.datetime.now(dt.UTC)
+    since = status.get("stageSince")
+    if stage and since:
+        with contextlib.suppress(ValueError):
+            kind = str((obj.get("spec") or {}).get("kind") or "")
+            OPERATION_STAGE_DURATION.labels(kind=kind, stage=stage).observe(
+                max(0.0, (now - parse_time(str(since))).total_seconds()))
+    status["stageSince"] = now_rfc3339(now)
+
+
+def phase(value: str, message: str) -> Mutation:
+    def m(status: Obj) -> None:
+        set_operation_phase(status, value, SCRUBBER.text(message))
+
+    return m
+
+
+def set_kind_condition(status: Obj, cond: Condition, now: dt.datetime, *, timed: bool = False) -> None:
+    """Set the kind's condition; ``timed``: a change of reason restarts lastTransitionTime (the wait named by the
+    reason is timed from when the reason was first written, and survives a restart)."""
+    conditions = status.get("conditions") or []
+    old = find(conditions, cond.type)
+    if timed and old is not None and old.get("reason") != cond.reason:
+        conditions = [c for c in conditions if c.get("type") != cond.type]
+    status["conditions"] = set_condition(conditions, cond, now=now)
+
+
+def condition(ctx: Context, kind: OperationKind, status_value: str, reason: str, message: str, *,
+              timed: bool = False) -> Mutation:
+    now = ctx.now()
+
+    def m(status: Obj) -> None:
+        set_kind_condition(status, Condition(kind.condition_type, status_value, reason, SCRUBBER.text(message)), now,
+                           timed=timed)
+
+    return m
+
+
+def in_progress(ctx: Context, kind: OperationKind, reason: str, message: str, *,
+                timed: bool = False) -> list[Mutation]:
+    return [phase(Phase.IN_PROGRESS, message), condition(ctx, kind, "Unknown", reason, message, timed=timed)]
+
+
+def since_transition(kind: OperationKind, op_status: Obj, reason: str, now: dt.datetime) -> float | None:
+    """Seconds since the kind's condition took ``reason`` (None when it does not hold that reason)."""
+    cond = find(op_status.get("conditions"), kind.condition_type)
+    if cond is None or cond.get("reason") != reason or not cond.get("lastTransitionTime"):
+        return None
+    return (now - parse_time(str(cond["lastTransitionTime"]))).total_seconds()
+
+
+def event(ctx: Context, subject: Subject, type_: str, reason: str, message: str) -> None:
+    ctx.recorder.record(ObjectRef.of(subject.op), type_, reason, SCRUBBER.text(message))
+
+
+def log_transition(kind: OperationKind, subject: Subject, what: str, **fields: Any) -> None:
+    log.info(SCRUBBER.text(what), kind=kind.kind, cluster=f"{subject.op_namespace}/{subject.cluster_name}",
+             operation=subject.name, stage=OperationView.of(subject.op).stage,
+             **{k: SCRUBBER.value(v) for k, v in fields.items()})
+
+
+# ---- the shared transitions -------------------------------------------------------------------------
+
+
+async def blocked(ctx: Context, kind: OperationKind, subject: Subject, message: str, *,
+                  reason: str = BLOCKED, machines: list[Obj] | None = None) -> Blocked:
+    """Paused, the kind's condition False/Blocked naming the cause, one Warning per cause; retried."""
+    message = SCRUBBER.text(message)
+    before = find(subject.status.get("conditions"), kind.condition_type)
+    muts: list[Mutation] = [phase(Phase.PAUSED, message), condition(ctx, kind, "False", BLOCKED, message)]
+    if machines is not None:
+        muts.append(lambda s: s.__setitem__("machines", machines))
+    await write(ctx, subject, *muts)
+    if before is None or before.get("message") != message or before.get("reason") != BLOCKED:
+        event(ctx, subject, "Warning", names.EventReason.OPERATION_BLOCKED, message)
+        log_transition(kind, subject, f"{kind.kind} blocked", cause=message)
+    return Blocked(reason, message, ctx.timing.retry)
+
+
+async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, message: str) -> Blocked:
+    """Blocked when the step could not even read its inputs (the cluster, the bundle): same shape, best effort."""
+    message = SCRUBBER.text(message)
+    meta = op["metadata"]
+    now = ctx.now()
+
+    def mutate(status: Obj, obj: Obj) -> Obj:
+        generation = int((obj.get("metadata") or {}).get("generation") or 0)
+        set_operation_phase(status, Phase.PAUSED, message, now=now, observed_generation=generation)
+        status["conditions"] = set_condition(
+            status.get("conditions"), Condition(kind.condition_type, "False", BLOCKED, message), now=now)
+        return status
+
+    before = find((op.get("status") or {}).get("conditions"), kind.condition_type)
+    with contextlib.suppress(KubeError):
+        ctx.observe(await update_status(crds.operations(ctx.kube), meta["namespace"], meta["name"], mutate))
+        if before is None or (before.get("reason"), before.get("message")) != (BLOCKED, message):
+            ctx.recorder.record(ObjectRef.of(op), "Warning", names.EventReason.OPERATION_BLOCKED, message)
+    return Blocked(BLOCKED, message, ctx.timing.retry)
+
+
+async def fail(ctx: Context, kind: OperationKind, op: Obj, reason: str, message: str) -> Failed:
+    """Failed for good (an invalid spec): nothing was started, nothing will run until the spec changes."""
+    message = SCRUBBER.text(message)
+    meta = op["metadata"]
+    now = ctx.now()
+
+    def mutate(status: Obj, obj: Obj) -> Obj:
+        generation = int((obj.get("metadata") or {}).get("generation") or 0)
+        set_operation_phase(status, Phase.FAILED, message, now=now, observed_generation=generation)
+        status["conditions"] = set_condition(status.get("conditions"),
+                                             Condition(kind.condition_type, "False", reason, message), now=now)
+        return status
+
+    ctx.observe(await update_status(crds.operations(ctx.kube), meta["namespace"], meta["name"], mutate))
+    return Failed(reason, message)
+
+
+async def plan_only(ctx: Context, kind: OperationKind, subject: Subject, plan: Obj) -> None:
+    """Created with spec.paused: true: write the plan for review; nothing else runs (api.md)."""
+    message = "plan only: spec.paused is true; set it to false to start"
+    await write(ctx, subject, lambda s: s.__setitem__("plan", plan), phase(Phase.PENDING, message),
+                condition(ctx, kind, "False", PLANNED, message))
+
+
+async def hold_paused(ctx: Context, kind: OperationKind, subject: Subject, stage: str) -> Blocked:
+    """spec.paused set after the start: hold at this step boundary (the lock is the caller's to keep)."""
+    message = (f"paused in {stage} by spec.paused: nothing is applied until it is set to false; the cluster lock "
+               f"stays held")
+    before = find(subject.status.get("conditions"), kind.condition_type)
+    if before is None or before.get("reason") != PAUSED:
+        await write(ctx, subject, phase(Phase.PAUSED, message), condition(ctx, kind, "False", PAUSED, message))
+        event(ctx, subject, "Normal", names.EventReason.OPERATION_PAUSED, message)
+        log_transition(kind, subject, f"{kind.kind} paused by spec")
+    return Blocked(PAUSED, message, ctx.timing.retry)
+
+
+async def resume_if_paused(ctx: Context, kind: OperationKind, subject: Subject, stage: str) -> None:
+    """spec.paused is false again: one OperationResumed Event, InProgress in the same stage."""
+    cond = find(subject.status.get("conditions"), kind.condition_type)
+    if cond is None or cond.get("reason") != PAUSED:
+        return
+    message = f"resumed in {stage}: spec.paused is false"
+    await write(ctx, subject, *in_progress(ctx, kind, IN_PROGRESS, message))
+    event(ctx, subject, "Normal", names.EventReason.OPERATION_RESUMED, message)
+    log_transition(kind, subject, f"{kind.kind} resumed")
+
+
+async def lock(ctx: Context, kind: OperationKind, subject: Subject, *, approved_control_planes: int,
+               other_under_way: str | None) -> Blocked | None:
+    """Take or renew the cluster lock; the refusal as a Blocked outcome (status written) otherwise."""
+    decision = await acquire_disruptive_lock(
+        ctx.kube, ctx.namespace, subject.cluster_name, subject.uid,
+        approved_control_planes=approved_control_planes, rotating_operation_uid=other_under_way,
+        duration=ctx.timing.cluster_lock_duration, now=ctx.now)
+    if decision.acquired:
+        return None
+    return await blocked(ctx, kind, subject, decision.message, reason=decision.reason)
+
+
+async def ensure_finalizer(ctx: Context, kind: OperationKind, subject: Subject) -> None:
+    meta = subject.op["metadata"]
+    finalizers = list(meta.get("finalizers") or [])
+    if kind.finalizer in finalizers:
+        return
+    subject.op = await crds.operations(ctx.kube).patch(subject.op_namespace, subject.name, {"metadata": {
+        "resourceVersion": meta["resourceVersion"], "finalizers": [*finalizers, kind.finalizer]}})
+    ctx.observe(subject.op)
+
+
+async def let_go(ctx: Context, kind: OperationKind, op: Obj) -> None:
+    """Release the lock (only if this operation holds it) and remove the finalizer; idempotent."""
+    view = OperationView.of(op)
+    if view.cluster:
+        await release_lock(ctx.kube, ctx.namespace, view.cluster, view.uid)
+    if kind.finalizer not in view.finalizers:
+        return
+    rest = [f for f in view.finalizers if f != kind.finalizer]
+    try:
+        ctx.observe(await crds.operations(ctx.kube).patch(view.namespace, view.name, {"metadata": {
+            "resourceVersion": view.resource_version, "finalizers": rest or None}}))
+    except (NotFound, Conflict):
+        return  # gone already, or changed: the next step sees the fresh object
+
+
+# ---- steps inside a stage (explicit, persisted: bounds are timed from them) -----------------------------
+
+
+def step(name: str, now: dt.datetime, *, section: str | None = None) -> Mutation:
+    """Name the step under way (``status.<section>.step`` or ``status.step``) and when it began."""
+    stamp = now_rfc3339(now)
+
+    def m(status: Obj) -> None:
+        target = status.setdefault(section, {}) if section else status
+        if target.get("step") != name:
+            target["step"], target["stepSince"] = name, stamp
+
+    return m
+
+
+def step_since(op_status: Obj, name: str, *, section: str | None = None) -> dt.datetime | None:
+    target = (op_status.get(section) or {}) if section else op_status
+    if target.get("step") != name or not target.get("stepSince"):
+        return None
+    return parse_time(str(target["stepSince"]))
+
+
+def other_under_way(operations: list[OperationView], subject_uid: str) -> str | None:
+    """The UID of another ca-rotation of the cluster under way (the lock refuses to start beside it)."""
+    for op in operations:
+        if op.uid != subject_uid and op.rotation_under_way:
+            return op.uid
+    return None

@@ -1,0 +1,16 @@
+"""The operation kinds this version of ichord runs (``spec.kind`` -> operation).
+
+Adding a kind: a package under ``ichord/operations/`` whose ``operation.py`` builds an ``Operation`` (its
+``OperationKind`` and its ``advance``), and one line here.
+"""
+
+from __future__ import annotations
+
+from ichord.operations.ca_rotation.operation import OPERATION as CA_ROTATION
+from ichord.operations.registry import Registry
+
+
+def default_registry() -> Registry:
+    registry = Registry()
+    registry.register(CA_ROTATION)
+    return registry

@@ -1,0 +1,117 @@
+"""The operation kinds ichord runs: ``spec.kind`` -> the operation that advances it.
+
+The cluster actor has one operations phase and names no kind: it hands the step's scope to
+``Registry.advance_all``, which steps every operation of the cluster that is not finished (or still holds its
+finalizer), oldest first, and returns the soonest outcome. An operation whose kind is not registered gets a
+condition and a Warning Event saying so (once), never silence.
+
+Adding a kind is a module that builds an ``Operation`` and a line in ``default_registry``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from ichord.api.conditions import Condition, set_condition, set_operation_phase
+from ichord.api.names import Phase
+from ichord.api.views import OperationView
+from ichord.errors import IchordError
+from ichord.kube import crds
+from ichord.kube.errors import NotFound
+from ichord.kube.events import ObjectRef
+from ichord.kube.status import update_status
+from ichord.metrics import OPERATION_INFO
+from ichord.operations.backbone import OperationKind
+from ichord.operations.outcome import Done, Outcome, soonest
+from ichord.operations.scope import ClusterScope
+from ichord.pki.scrub import SCRUBBER
+
+log = structlog.get_logger("ichord.operations")
+
+UNSUPPORTED_KIND = "UnsupportedKind"
+
+Advance = Callable[[ClusterScope, OperationView], Awaitable[Outcome]]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A registered kind: what the backbone needs (``spec``) and the step that advances one operation."""
+
+    spec: OperationKind
+    advance: Advance
+
+
+@dataclass
+class Registry:
+    kinds: dict[str, Operation] = field(default_factory=dict)
+
+    def register(self, operation: Operation) -> None:
+        if operation.spec.kind in self.kinds:
+            raise ValueError(f"operation kind {operation.spec.kind!r} is registered twice")
+        self.kinds[operation.spec.kind] = operation
+
+    def get(self, kind: str) -> Operation | None:
+        return self.kinds.get(kind)
+
+    async def advance_all(self, scope: ClusterScope) -> Outcome:
+        """One step of each of the cluster's operations that still has something to do; the soonest outcome."""
+        outcomes: list[Outcome] = []
+        for op in list(scope.operations):
+            impl = self.kinds.get(op.kind)
+            if impl is None:
+                if op.unfinished:
+                    await _unknown_kind(scope, op, sorted(self.kinds))
+                continue
+            if op.finished and impl.spec.finalizer not in op.finalizers:
+                continue
+            outcomes.append(await impl.advance(scope, op))
+        publish_info(scope)
+        return soonest(*outcomes) if outcomes else Done()
+
+
+def publish_info(scope: ClusterScope) -> None:
+    """``ichord_operation_info``: one series per operation of the cluster, with its current phase and stage."""
+    for op in scope.operations:
+        labels = {"namespace": op.namespace, "cluster": op.cluster or "", "operation": op.name, "kind": op.kind}
+        _forget_series(labels)
+        OPERATION_INFO.labels(**labels, phase=op.phase or Phase.PENDING, stage=op.stage).set(1)
+
+
+def _forget_series(labels: dict[str, str]) -> None:
+    """Drop the operation's earlier series (another phase or stage): one live series per operation."""
+    stale = [key for key in list(OPERATION_INFO._metrics)  # prometheus-client keeps children by label tuple
+             if key[:4] == (labels["namespace"], labels["cluster"], labels["operation"], labels["kind"])]
+    for key in stale:
+        OPERATION_INFO.remove(*key)
+
+
+async def _unknown_kind(scope: ClusterScope, op: OperationView, known: list[str]) -> None:
+    """Pending (an ichord that runs the kind picks it up as it is), the kind's condition saying why, one Warning."""
+    current = op.condition()
+    if current is not None and current.get("reason") == UNSUPPORTED_KIND:
+        return
+    message = (f"this version of ichord does not run operations of kind {op.kind!r} (it runs: {', '.join(known)}); "
+               f"nothing was done. Delete the TalosOperation, or keep it for a version of ichord that runs the kind")
+
+    def mutate(status: dict[str, Any], _obj: dict[str, Any]) -> dict[str, Any]:
+        set_operation_phase(status, Phase.PENDING, message, observed_generation=op.generation)
+        status["conditions"] = set_condition(status.get("conditions"),
+                                             Condition(op.condition_type, "False", UNSUPPORTED_KIND, message),
+                                             observed_generation=op.generation)
+        return status
+
+    try:
+        scope.observe(await update_status(crds.operations(scope.kube), op.namespace, op.name, mutate,
+                                          current=op.obj))
+    except NotFound:
+        return
+    except IchordError as exc:
+        log.warning("operation status write failed", cluster=scope.key, operation=op.name,
+                    error=SCRUBBER.exception(exc))
+        return
+    log.warning("operation of an unknown kind", cluster=scope.key, operation=op.name, kind=op.kind)
+    scope.recorder.record(ObjectRef.of(op.obj), "Warning", UNSUPPORTED_KIND, message)

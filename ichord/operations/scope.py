@@ -1,0 +1,93 @@
+"""``ClusterScope``: what one step of a cluster's actor works with, read once (cluster-api's scope).
+
+The cluster and its machines come from the informers (they only route work and decide nothing
+irreversible); the cluster's operations come from one uncached LIST per step, because a stale copy that
+showed no rotation would let the machine reconciler revert a rotation's stage; the bundle Secret is read
+(uncached) at most once per step, on first use, through the BundleSource. Operations update the scope's
+copy of an operation whenever they write it, so the phases after them in the same step see the new stage.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ichord.api.views import ClusterView, MachineView, OperationView
+from ichord.kube.client import KubeClient
+from ichord.kube.events import EventRecorder
+from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_bundle_secret
+from ichord.settings import Timing
+
+Obj = dict[str, Any]
+Clock = Callable[[], dt.datetime]
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _no_trust_hook(_new_ca_pem: bytes, _current_ca_pem: bytes) -> None:
+    """Without a trust pool (tests driving operations in-process) nothing is trusted ahead of a switch."""
+
+
+@dataclass(frozen=True)
+class TrustHooks:
+    """The trust pool's part in an operation, handed in by whoever composes the process (never a global)."""
+
+    #: Called with the new and the current Kubernetes CA certificates on every step that reads rotation.yaml.
+    trust: Callable[[bytes, bytes], None] = _no_trust_hook
+    #: Why a rotation of this Kubernetes CA must not start (ichord would lock itself out), or None.
+    refusal: Callable[[bytes], str | None] = lambda _current_ca_pem: None
+
+
+@dataclass
+class ClusterScope:
+    kube: KubeClient  # the management API
+    controller_namespace: str  # where bundle Secrets and Leases live
+    namespace: str
+    name: str
+    cluster: ClusterView | None
+    machines: list[MachineView]  # every machine naming the cluster, approved or not, by name
+    operations: list[OperationView]  # the cluster's operations, oldest first (one uncached LIST)
+    recorder: EventRecorder
+    timing: Timing
+    trust: TrustHooks = field(default_factory=TrustHooks)
+    now: Clock = _utcnow
+    _bundle: BundleRead | BundleSourceError | None = field(default=None, repr=False)
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, the cluster's label in logs and metrics everywhere."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def approved_machines(self) -> list[MachineView]:
+        """Approved machines, control planes first, then workers, by name (the order every pass follows)."""
+        return sorted((m for m in self.machines if m.approved), key=lambda m: (not m.is_control_plane, m.name))
+
+    @property
+    def rotation_under_way(self) -> bool:
+        return any(op.rotation_under_way for op in self.operations)
+
+    def observe(self, obj: Obj) -> None:
+        """An operation was written: keep the scope's copy current for the phases that follow in this step."""
+        view = OperationView.of(obj)
+        self.operations = [view if op.uid == view.uid else op for op in self.operations]
+
+    async def bundle(self) -> BundleRead:
+        """The cluster's bundle Secret, read once per step; a failure is raised again to every caller."""
+        if self._bundle is None:
+            secret = self.cluster.secret_name if self.cluster is not None else ""
+            try:
+                self._bundle = await read_bundle_secret(self.kube, self.controller_namespace, secret)
+            except BundleSourceError as exc:
+                self._bundle = exc
+        if isinstance(self._bundle, BundleSourceError):
+            raise self._bundle
+        return self._bundle
+
+    def forget_bundle(self) -> None:
+        """The step wrote the Secret: the next reader reads it again."""
+        self._bundle = None
