@@ -22,7 +22,7 @@ COMMAND_MODULES = (
     "ichord.run_cli",
     "ichord.cluster_cli",
     "ichord.render.cli",
-    "ichord.talos.cli",
+    "ichord.sim.talos.cli",
     "ichord.sim.kube.cli",
     "ichord.sim.cli",
 )

@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 
-from ichord.api.contract import parse_contract
+from ichord.contract import parse_contract
 from ichord.demo.observe import DemoFailed, Observer, Row, _expect_applies
 from ichord.demo.view import Lines, LiveTable, View
 from ichord.errors import IchordError

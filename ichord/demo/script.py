@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import anyio
 
-from ichord.api.contract import VersionContract
+from ichord.contract import VersionContract
 from ichord.demo.observe import DemoFailed, Observer, _expect_applies
 from ichord.errors import IchordError
 from ichord.kube import crds

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ichord.api.contract import VersionContract
+from ichord.contract import VersionContract
 from ichord.kube import nodes as kube_nodes
 from ichord.kube.client import KubeClient
 from ichord.kube.nodes import NodeView

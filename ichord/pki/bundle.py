@@ -25,7 +25,7 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
 from ichord import yamlio
-from ichord.api.contract import DEFAULT_CONTRACT, VersionContract
+from ichord.contract import DEFAULT_CONTRACT, VersionContract
 from ichord.errors import IchordError
 from ichord.pki import pem as _pem
 from ichord.pki.ca import CAKind, CertificateAuthority, KeyAlgorithm, generate_ca, generate_key

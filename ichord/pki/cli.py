@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ichord.api.contract import DEFAULT_CONTRACT, parse_contract
+from ichord.contract import DEFAULT_CONTRACT, parse_contract
 from ichord.pki.bundle import generate_bundle
 from ichord.pki.fingerprint import bundle_fingerprint, export_fingerprint
 

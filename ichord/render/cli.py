@@ -20,7 +20,7 @@ from ruamel.yaml.error import YAMLError
 
 from ichord import yamlio
 from ichord.api.carotation import Stage
-from ichord.api.contract import UnsupportedContractError, parse_contract
+from ichord.contract import UnsupportedContractError, parse_contract
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.rotation import Rotation, parse_targets
 from ichord.render.config import MachineConfig

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ichord.api.contract import parse_contract
+from ichord.contract import parse_contract
 from ichord.errors import IchordError
 from ichord.render.config import MachineConfig
 from ichord.render.fieldmeta import Impact, classify, normalize_role

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ichord.api.contract import V1_13, V1_14, UnsupportedContractError, VersionContract
+from ichord.contract import V1_13, V1_14, UnsupportedContractError, VersionContract
 from ichord.errors import IchordError
 from ichord.render.config import V1ALPHA1, MachineConfig
 from ichord.render.diff import Change, FieldPath, Op, diff

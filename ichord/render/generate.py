@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ichord.api.contract import SUPPORTED_CONTRACTS
+from ichord.contract import SUPPORTED_CONTRACTS
 from ichord.pki.bundle import SecretsBundle
 from ichord.render import keyorder, legacy, multidoc
 from ichord.render.config import MachineConfig

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from ichord import yamlio
-from ichord.api.contract import DEFAULT_CONTRACT, UnsupportedContractError, VersionContract, parse_contract
+from ichord.contract import DEFAULT_CONTRACT, UnsupportedContractError, VersionContract, parse_contract
 from ichord.render.errors import RenderInputError
 
 Role = Literal["controlplane", "worker"]

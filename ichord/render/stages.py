@@ -34,7 +34,7 @@ from ruamel.yaml.comments import CommentedMap
 
 from ichord import yamlio
 from ichord.api.carotation import Stage
-from ichord.api.contract import VersionContract
+from ichord.contract import VersionContract
 from ichord.errors import IchordError
 from ichord.pki import pem as _pem
 from ichord.pki.bundle import SecretsBundle

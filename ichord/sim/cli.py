@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ichord.api.contract import parse_contract
+from ichord.contract import parse_contract
 from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle
 

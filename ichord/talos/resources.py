@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
-from ichord.api.contract import VersionContract
+from ichord.contract import VersionContract
 from ichord.talos.errors import TalosProtocolError
 from ichord.talos.proto.gen.resource.config import config_pb2
 from ichord.talos.proto.gen.talos.definitions import enums_pb2, k8s_pb2, runtime_pb2, secrets_pb2, v1alpha1_pb2

@@ -14,8 +14,8 @@ import asyncio
 import json
 import sys
 
-from ichord.api.contract import V1_14
 from ichord.api.names import SECRETS_KEY
+from ichord.contract import V1_14
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig

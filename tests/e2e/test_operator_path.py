@@ -86,6 +86,10 @@ class ReadmeReplica:
         except OSError:
             return 0
 
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
     async def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -170,6 +174,15 @@ async def test_the_readme_recipe_survives_a_rotation_with_no_trust_flag(
             assert started and "certificate-authority-data" in started[0]["base"], r.name
         after = await get_lease(kube, env.namespace, names.LEADER_LEASE)
         assert after is not None and (after.holder, after.transitions) == (leader, before.transitions)
+        # /metrics of the leader: the operation's info series, its stage durations, the Talos RPC durations.
+        metrics = first.metrics()
+        assert ('ichord_operation_info{cluster="demo",kind="ca-rotation",namespace="ichord-system",'
+                'operation="rotate-cas",phase="Completed",stage="Done"} 1.0') in metrics
+        for stage in ("Accepting", "AwaitingCredentials", "Issuing", "Dropping", "Finalizing"):
+            assert (f'ichord_operation_stage_duration_seconds_count{{kind="ca-rotation",stage="{stage}"}} 1.0'
+                    in metrics), stage
+        assert 'ichord_talos_rpc_duration_seconds_count{code="OK",method="ApplyConfiguration"}' in metrics
+        assert "ichord_reconcile_outcomes_total" in metrics and "process_resident_memory_bytes" in metrics
         # The new CA outlives the processes: the trust file under ~/.ichor/trust holds it for a restart.
         assert list((tmp_path / ".ichor" / "trust").glob("*/kubernetes-ca.crt"))
     finally:

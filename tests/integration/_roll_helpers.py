@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from ichord.api.contract import VersionContract
+from ichord.contract import VersionContract
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.operations.outcome import next_delay

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from ichord.api.contract import V1_14, VersionContract
+from ichord.contract import V1_14, VersionContract
 from ichord.pki.bundle import SecretsBundle
 from ichord.sim.talos.build import node_specs
 from ichord.sim.talos.cluster import SimCluster

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ichord.api.contract import V1_14
+from ichord.contract import V1_14
 from ichord.errors import IchordError
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.nodes import CORDONED_BY_ICHORD_ANNOTATION, NodeView, read_node_view

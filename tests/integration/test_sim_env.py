@@ -13,8 +13,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ichord import yamlio
 from ichord.api.carotation import Stage
-from ichord.api.contract import V1_13
 from ichord.api.names import GROUP, SECRETS_KEY, VERSION
+from ichord.contract import V1_13
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import Unavailable, translate
 from ichord.pki.bundle import SecretsBundle, generate_bundle

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from ichord.api.contract import V1_13, V1_14
+from ichord.contract import V1_13, V1_14
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CAKind, generate_ca
 from ichord.render.config import MachineConfig

@@ -9,7 +9,7 @@ import pytest
 from cryptography import x509
 
 from ichord import yamlio
-from ichord.api.contract import V1_14
+from ichord.contract import V1_14
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.pem import load_certificate, load_certificates
 from ichord.render.config import MachineConfig

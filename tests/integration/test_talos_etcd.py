@@ -8,7 +8,7 @@ import base64
 
 import pytest
 
-from ichord.api.contract import V1_14
+from ichord.contract import V1_14
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CAKind, CertificateAuthority, generate_ca
 from ichord.pki.pem import load_certificate, load_certificates

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ichord.api.contract import V1_14
+from ichord.contract import V1_14
 from ichord.sim.talos.cluster import SimCluster
 from ichord.sim.talos.testing import eventually
 from ichord.talos.client import TalosClient

@@ -10,7 +10,7 @@ import pytest
 from cryptography.x509 import ObjectIdentifier
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from ichord.api.contract import V1_13
+from ichord.contract import V1_13
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CAKind, ClientCertificate, generate_ca
 from ichord.render.config import MachineConfig

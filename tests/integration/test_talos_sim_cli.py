@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from ichord.api.contract import V1_14
+from ichord.contract import V1_14
 from ichord.pki.bundle import generate_bundle
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle

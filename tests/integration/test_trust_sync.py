@@ -15,8 +15,8 @@ import anyio
 import pytest
 import structlog
 
-from ichord.api.contract import V1_14
 from ichord.api.names import ROTATION_KEY, SECRETS_KEY
+from ichord.contract import V1_14
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import TLSVerificationError

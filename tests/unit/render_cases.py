@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ichord.api.contract import V1_14, VersionContract
+from ichord.contract import V1_14, VersionContract
 from ichord.render.inputs import ClusterInputs
 
 BASE = {"cluster_name": "base", "endpoint": "https://base:6443", "kubernetes_version": "1.28.0"}

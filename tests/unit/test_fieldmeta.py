@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from ruamel.yaml.comments import CommentedMap
 
-from ichord.api.contract import V1_13, V1_14, UnsupportedContractError, VersionContract
+from ichord.contract import V1_13, V1_14, UnsupportedContractError, VersionContract
 from ichord.render.config import MachineConfig
 from ichord.render.diff import ConfigDiffError, Op, diff
 from ichord.render.diff_cli import DiffInputError, add_diff_parser

@@ -18,13 +18,23 @@ ROOT = Path(__file__).resolve().parents[2] / "ichord"
 
 #: Layer of each top-level package or module of ``ichord``; a module may import its own layer and lower.
 LAYERS: dict[str, int] = {
-    "errors": 0, "yamlio": 0, "metrics": 0, "settings": 0, "failpoints": 0, "pki": 0, "api": 0, "log": 0,
+    "errors": 0, "yamlio": 0, "metrics": 0, "settings": 0, "failpoints": 0, "contract": 0, "pki": 0, "api": 0,
+    "log": 0,
     "render": 1, "talos": 1, "kube": 1,
     "operations": 2, "machines": 2,
     "actors": 3, "watchers": 3, "trust": 3, "leader": 3, "server": 3,
     "daemon": 4, "demo": 4, "credentials": 4, "cli": 4, "cluster_status": 4,
 }
-SIM_MAY_IMPORT = {"sim", "pki", "render", "talos", "api", "errors", "yamlio", "settings"}
+SIM_MAY_IMPORT = {"sim", "pki", "render", "talos", "api", "errors", "yamlio", "settings", "contract"}
+#: Independence inside a layer (issue 13): these never import each other in the direction named.
+NEVER: dict[str, set[str]] = {
+    "pki": {"api"},  # api's views and conditions use pki; pki stands alone (the api <-> pki cycle is gone)
+    "machines": {"operations"},  # the machine reconciler reports; operations never run through it
+    "operations": {"actors", "machines", "trust", "daemon"},
+    "render": {"talos", "kube"},
+    "talos": {"render", "kube"},
+    "kube": {"render", "talos"},
+}
 TOP = 4
 
 
@@ -77,3 +87,12 @@ def test_imports_go_down_only(path: Path) -> None:
     assert upward == [], f"{path.relative_to(ROOT)} (layer {layer}) imports upward: {upward}"
     if "sim" in imported:
         assert layer == TOP, f"{path.relative_to(ROOT)} imports the simulators outside a command"
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_independence_rules(path: Path) -> None:
+    unit = _unit(path)
+    if _is_cli(path):
+        return
+    forbidden = sorted(_imports(path) & NEVER.get(unit, set()))
+    assert forbidden == [], f"{path.relative_to(ROOT)} ({unit}) must not import {forbidden}"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ichord import yamlio
-from ichord.api.contract import VersionContract
 from ichord.cli import main
+from ichord.contract import VersionContract
 from ichord.pki.bundle import generate_bundle
 from ichord.render.config import MachineConfig
 

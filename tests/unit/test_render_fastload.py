@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ichord.api.carotation import Stage
-from ichord.api.contract import V1_13, V1_14
+from ichord.contract import V1_13, V1_14
 from ichord.pki.bundle import generate_bundle
 from ichord.pki.rotation import TARGET_ORDER, Target, generate_rotation
 from ichord.render import fastload

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ichord.api.contract import V1_13, V1_14, VersionContract
+from ichord.contract import V1_13, V1_14, VersionContract
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.render.config import MachineConfig
 from ichord.render.errors import RenderError

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ichord.api.contract import V1_13, V1_14, VersionContract
+from ichord.contract import V1_13, V1_14, VersionContract
 from ichord.pki.bundle import generate_bundle
 from ichord.render.errors import RenderInputError
 from ichord.render.generate import render

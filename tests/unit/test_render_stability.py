@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ichord.api.contract import V1_13, V1_14, VersionContract
+from ichord.contract import V1_13, V1_14, VersionContract
 from ichord.pki.bundle import SecretsBundle
 from ichord.render.config import MachineConfig
 from ichord.render.generate import render

@@ -9,7 +9,7 @@ from functools import cache
 import pytest
 
 from ichord.api.carotation import Stage
-from ichord.api.contract import V1_13, V1_14, VersionContract
+from ichord.contract import V1_13, V1_14, VersionContract
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.fingerprint import certificate_fingerprint
 from ichord.pki.pem import b64_pem_decode, pem_blocks

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ichord.api.contract import V1_13, V1_14
+from ichord.contract import V1_13, V1_14
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.ca import CAKind, generate_ca
 from ichord.render.config import MachineConfig

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from ichord.api.contract import V1_14, VersionContract
+from ichord.contract import V1_14, VersionContract
 from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.render.inputs import ClusterInputs, MachineInputs

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ichord.api.contract import V1_14, VersionContract
 from ichord.api.names import API_VERSION
+from ichord.contract import V1_14, VersionContract
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.sim.combined import objects
 from ichord.sim.combined.env import SimEnvironmentError, scaled_behaviours

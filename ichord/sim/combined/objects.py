@@ -12,8 +12,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from ichord.api.contract import VersionContract
 from ichord.api.names import API_VERSION, BUNDLE_LABEL, SECRETS_KEY, TALOS_CLUSTER, TALOS_MACHINE
+from ichord.contract import VersionContract
 from ichord.pki.bundle import SecretsBundle
 from ichord.render.config import MachineConfig
 from ichord.render.generate import render

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ichord.api.contract import VersionContract
+from ichord.contract import VersionContract
 from ichord.pki.bundle import SecretsBundle
 from ichord.render.generate import render
 from ichord.render.inputs import ClusterInputs, MachineInputs

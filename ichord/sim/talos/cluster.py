@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ichord.api.contract import V1_14, VersionContract
+from ichord.contract import V1_14, VersionContract
 from ichord.render.config import MachineConfig
 from ichord.sim.talos.config_view import CAView
 from ichord.sim.talos.etcd import EtcdCluster

@@ -18,7 +18,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from ichord import yamlio
-from ichord.api.contract import V1_14
+from ichord.contract import V1_14
 from ichord.sim.talos.certs import sign_leaf
 from ichord.talos.proto.gen.common import common_pb2
 from ichord.talos.proto.gen.cosi import resource_pb2

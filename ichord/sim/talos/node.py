@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from ichord.api.contract import V1_14, VersionContract
+from ichord.contract import V1_14, VersionContract
 from ichord.render.config import ConfigParseError, MachineConfig
 from ichord.sim.talos.config_view import ConfigInvalidError, ConfigView, read_config
 

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from aiohttp import web
 
-from ichord.api.contract import VersionContract
+from ichord.contract import VersionContract
 from ichord.pki.bundle import SecretsBundle
 from ichord.sim.talos.build import node_specs
 from ichord.sim.talos.cluster import SimCluster

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 from typing import Any
 
-from ichord.api.contract import parse_contract
+from ichord.contract import parse_contract
 from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle
 from ichord.sim.cli import sim_subparsers
