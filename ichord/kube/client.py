@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
+import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
@@ -238,15 +239,43 @@ async def from_kubeconfig(path: str | Path | None = None, *, context: str | None
     The client certificate, key and CA data never reach kubernetes-asyncio (which would write them
     to temporary files kept until exit); they stay in memory (see ``load_client_certificate``).
     """
-    cfg = k8s.Configuration()
     where = str(path) if path else "$KUBECONFIG or ~/.kube/config"
     paths = str(path) if path else os.environ.get("KUBECONFIG") or KUBE_CONFIG_DEFAULT_LOCATION
     try:
         with translate():
             merged = KubeConfigMerger(paths).config
-            if merged is None:
-                raise ConfigException("no such file")
-            selected = _select(merged.value, context)
+    except ConfigException as exc:
+        raise KubeConfigError(f"cannot use the kubeconfig {where}: {exc}; pass --kubeconfig FILE") from None
+    except OSError as exc:
+        raise KubeConfigError(f"cannot read the kubeconfig {where}: {exc.strerror or type(exc).__name__}; "
+                              f"pass --kubeconfig FILE") from None
+    if merged is None:
+        raise KubeConfigError(f"cannot use the kubeconfig {where}: no such file; pass --kubeconfig FILE")
+    return await _from_config(merged, where, context=context, trust=trust, timing=timing, namespace=namespace)
+
+
+async def from_kubeconfig_data(data: bytes, *, what: str = "(in memory)", context: str | None = None,
+                               trust: TrustSource | None = None, timing: Timing | None = None,
+                               namespace: str | None = None) -> KubeClient:
+    """A client from a kubeconfig held in memory (e.g. the admin kubeconfig a Talos node issues).
+
+    Nothing is written anywhere: no file for the kubeconfig, none for its key. ``what`` names it in
+    errors; a relative file path inside it resolves against the working directory.
+    """
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError:
+        raise KubeConfigError(f"cannot use {what}: it is not YAML") from None
+    return await _from_config(doc, what, context=context, trust=trust, timing=timing, namespace=namespace)
+
+
+async def _from_config(config: Any, where: str, *, context: str | None, trust: TrustSource | None,
+                       timing: Timing | None, namespace: str | None) -> KubeClient:
+    """``config``: KubeConfigMerger's node (file paths resolve per file) or a plain mapping."""
+    cfg = k8s.Configuration()
+    try:
+        with translate():
+            selected = _select(getattr(config, "value", config), context)
             client_cert = _take_client_certificate(selected.user, selected.user_base)
             # A certificate-authority file stays with the library: it is a path, re-read per request.
             ca_data = _take_data(selected.cluster, "certificate-authority-data", None)
@@ -254,7 +283,7 @@ async def from_kubeconfig(path: str | Path | None = None, *, context: str | None
             # that is gone before this returns; finding a file there refuses the kubeconfig.
             scratch = tempfile.mkdtemp(prefix="ichord-kubeconfig-")
             try:
-                loader = KubeConfigLoader(config_dict=merged, active_context=context, config_base_path=None,
+                loader = KubeConfigLoader(config_dict=config, active_context=context, config_base_path=None,
                                           temp_file_path=scratch)
                 await loader.load_and_set(cfg)
                 written = os.listdir(scratch)
@@ -264,8 +293,8 @@ async def from_kubeconfig(path: str | Path | None = None, *, context: str | None
                 raise ConfigException("its exec credential plugin returns a client certificate, which the "
                                       "library would keep on disk; use a plugin that returns a token")
     except ConfigException as exc:
-        # A missing or malformed file must read as a usage error, not a traceback; the library's text names
-        # the missing key or context, never credentials.
+        # A malformed kubeconfig must read as a usage error, not a traceback; the library's text names the
+        # missing key or context, never credentials.
         raise KubeConfigError(f"cannot use the kubeconfig {where}: {exc}; pass --kubeconfig FILE "
                               f"(and --context NAME)") from None
     except OSError as exc:

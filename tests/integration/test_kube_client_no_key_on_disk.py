@@ -17,7 +17,7 @@ import pytest
 
 from ichord import yamlio
 from ichord.kube import client as kube_client
-from ichord.kube.client import from_kubeconfig
+from ichord.kube.client import from_kubeconfig, from_kubeconfig_data
 from ichord.kube.errors import KubeConfigError
 from ichord.pki.ca import CAKind, generate_ca, issue_client_certificate
 from ichord.sim.kube import KubeSimulator, SimSettings
@@ -129,3 +129,23 @@ async def test_a_key_that_does_not_match_is_refused_without_showing_it(tmp_path:
     with pytest.raises(KubeConfigError, match="without its key"):
         await from_kubeconfig(half)
     assert list(files_under(private_tmp)) == []
+
+
+async def test_a_kubeconfig_in_memory_writes_no_file_at_all(tmp_path: Path, private_tmp: Path) -> None:
+    """The admin kubeconfig a Talos node issues can be used straight from the bytes received."""
+    ca = generate_ca(CAKind.KUBERNETES)
+    cert = issue_client_certificate(ca, ("system:masters",), common_name="admin")
+    async with KubeSimulator(SimSettings(token="not-sent", client_cas=(ca.cert_pem,))) as sim:
+        data = write_kubeconfig(tmp_path / "k", sim.url, sim.ca_pem, {
+            "client-certificate-data": _b64(cert.cert_pem), "client-key-data": _b64(cert.key_pem)}).read_bytes()
+        (tmp_path / "k").unlink()
+        async with await from_kubeconfig_data(data, what="the admin kubeconfig of cp-1") as kube:
+            assert kube.namespace == "kube-system"
+            assert (await kube.raw("GET", "/api/v1/namespaces"))["items"]
+            assert open_key_fds() == []
+        assert sim.requests.by_user("admin")
+    assert list(files_under(private_tmp)) == []
+    with pytest.raises(KubeConfigError, match="the admin kubeconfig of cp-1: it is not YAML"):
+        await from_kubeconfig_data(b"{", what="the admin kubeconfig of cp-1")
+    with pytest.raises(KubeConfigError, match="no context named"):
+        await from_kubeconfig_data(b"apiVersion: v1\nkind: Config\n", what="x")
