@@ -16,12 +16,15 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE constraints.txt ./
 COPY ichord ./ichord
-# The wheel first, then exactly the pinned versions of its dependencies (constraints.txt).
+# ichord's wheel and exactly the pinned wheels of its dependencies (constraints.txt), then a venv
+# holding them, installed by pip run from its wheel (no pip left in the image); scripts/image.sh
+# does the same in its chroot.
 RUN python3 -m venv /opt/build \
     && /opt/build/bin/pip install --no-cache-dir --upgrade pip \
-    && /opt/build/bin/pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt . \
+    && /opt/build/bin/pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt . pip \
     && python3 -m venv --without-pip /opt/ichord \
-    && /opt/build/bin/pip --python /opt/ichord/bin/python install --no-cache-dir --no-index \
+    && set -- /wheels/pip-*.whl \
+    && /opt/ichord/bin/python "$1/pip" install --no-cache-dir --no-index --disable-pip-version-check \
         --find-links /wheels ichord
 
 FROM ${BASE}

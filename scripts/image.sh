@@ -65,8 +65,17 @@ import sys
 if sys.version_info[:2] != (3, 11):
     sys.exit(f"image.sh: the wheels must be built by Python 3.11 (bookworm's python3), not {sys.version.split()[0]}")
 EOF
+# From a copy of the tracked files: setuptools' in-tree build/ may hold modules deleted since.
 WHEELS="$OUT/wheels"
-"$PY" -m pip wheel --quiet --no-cache-dir --wheel-dir "$WHEELS" -c constraints.txt . pip
+SRC="$OUT/src"
+mkdir -p "$SRC"
+if git rev-parse --git-dir >/dev/null 2>&1; then
+    git ls-files -z | tar --null -T - -cf - | tar -x -C "$SRC"
+else
+    cp -a pyproject.toml README.md LICENSE constraints.txt ichord "$SRC/"
+fi
+"$PY" -m pip wheel --quiet --no-cache-dir --wheel-dir "$WHEELS" -c constraints.txt "$SRC" pip
+rm -rf "$SRC"
 
 # 3. The root filesystem: base + venv + user, as the Dockerfile's stages do.
 ROOTFS="$OUT/rootfs"
