@@ -140,14 +140,19 @@ SIMDIR=$(mktemp -d)
 chmod 0755 "$SIMDIR"  # traversed by UID 65532 inside the image
 SIMPID=""
 cleanup() {
-    [ -n "$SIMPID" ] && kill "$SIMPID" 2>/dev/null && wait "$SIMPID" 2>/dev/null
+    if [ -n "$SIMPID" ]; then
+        kill "$SIMPID" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$SIMPID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$SIMPID" 2>/dev/null || true
+        wait "$SIMPID" 2>/dev/null || true
+    fi
     rm -rf "$SIMDIR"
 }
 trap cleanup EXIT
 # The simulator on the host, the daemon in the image (same network namespace: loopback is shared).
 "$PY" -m ichord.cli sim kube --host 127.0.0.1 --port 0 --kubeconfig "$SIMDIR/kubeconfig" > "$SIMDIR/sim.out" 2>&1 &
 SIMPID=$!
-for _ in $(seq 100); do grep -q '"url"' "$SIMDIR/sim.out" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q '"url"' "$SIMDIR/sim.out" 2>/dev/null && break; sleep 0.1; done
 grep -q '"url"' "$SIMDIR/sim.out" || { cat "$SIMDIR/sim.out"; echo "image.sh: the simulator did not start" >&2; exit 1; }
 chmod 0644 "$SIMDIR/kubeconfig"  # read by UID 65532 inside the image
 
