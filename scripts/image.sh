@@ -140,6 +140,7 @@ SIMDIR=$(mktemp -d)
 chmod 0755 "$SIMDIR"  # traversed by UID 65532 inside the image
 SIMPID=""
 cleanup() {
+    if [ -n "${DAEMON:-}" ]; then kill -KILL "$DAEMON" 2>/dev/null || true; fi
     if [ -n "$SIMPID" ]; then
         kill "$SIMPID" 2>/dev/null || true
         for _ in $(seq 50); do kill -0 "$SIMPID" 2>/dev/null || break; sleep 0.1; done
@@ -174,22 +175,26 @@ exec chroot --userspec=65532:65532 "$root" /usr/bin/env -i $IMAGE_ENV HOME=/home
 EOF
 chmod +x "$OUT/run/enter.sh"
 mkdir -p "$RUNROOT/config"
-run_in_image() { IMAGE_ENV=$IMAGE_ENV IMAGE_CWD=$IMAGE_CWD unshare -m -p -f "$OUT/run/enter.sh" "$RUNROOT" "$SIMDIR" "$@"; }
+# --kill-child: whatever happens to this script, the image's processes do not outlive it.
+run_in_image() {
+    IMAGE_ENV=$IMAGE_ENV IMAGE_CWD=$IMAGE_CWD exec unshare -m -p -f --kill-child "$OUT/run/enter.sh" "$RUNROOT" \
+        "$SIMDIR" "$@"
+}
 
-run_in_image ichord --help > "$OUT/run/help.txt"
+(run_in_image ichord --help) > "$OUT/run/help.txt"
 grep -q "usage: ichord" "$OUT/run/help.txt" || { cat "$OUT/run/help.txt"; echo "image.sh: ichord --help failed" >&2; exit 1; }
-if run_in_image ichord --version > "$OUT/run/version.txt" 2>&1; then
+if (run_in_image ichord --version) > "$OUT/run/version.txt" 2>&1; then
     image_version=$(tr -d '\n' < "$OUT/run/version.txt")
 else
-    image_version=$(run_in_image python3 -c 'import importlib.metadata as m; print(m.version("ichord"))')
+    image_version=$( (run_in_image python3 -c 'import importlib.metadata as m; print(m.version("ichord"))') )
 fi
 case "$image_version" in *"$VERSION"*) ;; *) echo "image.sh: the image says version '$image_version', not $VERSION" >&2; exit 1;; esac
 say "in the image: ichord --help ok, version $image_version"
 
 port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-run_in_image ichord run --kubeconfig /config/kubeconfig --namespace default --metrics-addr "127.0.0.1:$port" \
-    --log-level info > "$OUT/run/daemon.log" 2>&1 &
-DAEMON=$!
+(run_in_image ichord run --kubeconfig /config/kubeconfig --namespace default --metrics-addr "127.0.0.1:$port" \
+    --log-level info) > "$OUT/run/daemon.log" 2>&1 &
+DAEMON=$!  # unshare's PID (the subshell exec'd it); the daemon is its child
 ready=""
 for _ in $(seq 300); do
     if "$PY" - "$port" <<'EOF' 2>/dev/null
@@ -201,8 +206,18 @@ EOF
     kill -0 "$DAEMON" 2>/dev/null || break
     sleep 0.2
 done
-kill -TERM "$DAEMON" 2>/dev/null || true
-wait "$DAEMON" || true
+# SIGTERM to the daemon itself (PID 1 of its namespace): it stops and hands the Lease over, exit 0.
+child=$(pgrep -P "$DAEMON" || true)
+[ -n "$child" ] && kill -TERM "$child" 2>/dev/null
+for _ in $(seq 150); do kill -0 "$DAEMON" 2>/dev/null || break; sleep 0.1; done
+kill -KILL "$DAEMON" 2>/dev/null || true
+daemon_rc=0
+wait "$DAEMON" || daemon_rc=$?
+if [ -n "$ready" ] && [ "$daemon_rc" != 0 ]; then
+    tail -n 30 "$OUT/run/daemon.log"
+    echo "image.sh: ichord run in the image exited $daemon_rc on SIGTERM, not 0" >&2
+    exit 1
+fi
 if [ -z "$ready" ]; then
     tail -n 30 "$OUT/run/daemon.log"
     echo "image.sh: ichord run in the image never answered /readyz 200" >&2
