@@ -1,3 +1,3 @@
 """ichord: keeps Talos Linux clusters' certificate authorities and configuration safe."""
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.1.0"

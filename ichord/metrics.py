@@ -64,3 +64,10 @@ WATCH_RESTARTS = Counter(
     ["resource", "reason"],
     registry=REGISTRY,
 )
+CLUSTER_CONDITION = Gauge(
+    "ichord_cluster_condition",
+    "1 per TalosCluster condition with its current status and reason (the chart's alerts on BundleBackupStale "
+    "and CAClientsNotRestarted read it).",
+    ["namespace", "name", "condition", "status", "reason"],
+    registry=REGISTRY,
+)

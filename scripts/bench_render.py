@@ -13,7 +13,7 @@ import argparse
 import statistics
 import time
 
-from ichord.api.contract import V1_13, V1_14, VersionContract
+from ichord.contract import V1_13, V1_14, VersionContract
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.render.generate import render
 from ichord.render.inputs import ClusterInputs, MachineInputs

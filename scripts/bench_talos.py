@@ -16,7 +16,7 @@ import json
 import statistics
 import time
 
-from ichord.api.contract import V1_14
+from ichord.contract import V1_14
 from ichord.pki.bundle import generate_bundle
 from ichord.sim.talos.build import node_specs
 from ichord.sim.talos.cluster import SimCluster

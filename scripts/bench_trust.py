@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from ichord import log
-from ichord.api.contract import V1_14
 from ichord.api.names import LEADER_LEASE, ROTATION_KEY
+from ichord.contract import V1_14
 from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig
 from ichord.pki.rotation import Rotation, Target, generate_rotation

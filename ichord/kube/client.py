@@ -4,13 +4,22 @@ kubernetes-asyncio builds one SSLContext from a CA file and never reloads it. He
 session asks a ``TrustSource`` for the CA certificates on every request and uses an SSLContext for
 exactly that set (cached by content), with normal verification: chain and host name or IP. The
 trust pool (a later module) plugs in as the TrustSource; by default it re-reads the CA file.
+
+No key touches a disk: kubernetes-asyncio writes a kubeconfig's ``client-key-data`` to a temporary
+file it removes only at process exit, so the client certificate, key and CA data are taken out of
+the kubeconfig before the library sees it, kept in memory and loaded into each SSLContext from an
+anonymous memory file (memfd; a private directory removed at once where there is none).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
+import shutil
 import ssl
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,9 +30,9 @@ from urllib.parse import urlencode
 import aiohttp
 import yaml
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
+from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
 from ichord.kube.errors import KubeConfigError, KubeError, from_status, translate
 from ichord.kube.reachability import Reachability
@@ -35,6 +44,15 @@ from ichord.settings import Timing
 TrustSource = Callable[[], Sequence[bytes]]
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+_PROC_FD = Path("/proc/self/fd")
+
+
+@dataclass(frozen=True)
+class ClientCertificate:
+    """A kubeconfig's client certificate chain and key (PEM), held in memory only."""
+
+    cert_pem: bytes = field(repr=False)
+    key_pem: bytes = field(repr=False)
 
 
 class NoTrustError(KubeError):
@@ -54,7 +72,7 @@ class _TrustingSession:
     """Stands in for the aiohttp session of kubernetes-asyncio's RESTClientObject."""
 
     def __init__(self, session: aiohttp.ClientSession, trust: TrustSource, timeout: float,
-                 client_cert: tuple[str, str | None] | None) -> None:
+                 client_cert: ClientCertificate | None) -> None:
         self._session = session
         self._trust = trust
         self._timeout = timeout
@@ -72,7 +90,7 @@ class _TrustingSession:
         if ctx is None:
             ctx = ssl.create_default_context(cadata=pems.decode())
             if self._client_cert is not None:
-                ctx.load_cert_chain(self._client_cert[0], self._client_cert[1])
+                load_client_certificate(ctx, self._client_cert)
             self._contexts = {pems: ctx}  # one live set: an old trust set is not kept
         return ctx
 
@@ -174,7 +192,46 @@ class KubeClient:
                 resp.release()
 
 
-def _build(cfg: k8s.Configuration, namespace: str, timeout: float, trust: TrustSource | None) -> KubeClient:
+def load_client_certificate(ctx: ssl.SSLContext, cert: ClientCertificate) -> None:
+    """Load ``cert`` into ``ctx``; ssl reads a chain only from a path, so the path is a memory file.
+
+    A memfd has no directory entry and is closed as soon as OpenSSL has read it; without memfd or
+    /proc the PEM goes to a 0700 directory removed before this returns.
+    """
+    if hasattr(os, "memfd_create") and _PROC_FD.is_dir():
+        fds: list[int] = []
+        try:
+            for data in (cert.cert_pem, cert.key_pem):
+                fd = os.memfd_create("ichord-tls", os.MFD_CLOEXEC)
+                fds.append(fd)
+                _write_all(fd, data)
+            ctx.load_cert_chain(str(_PROC_FD / str(fds[0])), str(_PROC_FD / str(fds[1])))
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return
+    tmp = tempfile.mkdtemp(prefix="ichord-tls-")  # mode 0700
+    try:
+        paths = [os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")]
+        for path, data in zip(paths, (cert.cert_pem, cert.key_pem), strict=True):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                _write_all(fd, data)
+            finally:
+                os.close(fd)
+        ctx.load_cert_chain(paths[0], paths[1])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _build(cfg: k8s.Configuration, namespace: str, timeout: float, trust: TrustSource | None,
+           client_cert: ClientCertificate | None = None) -> KubeClient:
     if not cfg.verify_ssl:
         raise KubeError("the kubeconfig disables TLS verification (insecure-skip-tls-verify); ichord refuses "
                         "to talk to an API server it cannot verify")
@@ -184,7 +241,8 @@ def _build(cfg: k8s.Configuration, namespace: str, timeout: float, trust: TrustS
         if not cfg.ssl_ca_cert:
             raise NoTrustError("the kubeconfig names no certificate-authority; pass a trust source")
         trust = file_trust(cfg.ssl_ca_cert)
-    client_cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file else None
+    # The library's private session is replaced (pyproject bounds kubernetes-asyncio to the versions
+    # whose RESTClientObject sends every request through ``pool_manager.request``).
     session = _TrustingSession(rest.pool_manager, trust, timeout, client_cert)
     rest.pool_manager = session  # type: ignore[assignment]  # duck-typed: request() and close()
     return KubeClient(api, namespace, timeout, session)
@@ -195,25 +253,161 @@ async def from_kubeconfig(path: str | Path | None = None, *, context: str | None
                           namespace: str | None = None) -> KubeClient:
     """A client from a kubeconfig file (KUBECONFIG / ~/.kube/config when ``path`` is None).
 
-    A file that is missing, is not YAML or lacks the context raises KubeConfigError naming the file.
+    A file that is missing, is not YAML or lacks the context raises KubeConfigError naming the file. The
+    client certificate, key and CA data never reach kubernetes-asyncio (which would write them to temporary
+    files kept until exit); they stay in memory (see ``load_client_certificate``).
     """
     files = kubeconfig_files(path)
     check_kubeconfig(files, context)
-    where = os.pathsep.join(str(f) for f in files)
+    where = paths = os.pathsep.join(str(f) for f in files)
+    try:
+        with translate():
+            merged = KubeConfigMerger(paths).config
+    except ConfigException as exc:
+        raise KubeConfigError(f"cannot use the kubeconfig {where}: {exc}; pass --kubeconfig FILE") from None
+    except OSError as exc:
+        raise KubeConfigError(f"cannot read the kubeconfig {where}: {exc.strerror or type(exc).__name__}; "
+                              f"pass --kubeconfig FILE") from None
+    if merged is None:
+        raise KubeConfigError(f"cannot use the kubeconfig {where}: no such file; pass --kubeconfig FILE")
+    return await _from_config(merged, where, context=context, trust=trust, timing=timing, namespace=namespace)
+
+
+async def from_kubeconfig_data(data: bytes, *, what: str = "(in memory)", context: str | None = None,
+                               trust: TrustSource | None = None, timing: Timing | None = None,
+                               namespace: str | None = None) -> KubeClient:
+    """A client from a kubeconfig held in memory (e.g. the admin kubeconfig a Talos node issues).
+
+    Nothing is written anywhere: no file for the kubeconfig, none for its key. ``what`` names it in
+    errors; a relative file path inside it resolves against the working directory.
+    """
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError:
+        raise KubeConfigError(f"cannot use {what}: it is not YAML") from None
+    return await _from_config(doc, what, context=context, trust=trust, timing=timing, namespace=namespace)
+
+
+async def _from_config(config: Any, where: str, *, context: str | None, trust: TrustSource | None,
+                       timing: Timing | None, namespace: str | None) -> KubeClient:
+    """``config``: KubeConfigMerger's node (file paths resolve per file) or a plain mapping."""
     cfg = k8s.Configuration()
     try:
         with translate():
-            await k8s_config.load_kube_config(config_file=where, context=context, client_configuration=cfg,
-                                              persist_config=False)
-    except (ConfigException, yaml.YAMLError) as exc:
-        # The library's text names the missing key or context, never credentials.
+            selected = _select(getattr(config, "value", config), context)
+            client_cert = _take_client_certificate(selected.user, selected.user_base)
+            # A certificate-authority file stays with the library: it is a path, re-read per request.
+            ca_data = _take_data(selected.cluster, "certificate-authority-data", None)
+            # Whatever the library still writes (an exec plugin's certificate) lands in a private directory
+            # that is gone before this returns; finding a file there refuses the kubeconfig.
+            scratch = tempfile.mkdtemp(prefix="ichord-kubeconfig-")
+            try:
+                loader = KubeConfigLoader(config_dict=config, active_context=context, config_base_path=None,
+                                          temp_file_path=scratch)
+                await loader.load_and_set(cfg)
+                written = os.listdir(scratch)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            if written:
+                raise ConfigException("its exec credential plugin returns a client certificate, which the "
+                                      "library would keep on disk; use a plugin that returns a token")
+    except ConfigException as exc:
+        # A malformed kubeconfig must read as a usage error, not a traceback; the library's text names the
+        # missing key or context, never credentials.
         raise KubeConfigError(f"cannot use the kubeconfig {where}: {_one_line(str(exc))}; pass --kubeconfig FILE "
                               f"(and --context NAME)") from None
     except OSError as exc:
         raise KubeConfigError(f"cannot read the kubeconfig {where}: {exc.strerror or type(exc).__name__}; "
                               f"pass --kubeconfig FILE") from None
-    ns = namespace or _kubeconfig_namespace(files, context) or "default"
-    return _build(cfg, ns, (timing or Timing.from_env()).kube_call_timeout, trust)
+    if trust is None and ca_data is not None:
+        trust = _static_trust(ca_data)
+    if client_cert is not None:
+        _check_client_certificate(client_cert, where)
+    ns = namespace or selected.namespace or "default"
+    return _build(cfg, ns, (timing or Timing.from_env()).kube_call_timeout, trust, client_cert)
+
+
+@dataclass
+class _Selected:
+    """The current context's user and cluster entries (mutable: the loader reads what is left)."""
+
+    user: dict[str, Any]
+    user_base: str
+    cluster: dict[str, Any]
+    namespace: str | None
+
+
+def _select(doc: Any, context: str | None) -> _Selected:
+    if not isinstance(doc, dict):
+        raise ConfigException("it is not a YAML mapping")
+    name = context or doc.get("current-context")
+    ctx = _named(doc.get("contexts"), name, "context")
+    body = _value(ctx).get("context") or {}
+    if not isinstance(body, dict):
+        raise ConfigException(f"context {name} has no context mapping")
+    user_entry = _named(doc.get("users"), body.get("user"), "user") if body.get("user") else None
+    cluster_entry = _named(doc.get("clusters"), body.get("cluster"), "cluster")
+    user = _value(user_entry).get("user") if user_entry is not None else None
+    cluster = _value(cluster_entry).get("cluster")
+    if not isinstance(cluster, dict):
+        raise ConfigException(f"cluster {body.get('cluster')} has no cluster mapping")
+    user_path = getattr(user_entry, "path", None)
+    ns = body.get("namespace")
+    return _Selected(user if isinstance(user, dict) else {}, os.path.dirname(os.path.abspath(user_path))
+                     if user_path else "", cluster, str(ns) if ns else None)
+
+
+def _named(entries: Any, name: Any, what: str) -> Any:
+    for entry in entries or []:
+        if _value(entry).get("name") == name:
+            return entry
+    raise ConfigException(f"no {what} named {name}")
+
+
+def _value(entry: Any) -> dict[str, Any]:
+    value = getattr(entry, "value", entry)  # KubeConfigMerger wraps list entries in ConfigNodes
+    if not isinstance(value, dict):
+        raise ConfigException("an entry is not a mapping")
+    return value
+
+
+def _take_data(entry: dict[str, Any], data_key: str, file_key: str | None, base: str = "") -> bytes | None:
+    """Remove ``data_key`` (base64) or ``file_key`` (a path) from ``entry`` and return the bytes."""
+    data = entry.pop(data_key, None)
+    path = entry.pop(file_key, None) if data is None and file_key else None
+    if data:
+        try:
+            return base64.b64decode(str(data), validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigException(f"{data_key} is not base64") from None
+    if path:
+        with open(os.path.join(base, str(path)), "rb") as f:
+            return f.read()
+    return None
+
+
+def _take_client_certificate(user: dict[str, Any], base: str) -> ClientCertificate | None:
+    cert = _take_data(user, "client-certificate-data", "client-certificate", base)
+    key = _take_data(user, "client-key-data", "client-key", base)
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ConfigException("the user has a client certificate without its key, or a key without its certificate")
+    return ClientCertificate(cert, key)
+
+
+def _check_client_certificate(cert: ClientCertificate, where: str) -> None:
+    try:
+        load_client_certificate(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), cert)
+    except ssl.SSLError as exc:
+        raise KubeConfigError(f"cannot use the kubeconfig {where}: its client certificate and key do not load "
+                              f"({exc.reason or 'not a matching PEM pair'}); pass --kubeconfig FILE") from None
+
+
+def _static_trust(ca: bytes) -> TrustSource:
+    def read() -> Sequence[bytes]:
+        return [ca]
+    return read
 
 
 def kubeconfig_files(path: str | Path | None) -> list[Path]:
@@ -290,22 +484,3 @@ def in_cluster(*, trust: TrustSource | None = None, timing: Timing | None = None
     ns_file = service_account / "namespace"
     ns = namespace or (ns_file.read_text().strip() if ns_file.exists() else "default")
     return _build(cfg, ns, (timing or Timing.from_env()).kube_call_timeout, trust)
-
-
-def _kubeconfig_namespace(files: Sequence[Path], context: str | None) -> str | None:
-    """The context's namespace (kubernetes-asyncio does not expose it)."""
-    docs = []
-    for f in files:
-        try:
-            doc = yaml.safe_load(f.read_text())
-        except (OSError, yaml.YAMLError):
-            continue
-        if isinstance(doc, dict):
-            docs.append(doc)
-    name = context or next((d["current-context"] for d in docs if d.get("current-context")), None)
-    for doc in docs:
-        for ctx in doc.get("contexts") or []:
-            if isinstance(ctx, dict) and ctx.get("name") == name:
-                ns = (ctx.get("context") or {}).get("namespace")
-                return str(ns) if ns else None
-    return None

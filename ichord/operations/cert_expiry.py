@@ -198,6 +198,11 @@ def _mutation(result: ExpiryResult, bundle: SecretsBundle, now: dt.datetime,
         if status.get("certificates") != certificates:
             status["certificates"] = certificates
             changed = True
+        # The EXPIRES printer column (kubectl get tc): the earliest notAfter of the cluster's CAs.
+        earliest = min((c.not_after for c in result.certificates), default=None)
+        if earliest is not None and status.get("earliestExpiry") != now_rfc3339(earliest):
+            status["earliestExpiry"] = now_rfc3339(earliest)
+            changed = True
         old = find(conditions, CERTIFICATES_EXPIRING)
         if not _same(old, result.condition):
             conditions = set_condition(conditions, result.condition, now=now)

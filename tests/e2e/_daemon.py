@@ -23,7 +23,7 @@ DAEMON_TIME_SCALE = "0.05"
 
 class Daemon:
     def __init__(self, env: SimEnvironment, workdir: Path, name: str, *, extra_env: dict[str, str] | None = None,
-                 resync: float = 1.0) -> None:
+                 resync: float = 1.0, kubeconfig: Path | None = None) -> None:
         self.env = env
         self.name = name
         self.log_path = workdir / f"{name}.log"
@@ -33,7 +33,7 @@ class Daemon:
         environ = {**os.environ, "ICHORD_TIME_SCALE": DAEMON_TIME_SCALE, "HOME": str(workdir), **(extra_env or {})}
         environ.pop("KUBECONFIG", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ichord.cli", "run", "--kubeconfig", str(env.kubeconfig),
+            [sys.executable, "-m", "ichord.cli", "run", "--kubeconfig", str(kubeconfig or env.kubeconfig),
              "--controller-namespace", env.namespace, "--identity", name, "--metrics-addr", "127.0.0.1:0",
              "--port-file", str(self.port_file), "--resync", str(resync), "--log-level", "debug"],
             stdout=self._log, stderr=subprocess.STDOUT, env=environ,

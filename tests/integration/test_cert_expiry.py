@@ -1,6 +1,6 @@
 """The CA expiry pass against the Kubernetes API simulator over HTTPS (ADR 0063, ADR 0120 §5).
 
-The CRDs come from helm/ichord/crds (the simulator loads them and validates status against them).
+The CRDs come from helm/ichord/files/crds (the simulator loads them and validates status against them).
 """
 
 from __future__ import annotations

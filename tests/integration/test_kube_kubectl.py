@@ -70,9 +70,9 @@ async def test_kubectl_apply_get_watch_events(kubeconfig: tuple[KubeSimulator, P
     header = (await kubectl(kc, "get", "talosmachines")).splitlines()[0].split()
     assert header == ["NAME", "CLUSTER", "ROLE", "READY", "REASON", "AGE"]
     assert (await kubectl(kc, "get", "talosclusters")).splitlines()[0].split() == [
-        "NAME", "ENDPOINT", "CONTRACT", "AGE"]
+        "NAME", "READY", "REASON", "EXPIRES", "ENDPOINT", "CONTRACT", "AGE"]
     ops = (await kubectl(kc, "get", "talosoperations")).splitlines()
-    assert ops[0].split() == ["NAME", "CLUSTER", "KIND", "PHASE", "STAGE", "AGE"] and "ca-rotation" in ops[1]
+    assert ops[0].split() == ["NAME", "CLUSTER", "KIND", "PHASE", "STAGE", "STEP", "AGE"] and "ca-rotation" in ops[1]
     bad = await kubectl(kc, "apply", "-f", "-", check=False,
                         stdin=OBJECTS.split("---")[1].replace("controlplane", "leader").replace("cp1", "bad"))
     assert 'spec.role: Unsupported value: "leader"' in bad
@@ -81,7 +81,12 @@ async def test_kubectl_apply_get_watch_events(kubeconfig: tuple[KubeSimulator, P
                             stdin=OBJECTS.split("---")[1].replace("address:", "bogus: 1, address:"))
     assert 'strict decoding error: unknown field "spec.bogus"' in unknown
     explain = await kubectl(kc, "explain", "talosoperation.spec.kind")
-    assert "ca-rotation" in explain and "config" in explain
+    assert "ca-rotation" in explain and "config" in explain and "immutable" in explain
+    # Every field is described, so `kubectl explain` teaches the API.
+    explain = await kubectl(kc, "explain", "taloscluster.spec.secretsRef")
+    assert "secrets.yaml" in explain and "talosctl gen secrets" in explain
+    explain = await kubectl(kc, "explain", "talosoperation.status.caRotation.step")
+    assert "Finalizing's sub-step" in explain
 
     async with await anyio.open_process(["kubectl", "--kubeconfig", str(kc), "get", "talosmachines", "-w"]) as proc:
         assert proc.stdout is not None

@@ -2,21 +2,29 @@
 
 Without helm the templates are checked structurally: blocks balanced, every ``.Values`` path they
 read defined in values.yaml, and the YAML around the template actions well formed (actions that
-fill a whole line are dropped, inline ones replaced by a placeholder).
+fill a whole line are dropped, inline ones replaced by a placeholder); values.yaml against
+values.schema.json; the generated README. With helm (PATH, $ICHORD_HELM or the tools build) every
+template renders under several value sets and the rendered objects are checked. The RBAC rules
+are checked against the daemon's recorded requests in tests/e2e/test_deploy_daemon.py.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import re
-import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from ichord import yamlio
-from ichord.metrics import CERTIFICATE_EXPIRY
+from ichord.kube import crds as kube_crds
+from ichord.metrics import REGISTRY
+from tests._helm import find_helm, render
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "ichord"
 TEMPLATES = [*sorted((CHART / "templates").glob("*.yaml")), CHART / "templates" / "_helpers.tpl"]
@@ -63,52 +71,6 @@ def test_values_parse_and_document_the_expiry_window() -> None:
     assert "--certificate-expiry-warning-days" in block and "equal" in block
 
 
-def test_the_prometheus_rule_alerts_on_the_metric_within_the_window() -> None:
-    text = template("prometheusrule.yaml")
-    assert [m.name for m in CERTIFICATE_EXPIRY.describe()] == [METRIC]  # the metric the daemon publishes
-    assert "{{- if .Values.prometheus.rules.enabled }}" in text
-    assert "alert: IchorCertificateExpiring" in text
-    expr = next(line for line in text.splitlines() if "expr:" in line)
-    assert f"{METRIC} - time() < {{{{ .Values.prometheus.rules.certificateExpiryDays }}}} * 86400" in expr
-
-
-def test_the_daemon_flag_defaults_to_the_alert_window() -> None:
-    assert "--certificate-expiry-warning-days={{ include \"ichord.certificateExpiryWarningDays\" . }}" in template(
-        "deployment.yaml")
-    helper = (CHART / "templates" / "_helpers.tpl").read_text()
-    assert ("default .Values.prometheus.rules.certificateExpiryDays .Values.controller.certificateExpiryWarningDays"
-            in helper)
-
-
-def test_the_deployment_mounts_the_trust_dir_and_sets_the_downward_api() -> None:
-    doc = yamlio.load(strip_actions(template("deployment.yaml")))
-    pod = doc["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts["trust"] == "/var/run/ichor/trust"
-    assert {"name": "trust", "emptyDir": {}} in pod["volumes"]
-    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
-    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "NODE_NAME": "spec.nodeName"}
-
-
-def test_rbac_grants_what_the_daemon_uses() -> None:
-    docs = [d for d in yamlio.load_all(strip_actions(template("clusterrole.yaml"))) if d]
-    rules = docs[0]["rules"]
-    granted = {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-    for need in [("ichor.maesh.dev", "talosclusters", "watch"), ("ichor.maesh.dev", "talosclusters/status", "patch"),
-                 ("ichor.maesh.dev", "talosoperations/finalizers", "update"), ("", "events", "create"),
-                 ("", "events", "patch"), ("", "pods/eviction", "create"), ("", "nodes", "get"),
-                 ("", "configmaps", "get")]:
-        assert need in granted, need
-    assert not any("secrets" in r["resources"] or "leases" in r["resources"] for r in rules)
-    role = next(d for d in yamlio.load_all(strip_actions(template("role.yaml"))) if d)
-    ns_granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-                  for v in rule["verbs"]}
-    for need in [("", "secrets", "get"), ("", "secrets", "update"), ("coordination.k8s.io", "leases", "create"),
-                 ("coordination.k8s.io", "leases", "update")]:
-        assert need in ns_granted, need
-
-
 @pytest.mark.parametrize("path", TEMPLATES, ids=[p.name for p in TEMPLATES])
 def test_every_template_is_balanced_and_reads_defined_values(path: Path) -> None:
     text = _COMMENT.sub("", path.read_text())
@@ -126,19 +88,168 @@ def test_every_template_is_balanced_and_reads_defined_values(path: Path) -> None
     assert "\t" not in text
 
 
-def test_helm_template_renders_the_rule_and_the_flag(tmp_path: Path) -> None:
-    helm = shutil.which("helm")
-    if helm is None:
-        pytest.skip("helm is not installed: the chart is checked structurally above, not rendered")
-    out = subprocess.run(
-        [helm, "template", "ichord", str(CHART), "--namespace", "ichord-system",
-         "--set", "prometheus.rules.enabled=true", "--set", "prometheus.rules.certificateExpiryDays=30",
-         "--set", "prometheus.serviceMonitor.enabled=true"],
-        capture_output=True, text=True, check=True, timeout=60).stdout
-    docs = {d["kind"]: d for d in yamlio.load_all(out) if d}
-    rule = docs["PrometheusRule"]["spec"]["groups"][0]["rules"][0]
-    assert rule["alert"] == "IchorCertificateExpiring" and rule["expr"] == f"{METRIC} - time() < 30 * 86400"
-    assert "{{ $labels.certificate }}" in rule["annotations"]["summary"]
-    container = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+
+# -- values and their schema (no helm needed) -----------------------------------------------------
+
+def schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    return loaded
+
+
+def test_the_values_are_valid_and_the_schema_refuses_unknown_keys() -> None:
+    jsonschema.Draft7Validator.check_schema(schema())
+    v = values()
+    jsonschema.validate(v, schema())
+    for path in (("bogus",), ("crds", "bogus"), ("prometheus", "rules", "bogus"), ("probes", "startup", "bogus"),
+                 ("rbac", "bogus")):
+        bad = copy.deepcopy(v)
+        node = bad
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = 1
+        with pytest.raises(jsonschema.ValidationError, match="Additional properties are not allowed"):
+            jsonschema.validate(bad, schema())
+    wrong = copy.deepcopy(v)
+    wrong["podAntiAffinity"] = "sometimes"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(wrong, schema())
+
+
+def _leaves(node: Any, path: str = "") -> list[str]:
+    if isinstance(node, dict) and node:
+        return [p for k, v in node.items() for p in _leaves(v, f"{path}.{k}" if path else k)]
+    return [path]
+
+
+def test_every_value_is_documented_and_the_readme_is_generated_from_them() -> None:
+    sys.path.insert(0, str(CHART.parents[1] / "scripts"))
+    try:
+        import chart_readme
+    finally:
+        sys.path.pop(0)
+    documented = {key for key, _ in chart_readme.documented((CHART / "values.yaml").read_text())}
+    undocumented = [leaf for leaf in _leaves(values())
+                    if not any(leaf == d or leaf.startswith(d + ".") for d in documented)]
+    assert undocumented == []
+    result = subprocess.run([sys.executable, str(CHART.parents[1] / "scripts" / "chart_readme.py"), "--check"],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_alert_rules_read_metrics_the_daemon_registers() -> None:
+    text = template("prometheusrule.yaml")
+    registered = {m.name for m in REGISTRY.collect()} | {f"{m.name}_total" for m in REGISTRY.collect()}
+    used = set(re.findall(r"\b(ichord?_[a-z_]+)\{", text)) | set(re.findall(r"\b(ichord?_[a-z_]+) ", text))
+    assert used and used <= registered, used - registered
+
+
+# -- rendered with helm ----------------------------------------------------------------------------
+
+needs_helm = pytest.mark.skipif(find_helm() is None, reason="helm is not installed (PATH, $ICHORD_HELM or "
+                                "~/.cache/ichord/tools/*/bin): the chart is checked structurally above, not rendered")
+
+VALUE_SETS = {
+    "defaults": [],
+    "everything-on": ["--set", "prometheus.rules.enabled=true", "--set", "prometheus.serviceMonitor.enabled=true",
+                      "--set", "prometheus.serviceMonitor.namespace=monitoring",
+                      "--set", "prometheus.serviceMonitor.labels.release=kps", "--set", "commonLabels.team=platform",
+                      "--set", "rbac.clusterLockNames={a,b}", "--set", "podAntiAffinity=soft",
+                      "--set", "topologySpreadConstraints[0].maxSkew=1",
+                      "--set", "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+                      "--set", "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway"],
+    "minimal": ["--set", "crds.enabled=false", "--set", "rbac.create=false", "--set", "serviceAccount.create=false",
+                "--set", "replicaCount=1", "--set", "podAntiAffinity=none", "--set", "crds.keep=false"],
+    "overrides": ["--set", "nameOverride=tc", "--set", "fullnameOverride=talos-ops", "--set", "crds.keep=false"],
+}
+
+
+def by_kind(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for d in docs:
+        out.setdefault(d["kind"], []).append(d)
+    return out
+
+
+@needs_helm
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_template_renders(name: str) -> None:
+    docs = render(*VALUE_SETS[name])
+    kinds = by_kind(docs)
+    assert "Deployment" in kinds and "Service" in kinds
+    for doc in docs:
+        labels = doc["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "Helm" and labels["app.kubernetes.io/component"]
+        if name == "everything-on":
+            assert labels["team"] == "platform"
+    if name == "minimal":
+        assert not ({"CustomResourceDefinition", "Role", "ClusterRole", "ServiceAccount", "PodDisruptionBudget"}
+                    & set(kinds))
+    if name == "overrides":
+        assert {d["metadata"]["name"] for d in docs if d["kind"] != "CustomResourceDefinition"} == {"talos-ops"}
+        assert kinds["Deployment"][0]["metadata"]["labels"]["app.kubernetes.io/name"] == "tc"
+
+
+@needs_helm
+def test_helm_refuses_unknown_values() -> None:
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        render("--set", "replicas=3")
+    # helm 3.16 and later word it differently ("Additional property replicas", "additional properties 'replicas'").
+    refusal = re.search(r"(?i)additional propert(y|ies) '?replicas'? (is )?not allowed", err.value.stderr)
+    assert refusal, err.value.stderr
+
+
+@needs_helm
+def test_the_crds_are_the_files_kubectl_applies() -> None:
+    files = {doc["metadata"]["name"]: doc for path in sorted((CHART / "files" / "crds").glob("*.yaml"))
+             for doc in [yamlio.load(path.read_text())]}
+    rendered = {d["metadata"]["name"]: d for d in render() if d["kind"] == "CustomResourceDefinition"}
+    assert set(rendered) == set(files) == {f"{p}.{kube_crds.GROUP}" for p in ("talosclusters", "talosmachines",
+                                                                               "talosoperations")}
+    for name, crd in rendered.items():
+        assert crd["spec"] == files[name]["spec"]
+        assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+        assert crd["metadata"]["labels"]["app.kubernetes.io/component"] == "crd"
+    unkept = [d for d in render("--set", "crds.keep=false") if d["kind"] == "CustomResourceDefinition"]
+    assert unkept and all("annotations" not in d["metadata"] for d in unkept)
+
+
+@needs_helm
+def test_the_deployment_runs_ichord_safely_on_separate_nodes() -> None:
+    (deployment,) = by_kind(render("--set", "prometheus.rules.certificateExpiryDays=30"))["Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["ichord"] and container["args"][0] == "run"
     assert "--certificate-expiry-warning-days=30" in container["args"]
-    assert {"ServiceMonitor", "PodDisruptionBudget", "ClusterRole", "Role", "Service"} <= set(docs)
+    assert container["image"] == f"ghcr.io/maesh/ichord:{yamlio.load((CHART / 'Chart.yaml').read_text())['appVersion']}"
+    for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}
+        assert container[probe]["timeoutSeconds"] >= 1
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {"trust": "/var/run/ichor/trust", "tmp": "/tmp"}
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "NODE_NAME": "spec.nodeName"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+@needs_helm
+def test_the_service_monitor_and_the_alerts() -> None:
+    kinds = by_kind(render(*VALUE_SETS["everything-on"]))
+    (monitor,) = kinds["ServiceMonitor"]
+    assert monitor["metadata"]["namespace"] == "monitoring" and monitor["metadata"]["labels"]["release"] == "kps"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ichord-system"]}
+    assert monitor["spec"]["endpoints"][0]["scrapeTimeout"] == "10s"
+    (rule,) = kinds["PrometheusRule"]
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert set(alerts) == {"IchorCertificateExpiring", "IchordBundleBackupStale", "IchordCAClientsNotRestarted",
+                           "IchordOperationPaused", "IchordOperationFailed", "IchordNoLeader"}
+    assert alerts["IchorCertificateExpiring"]["expr"] == (
+        "ichor_certificate_expiry_timestamp_seconds - time() < 90 * 86400")
+    assert "{{ $labels.certificate }}" in alerts["IchorCertificateExpiring"]["annotations"]["summary"]
+    assert alerts["IchordBundleBackupStale"]["for"] == "24h"
+    assert 'phase="Paused"' in alerts["IchordOperationPaused"]["expr"] and alerts["IchordOperationPaused"]["for"]
+    assert 'phase="Failed"' in alerts["IchordOperationFailed"]["expr"]
+    assert 'namespace="ichord-system"' in alerts["IchordNoLeader"]["expr"] and alerts["IchordNoLeader"]["for"] == "2m"

@@ -3,17 +3,19 @@ subresource, and the field names api.md fixes as the contract."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ichord import yamlio
+from ichord.sim.kube import schema as sim_schema
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "helm" / "ichord" / "crds"
-COLUMNS = {"TalosCluster": ["Endpoint", "Contract", "Age"],
+CRD_DIR = Path(__file__).resolve().parents[2] / "helm" / "ichord" / "files" / "crds"
+COLUMNS = {"TalosCluster": ["Ready", "Reason", "Expires", "Endpoint", "Contract", "Age"],
            "TalosMachine": ["Cluster", "Role", "Ready", "Reason", "Age"],
-           "TalosOperation": ["Cluster", "Kind", "Phase", "Stage", "Age"]}
+           "TalosOperation": ["Cluster", "Kind", "Phase", "Stage", "Step", "Age"]}
 
 
 def crds() -> dict[str, dict[str, Any]]:
@@ -62,3 +64,74 @@ def test_contract_fields_and_enums() -> None:
     assert status["properties"]["phase"]["enum"] == ["Pending", "InProgress", "Paused", "Completed", "Failed"]
     assert set(status["properties"]) >= {"phase", "message", "startedAt", "completedAt", "plan", "caRotation",
                                          "machines", "conditions"}
+
+
+def undescribed(schema: dict[str, Any], path: str = "") -> list[str]:
+    """Fields without a description (what `kubectl explain` would show empty); metadata is ObjectMeta's."""
+    bad = [] if schema.get("description") or path.endswith(".metadata") else [path or "<root>"]
+    for key, sub in (schema.get("properties") or {}).items():
+        bad += undescribed(sub, f"{path}.{key}")
+    if isinstance(schema.get("items"), dict) and schema["items"].get("properties"):
+        bad += [p for p in undescribed(schema["items"], f"{path}[]") if p != f"{path}[]"]
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict) and extra.get("properties"):
+        bad += [p for p in undescribed(extra, f"{path}{{}}") if p != f"{path}{{}}"]
+    return bad
+
+
+@pytest.mark.parametrize("kind", sorted(COLUMNS))
+def test_every_field_is_described_for_kubectl_explain(kind: str) -> None:
+    schema = crds()[kind]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert undescribed(schema) == []
+
+
+def _json_path_exists(schema: dict[str, Any], json_path: str) -> bool:
+    node = schema
+    for part in re.sub(r"\[[^\]]*\]", "", json_path).lstrip(".").split("."):
+        node = (node.get("properties") or {}).get(part) or {}
+        if not node:
+            return False
+        if node.get("type") == "array" and isinstance(node.get("items"), dict):
+            node = node["items"]
+    return True
+
+
+@pytest.mark.parametrize("kind", sorted(COLUMNS))
+def test_printer_columns_read_fields_the_schema_has(kind: str) -> None:
+    (version,) = crds()[kind]["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
+    for column in version["additionalPrinterColumns"]:
+        if column["jsonPath"] != ".metadata.creationTimestamp":
+            assert _json_path_exists(schema, column["jsonPath"]), column
+
+
+def test_new_contract_fields() -> None:
+    def props(kind: str, *path: str) -> dict[str, Any]:
+        node = crds()[kind]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for p in path:
+            node = node["properties"][p]
+        return node
+    assert props("TalosCluster", "status", "earliestExpiry")["format"] == "date-time"
+    assert props("TalosOperation", "status", "observedGeneration")["type"] == "integer"
+    assert props("TalosOperation", "status", "caRotation", "step")["type"] == "string"
+    for kind in ("TalosMachine", "TalosOperation"):
+        assert props(kind, "spec", "clusterRef")["x-kubernetes-validations"] == [
+            {"rule": "self == oldSelf", "message": "clusterRef is immutable"}]
+    assert props("TalosOperation", "spec", "kind")["x-kubernetes-validations"] == [
+        {"rule": "self == oldSelf", "message": "kind is immutable"}]
+
+
+def _rules(schema: dict[str, Any]) -> list[str]:
+    out = [r["rule"] for r in schema.get("x-kubernetes-validations") or []]
+    for sub in (schema.get("properties") or {}).values():
+        out += _rules(sub)
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            out += _rules(schema[key])
+    return out
+
+
+def test_the_simulator_evaluates_every_cel_rule_the_crds_use() -> None:
+    rules = [r for crd in crds().values() for r in _rules(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])]
+    assert len(rules) == 4
+    assert [r for r in rules if not sim_schema.evaluates(r)] == []

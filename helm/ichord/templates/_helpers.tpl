@@ -1,14 +1,19 @@
 {{/* Names and labels shared by every template. */}}
 
 {{- define "ichord.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "ichord.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -17,11 +22,26 @@ app.kubernetes.io/name: {{ include "ichord.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* Every object's labels; the controller's objects add app.kubernetes.io/component: controller. */}}
 {{- define "ichord.labels" -}}
 {{ include "ichord.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: ichord
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "ichord.controllerLabels" -}}
+{{ include "ichord.labels" . }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{- define "ichord.controllerSelectorLabels" -}}
+{{ include "ichord.selectorLabels" . }}
+app.kubernetes.io/component: controller
 {{- end -}}
 
 {{- define "ichord.serviceAccountName" -}}
@@ -35,4 +55,41 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/* The daemon's warning window: its own value, else the alert's, so the two agree by default. */}}
 {{- define "ichord.certificateExpiryWarningDays" -}}
 {{- default .Values.prometheus.rules.certificateExpiryDays .Values.controller.certificateExpiryWarningDays -}}
+{{- end -}}
+
+{{/* A probe from values: the path on the metrics port plus its timings. */}}
+{{- define "ichord.probe" -}}
+httpGet:
+  path: {{ .path }}
+  port: metrics
+{{- with .probe }}
+initialDelaySeconds: {{ .initialDelaySeconds }}
+periodSeconds: {{ .periodSeconds }}
+timeoutSeconds: {{ .timeoutSeconds }}
+failureThreshold: {{ .failureThreshold }}
+{{- end }}
+{{- end -}}
+
+{{/* The pod's affinity: .Values.affinity when set, else the podAntiAffinity preset. Two replicas
+never share a node with "hard": a node failure leaves a standby to take the Lease. */}}
+{{- define "ichord.affinity" -}}
+{{- if .Values.affinity -}}
+{{- toYaml .Values.affinity }}
+{{- else if eq .Values.podAntiAffinity "hard" -}}
+podAntiAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "ichord.controllerSelectorLabels" . | nindent 10 }}
+{{- else if eq .Values.podAntiAffinity "soft" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "ichord.controllerSelectorLabels" . | nindent 12 }}
+{{- end -}}
 {{- end -}}

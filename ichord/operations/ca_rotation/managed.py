@@ -8,16 +8,13 @@ Kubernetes CA of the rotation, so the serving-CA switch of Issuing cannot fail t
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from ichord.api.names import ROOT_CA_CONFIGMAP
 from ichord.api.views import MachineView
 from ichord.errors import IchordError
-from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.client import KubeClient, from_kubeconfig_data
 from ichord.kube.errors import KubeError, NotFound
 from ichord.kube.reads import list_nodes, node_ready
 from ichord.pki import pem as _pem
@@ -45,16 +42,12 @@ async def admin_client(talos: TalosClient, control_planes: Sequence[MachineView]
     if raw is None:
         raise ManagedAPIError("no control plane issued an admin kubeconfig (" + "; ".join(errors) + ")")
     trust = [block for ca in trusted for block in _pem.pem_blocks(ca)]
-    with tempfile.TemporaryDirectory(prefix="ichord-admin-") as tmp:
-        os.chmod(tmp, 0o700)
-        path = Path(tmp) / "kubeconfig"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-        try:
-            client = await from_kubeconfig(path, trust=lambda: trust, namespace="kube-system")
-        except KubeError as exc:
-            raise ManagedAPIError(f"the admin kubeconfig cannot be used: {SCRUBBER.exception(exc)}") from None
+    try:
+        # From memory: the cluster-admin key of the managed cluster is never written anywhere (issue 14).
+        client = await from_kubeconfig_data(raw, what="the admin kubeconfig a Talos node issued",
+                                            trust=lambda: trust, namespace="kube-system")
+    except KubeError as exc:
+        raise ManagedAPIError(f"the admin kubeconfig cannot be used: {SCRUBBER.exception(exc)}") from None
     try:
         yield client
     finally:

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if not ipaddress.ip_address(args.host).is_loopback:
         raise IchordError(f"--host {args.host} is not a loopback address; the simulator binds 127.0.0.0/8 only")
     if not args.crds.is_dir():
-        raise IchordError(f"--crds {args.crds} is not a directory; point it at helm/ichord/crds")
+        raise IchordError(f"--crds {args.crds} is not a directory; point it at helm/ichord/files/crds")
     s = args.time_scale
     base = BehaviourSettings()
     behaviours = BehaviourSettings(

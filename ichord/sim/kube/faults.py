@@ -42,11 +42,32 @@ class LoggedRequest:
     resource: str
 
 
+@dataclass(frozen=True)
+class Access:
+    """One authenticated resource request as an RBAC authorizer sees it, and who made it.
+
+    ``name`` is also set for a list or watch with ``fieldSelector=metadata.name=X``, as kube-apiserver's
+    request info does (RBAC's resourceNames can then allow it).
+    """
+
+    user: str
+    verb: str
+    group: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+
+
 class RequestLog:
-    """Every request served: verb, path, status; counts for assertions and the benchmark."""
+    """Every request served: verb, path, status; counts for assertions and the benchmark.
+
+    ``access`` records each resource request with the authenticated identity (the RBAC test reads it).
+    """
 
     def __init__(self) -> None:
         self.entries: list[LoggedRequest] = []
+        self.access: list[Access] = []
 
     def add(self, verb: str, path: str, status: int, resource: str = "") -> None:
         self.entries.append(LoggedRequest(verb, path, status, resource))
@@ -59,5 +80,15 @@ class RequestLog:
                    if (verb is None or e.verb == verb) and (status is None or e.status == status)
                    and (resource is None or e.resource == resource))
 
+    def add_access(self, access: Access) -> None:
+        self.access.append(access)
+
+    def by_user(self, user: str) -> list[Access]:
+        return [a for a in self.access if a.user == user]
+
+    def users(self) -> set[str]:
+        return {a.user for a in self.access}
+
     def clear(self) -> None:
         self.entries.clear()
+        self.access.clear()

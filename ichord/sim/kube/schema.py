@@ -143,6 +143,12 @@ def _check(value: Any, schema: JSON, path: str, old: Any, causes: list[Cause]) -
 _IMPLIES = re.compile(r"^!has\(self\.(\w+)\)\|\|self\.(\w+)==['\"]([^'\"]*)['\"]$")
 
 
+def evaluates(rule: str) -> bool:
+    """True when ``rule`` is one of the CEL shapes this simulator enforces (the others are ignored)."""
+    compact = rule.replace(" ", "")
+    return compact == "self==oldSelf" or _IMPLIES.match(compact) is not None
+
+
 def _rule_fails(rule: str, value: Any, old: Any) -> bool:
     """The two CEL shapes ichord's CRDs use; any other rule is not evaluated."""
     compact = rule.replace(" ", "")

@@ -22,12 +22,12 @@ from ichord.sim.kube import discovery, openapi, routes
 from ichord.sim.kube.behaviours import BehaviourSettings, ClusterBehaviours
 from ichord.sim.kube.certs import issue_serving_certificate, server_ssl_context
 from ichord.sim.kube.clientauth import ClientCertAuth, ClientCertRejectedError, request_client_certificates
-from ichord.sim.kube.faults import Faults, RequestLog
+from ichord.sim.kube.faults import Access, Faults, RequestLog
 from ichord.sim.kube.rest import Rest, WatchSettings, json_response
 from ichord.sim.kube.status import ApiError, internal
 from ichord.sim.kube.store import Store
 
-DEFAULT_CRD_DIR = Path(__file__).resolve().parents[3] / "helm" / "ichord" / "crds"
+DEFAULT_CRD_DIR = Path(__file__).resolve().parents[3] / "helm" / "ichord" / "files" / "crds"
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -42,6 +42,10 @@ class SimSettings:
     serving_hosts: tuple[str, ...] | None = None
     #: Bearer token clients must send; None accepts any client.
     token: str | None = None
+    #: The user name ``token`` authenticates as (the request log's identity).
+    token_user: str = "ichord-sim"  # noqa: S105  # a user name, not a secret
+    #: More bearer tokens, each authenticating as its user (see ``KubeSimulator.add_user``).
+    users: dict[str, str] = field(default_factory=dict)
     #: Client CAs for x509 authentication (kube-apiserver's --client-ca-file); None: no certificate asked.
     #: A certificate that does not chain to one gets 401; a request without one falls back to ``token``.
     client_cas: tuple[bytes, ...] | None = None
@@ -90,6 +94,10 @@ class KubeSimulator:
         if self.client_auth is None:
             raise RuntimeError("client-certificate authentication is off; set SimSettings.client_cas")
         self.client_auth.set_cas(cas)
+
+    def add_user(self, token: str, user: str) -> None:
+        """Accept ``token`` as a bearer token of ``user`` (recorded per request in ``requests.access``)."""
+        self.settings.users[token] = user
 
     def _serving_hosts(self) -> list[str]:
         hosts = self.settings.serving_hosts
@@ -197,13 +205,13 @@ class KubeSimulator:
         """Forget all retained watch history: a watch from any older resourceVersion gets 410."""
         self.store.log.compact(self.store.rv)
 
-    def write_kubeconfig(self, path: Path, *, namespace: str = "default") -> Path:
+    def write_kubeconfig(self, path: Path, *, namespace: str = "default", token: str | None = None) -> Path:
         cfg = {
             "apiVersion": "v1", "kind": "Config", "current-context": "ichord-sim",
             "clusters": [{"name": "ichord-sim", "cluster": {
                 "server": self.url,
                 "certificate-authority-data": _b64(self.ca_pem)}}],
-            "users": [{"name": "ichord-sim", "user": {"token": self.settings.token or "ichord-sim"}}],
+            "users": [{"name": "ichord-sim", "user": {"token": token or self.settings.token or "ichord-sim"}}],
             "contexts": [{"name": "ichord-sim", "context": {"cluster": "ichord-sim", "user": "ichord-sim",
                                                              "namespace": namespace}}],
         }
@@ -224,9 +232,14 @@ class KubeSimulator:
         try:
             if self.faults.latency > 0:
                 await asyncio.sleep(self.faults.latency)
-            if not self._client_certificate_ok(request) and self.settings.token is not None and request.headers.get(
-                    "Authorization", "") != f"Bearer {self.settings.token}":
+            user = self._authenticate(request)
+            if user is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
+            if route is not None:  # what an authorizer would be asked, before the request is served
+                self.requests.add_access(Access(
+                    user=user, verb=verb, group=route.group, resource=resource, subresource=route.subresource or "",
+                    namespace=route.namespace or "",
+                    name=route.name or _selected_name(route.verb, request.query.get("fieldSelector", ""))))
             if self.faults.should_fail(verb):
                 code = self.faults.error_code
                 reason = {503: "ServiceUnavailable", 429: "TooManyRequests"}.get(code, "InternalError")
@@ -242,21 +255,33 @@ class KubeSimulator:
         self.requests.add(verb, request.path, response.status, resource)
         return response
 
-    def _client_certificate_ok(self, request: web.Request) -> bool:
-        """True when a client certificate authenticated the request; 401 when one was sent and fails."""
+    def _authenticate(self, request: web.Request) -> str | None:
+        """The user the request authenticates as (x509 CN, else its bearer token's), None when refused."""
+        user = self._client_certificate_user(request)
+        if user is None:
+            auth = request.headers.get("Authorization", "")
+            token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+            if token is not None and token in self.settings.users:
+                user = self.settings.users[token]
+            elif self.settings.token is None or token == self.settings.token:
+                user = self.settings.token_user if token is not None else "system:anonymous"
+        return user
+
+    def _client_certificate_user(self, request: web.Request) -> str | None:
+        """The CN when a client certificate authenticated the request; 401 when one was sent and fails."""
         if self.client_auth is None or request.transport is None:
-            return False
+            return None
         ssl_object = request.transport.get_extra_info("ssl_object")
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         if der is None:
-            return False
+            return None
         try:
-            self.client_auth.check(der)
+            identity = self.client_auth.check(der)
         except ClientCertRejectedError as exc:
             self.x509_failures.append({"at": round(time.monotonic() - self._t0, 6), "wall": time.time(),
                                        "reason": str(exc), "path": request.path})
             raise ApiError(401, "Unauthorized", "Unauthorized") from None
-        return True
+        return identity.user
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         route = routes.parse(request.method, request.path, dict(request.query))
@@ -269,6 +294,17 @@ class KubeSimulator:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             return json_response(doc)
         return await self.rest.handle(request, route)
+
+
+def _selected_name(verb: str, field_selector: str) -> str:
+    """kube-apiserver's request info names a list/watch by ``metadata.name=X`` in its field selector."""
+    if verb not in ("list", "watch"):
+        return ""
+    for term in field_selector.split(","):
+        key, _, value = term.partition("=")
+        if key.strip() == "metadata.name":
+            return value.removeprefix("=").strip()
+    return ""
 
 
 def _b64(data: bytes) -> str:
