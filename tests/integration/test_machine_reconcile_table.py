@@ -1,0 +1,120 @@
+"""ADR 0080's never-reboot table, row by row, on the Talos node simulator (issue 13).
+
+Each row builds a machine (role, its own patch) and a cluster change (a cluster patch), runs
+``reconcile_machine`` once against the simulated node over mutual TLS, and checks the Ready reason, what
+is reported, and, from the node's own history, whether anything was applied. The reconciler never reboots
+and never restarts kube-apiserver on a control plane: those differences are reported, a config operation
+rolls them out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+
+from ichord.api.views import MachineView
+from ichord.machines.reconciler import reconcile_machine
+from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.sim.combined import SimEnvironment
+from ichord.talos.client import TalosClient
+from ichord.talos.dial import DialBundle
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+SAFE = "machine:\n  sysctls:\n    net.core.somaxconn: \"65535\"\n"
+REBOOT = "apiVersion: v1alpha1\nkind: KernelModuleConfig\nname: br_netfilter\n"
+API_SERVER = "apiVersion: v1alpha1\nkind: KubeNetworkConfig\ndnsDomain: table.example\n"
+
+
+@dataclass(frozen=True)
+class Row:
+    """A builder's product: who the machine is and what changed (cert-manager's ``certificate(name, *mods)``)."""
+
+    role: str = "worker"
+    cluster_patches: tuple[str, ...] = ()
+    rotation_in_progress: bool = False
+    unreachable: bool = False
+
+
+def row(*mods: Any) -> Row:
+    r = Row()
+    for mod in mods:
+        r = mod(r)
+    return r
+
+
+def control_plane(r: Row) -> Row:
+    return replace(r, role="controlplane")
+
+
+def patched(*patches: str) -> Any:
+    return lambda r: replace(r, cluster_patches=patches)
+
+
+def rotating(r: Row) -> Row:
+    return replace(r, rotation_in_progress=True)
+
+
+def unreachable(r: Row) -> Row:
+    return replace(r, unreachable=True)
+
+
+# (row, Ready status, reason, applied, rebootPaths non-empty, apiServerRestartPaths non-empty)
+TABLE = {
+    "converged worker": (row(), "True", "Converged", False, False, False),
+    "converged control plane": (row(control_plane), "True", "Converged", False, False, False),
+    "safe change on a worker: applied": (row(patched(SAFE)), "True", "Applied", True, False, False),
+    "safe change on a control plane: applied": (row(control_plane, patched(SAFE)), "True", "Applied", True, False,
+                                                False),
+    "reboot change on a worker: reported": (row(patched(REBOOT)), "False", "RebootRequired", False, True, False),
+    "reboot change on a control plane: reported": (row(control_plane, patched(REBOOT)), "False", "RebootRequired",
+                                                   False, True, False),
+    "API-server change on a control plane: reported": (row(control_plane, patched(API_SERVER)), "False",
+                                                       "APIServerRestartRequired", False, False, True),
+    "API-server change on a worker: applied as safe": (row(patched(API_SERVER)), "True", "Applied", True, False,
+                                                       False),
+    "reboot and safe together: nothing applied": (row(patched(SAFE, REBOOT)), "False", "RebootRequired", False, True,
+                                                  False),
+    "a rotation under way: stands aside": (row(patched(SAFE), rotating), "Unknown", "CARotationInProgress", False,
+                                           False, False),
+    "unreachable: reported, retried": (row(patched(SAFE), unreachable), "False", "Unreachable", False, False, False),
+}
+
+
+@pytest.fixture(scope="module")
+def bundle() -> SecretsBundle:
+    return generate_bundle()
+
+
+@pytest.fixture
+async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
+    async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=1, workers=1) as e:
+        yield e
+
+
+@pytest.mark.parametrize("case", list(TABLE))
+async def test_never_reboot_table(env: SimEnvironment, bundle: SecretsBundle, case: str) -> None:
+    r, status, reason, applied, reboot_paths, api_paths = TABLE[case]
+    name = next(m.name for m in env.machines if m.role == r.role)
+    spec = {"clusterRef": {"name": env.cluster_name}, "role": r.role, "address": env.endpoints[name],
+            "approved": True}
+    machine = MachineView.of({"metadata": {"namespace": env.namespace, "name": name}, "spec": spec})
+    cluster = replace(env.cluster_inputs(), patches=r.cluster_patches)
+    applies_before = len(env.applies(name))
+    boots_before = env.node(name).boots
+    if r.unreachable:
+        await env.set_unreachable(name)
+    async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=1, rpc_timeout=5) as talos:
+        result = await reconcile_machine(talos, bundle, cluster, machine, rotation_in_progress=r.rotation_in_progress,
+                                         retry_after=30.0, resync_after=300.0)
+    assert (result.ready.status, result.ready.reason) == (status, reason), result.ready.message
+    assert result.applied is applied
+    assert (len(env.applies(name)) > applies_before) is applied  # from the node's history, not ichord's word
+    assert bool(result.fields.get("rebootPaths")) is reboot_paths
+    assert bool(result.fields.get("apiServerRestartPaths")) is api_paths
+    assert env.node(name).boots == boots_before  # never a reboot, whatever the row
+    if r.unreachable:
+        assert result.requeue_after == 30.0
