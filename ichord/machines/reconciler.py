@@ -162,7 +162,8 @@ async def reconcile_machine(
         )
     paths = [c.path for c in result.changes]
     message = f"applied without a reboot ({applied.mode_name}); {summarize_paths(paths)}"
-    log.info("configuration applied", machine=machine.name, cluster=machine.cluster, fields=len(paths))
+    log.info("configuration applied", machine=machine.name, cluster=f"{machine.namespace}/{machine.cluster}",
+             fields=len(paths))
     return MachineResult(
         _ready("True", ReadyReason.APPLIED, message),
         fields={**base, "rebootPaths": [], "apiServerRestartPaths": []},

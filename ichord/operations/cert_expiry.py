@@ -239,7 +239,7 @@ async def expiry_pass(
     """
     meta = cluster_obj.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-    bound = log.bind(namespace=namespace, cluster=name)
+    bound = log.bind(cluster=f"{namespace}/{name}")
     now = now or dt.datetime.now(dt.UTC)
     secret_name = _secret_name(cluster_obj) or ""
     try:

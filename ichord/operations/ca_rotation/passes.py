@@ -93,7 +93,7 @@ async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: 
         problem = f"machine {m.name} refused the {stage.value} configuration: {SCRUBBER.exception(exc)}"
         return _Visit({"name": m.name, "state": "ApplyFailed", "message": problem}, problem)
     failpoint(f"ca-rotation.apply.after.{stage.value.lower()}")
-    log.info("ca-rotation stage applied", cluster=inputs.cluster_name, operation=inputs.name,
+    log.info("ca-rotation stage applied", cluster=f"{inputs.op_namespace}/{inputs.cluster_name}", operation=inputs.name,
              stage=stage.value, machine=m.name)
     return _Visit({"name": m.name, "state": stage.value, "message": f"applied {stage.value}"}, applied=True)
 
