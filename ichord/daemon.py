@@ -43,6 +43,7 @@ from ichord.api.names import (
     TALOS_OPERATION,
     VERSION,
 )
+from ichord.api.views import ClusterView
 from ichord.errors import IchordError
 from ichord.kube.client import SERVICE_ACCOUNT_DIR, KubeClient, file_trust, from_kubeconfig, in_cluster
 from ichord.kube.errors import KubeError
@@ -80,6 +81,8 @@ class DaemonSettings:
     trust_file: str | None = None
     #: With a kubeconfig: the pool's base CA file instead of the kubeconfig's own CA (re-read per request).
     ca_file: str | None = None
+    #: Namespaces besides a TalosCluster's own that its spec.secretsRef may name (--allow-secret-namespace).
+    allowed_secret_namespaces: frozenset[str] = frozenset()
 
     def resolved_trust_file(self) -> Path | None:
         if self.trust_file:
@@ -184,29 +187,34 @@ class Daemon:
         self.clusters = Informer(kube, _resource(TALOS_CLUSTER), timing=timing)
         self.machines = Informer(kube, _resource(TALOS_MACHINE), timing=timing)
         self.operations = Informer(kube, _resource(TALOS_OPERATION), timing=timing)
-        # The bundle Secrets, by label and metadata only: a new or changed bundle wakes its cluster at once.
-        self.bundles = Informer(kube, Resource("", "v1", "secrets", settings.namespace), timing=timing,
-                                label_selector=BUNDLE_LABEL, transform=metadata_only)
+        # The bundle Secrets, by label and metadata only: a new or changed bundle wakes its cluster at once. One
+        # per namespace ichord is granted Secrets in (its own and the allowed ones); a cluster elsewhere has its
+        # bundle read on each of its steps all the same.
+        self.bundles = [Informer(kube, Resource("", "v1", "secrets", ns), timing=timing, label_selector=BUNDLE_LABEL,
+                                 transform=metadata_only)
+                        for ns in sorted({settings.namespace, *settings.allowed_secret_namespaces})]
         self.trust_sync: TrustSync | None = None
         hooks = TrustHooks()  # without a pool, the rotation's trust hooks do nothing
         if pool is not None and settings.trust_pool:
             hooks = SharedTrust(pool, settings.resolved_trust_file()).hooks()
-            self.trust_sync = TrustSync(kube, pool, namespace=settings.namespace,
-                                        trust_file=settings.resolved_trust_file(), timing=timing,
-                                        cluster_cache=self.clusters.get)
+            self.trust_sync = TrustSync(kube, pool, trust_file=settings.resolved_trust_file(), timing=timing,
+                                        cluster_cache=self.clusters.get,
+                                        allowed_secret_namespaces=settings.allowed_secret_namespaces)
             # First in line: the publish races the rotation's next stage (ADR 0063, "on an event").
             self.operations.add_handler(self.trust_sync.on_operation)
         self.recorder = EventRecorder(kube, instance=settings.identity)
         self.runtime = Runtime(kube, settings.namespace, self.clusters, self.machines, self.operations,
                                self.recorder, timing,
                                resync=settings.resync if settings.resync is not None else timing.drift_resync,
-                               warning_days=settings.certificate_expiry_warning_days, trust=hooks)
+                               warning_days=settings.certificate_expiry_warning_days, trust=hooks,
+                               allowed_secret_namespaces=settings.allowed_secret_namespaces)
         self.server = HealthServer(ready_checks={
             "informers": lambda: all(i.synced.is_set() for i in self._informers()),
             "api": lambda: kube.reachability.reachable(timing.api_unready_grace),
         })
         self.router = Router(self._tell, self._clusters_of_secret)
-        self.bundles.add_handler(self.router.on_bundle_secret)
+        for bundles in self.bundles:
+            bundles.add_handler(self.router.on_bundle_secret)
         self.clusters.add_handler(self.router.on_cluster)
         self.machines.add_handler(self.router.on_machine)
         self.operations.add_handler(self.router.on_operation)
@@ -230,14 +238,16 @@ class Daemon:
         self.supervisor.tell(key, obj, reason)
 
     def _informers(self) -> tuple[Informer, ...]:
-        return (self.clusters, self.machines, self.operations, self.bundles)
+        return (self.clusters, self.machines, self.operations, *self.bundles)
 
     def _clusters_of_secret(self, namespace: str, name: str) -> list[tuple[str, str]]:
-        """The clusters whose spec.secretsRef names this Secret (resolved in the controller namespace)."""
-        if namespace != self.settings.namespace:
-            return []
-        return [(ns, cname) for (ns, cname), obj in self.clusters.cache.items()
-                if str(((obj.get("spec") or {}).get("secretsRef") or {}).get("name") or "") == name]
+        """The clusters whose spec.secretsRef resolves to this Secret."""
+        out = []
+        for (ns, cname), obj in self.clusters.cache.items():
+            view = ClusterView.of(obj)
+            if (view.secret_namespace, view.secret_name) == (namespace, name):
+                out.append((ns, cname))
+        return out
 
     def _step_for(self, key: str, _actor: ClusterActor) -> StepFn:
         rec = self._reconcilers.get(key)

@@ -61,6 +61,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--trust-sync-tick", type=float, default=None,
                    help="seconds between the trust sync's fallback passes (default 10, scaled by "
                    "ICHORD_TIME_SCALE); tests set it high to show that events alone publish in time")
+    p.add_argument("--allow-secret-namespace", action="append", default=[], metavar="NS",
+                   help="a namespace, besides a TalosCluster's own, that its spec.secretsRef may name (repeat for "
+                   "more); a reference elsewhere is refused (Ready=False/CrossNamespaceRefused), nothing is read")
     p.add_argument("--log-level", default=os.environ.get("ICHORD_LOG_LEVEL", "info"))
     p.add_argument("--log-format", choices=("json", "console"), default="json")
     p.set_defaults(func=run)
@@ -90,6 +93,7 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         trust_pool=args.trust_pool,
         trust_file=args.trust_file,
         ca_file=args.ca_file,
+        allowed_secret_namespaces=frozenset(args.allow_secret_namespace),
     )
     if args.trust_sync_tick is not None:
         if args.trust_sync_tick <= 0:

@@ -172,7 +172,7 @@ async def bench_tick(world: World, workdir: Path, events: int, scale: float) -> 
     kube = await from_kubeconfig(world.sim.write_kubeconfig(workdir / "kubeconfig-baseline", namespace=NS),
                                  trust=pool.source, timing=timing)
     trust_file = workdir / "baseline" / "kubernetes-ca.crt"
-    sync = TrustSync(kube, pool, namespace=NS, trust_file=trust_file, timing=timing)
+    sync = TrustSync(kube, pool, trust_file=trust_file, timing=timing)
     task = asyncio.get_running_loop().create_task(sync.run())
     latencies: list[float] = []
     try:

@@ -55,7 +55,8 @@ Obj = dict[str, Any]
 
 MAX_PARALLEL_MACHINES = 4
 #: Ready reasons of the TalosCluster for a bundle that cannot be used (BundleSourceError reasons are the same).
-_UNUSABLE_BUNDLE = {BundleSourceError.SECRET_NOT_FOUND, BundleSourceError.INVALID}
+_UNUSABLE_BUNDLE = {BundleSourceError.SECRET_NOT_FOUND, BundleSourceError.INVALID,
+                    BundleSourceError.CROSS_NAMESPACE_REFUSED}
 
 
 @dataclass
@@ -73,6 +74,8 @@ class Runtime:
     warning_days: float = DEFAULT_WARNING_DAYS  # --certificate-expiry-warning-days
     registry: Registry = field(default_factory=default_registry)
     trust: TrustHooks = field(default_factory=TrustHooks)
+    #: Namespaces other than a cluster's own that its secretsRef may name (--allow-secret-namespace).
+    allowed_secret_namespaces: frozenset[str] = frozenset()
 
 
 def cluster_of(obj: Obj) -> str | None:
@@ -159,7 +162,8 @@ class ClusterReconciler:
             operations = sorted((o for o in operations if o.cluster == self.name), key=lambda o: (o.created, o.name))
         return ClusterScope(self.rt.kube, self.rt.namespace, self.namespace, self.name,
                             ClusterView.of(cluster) if cluster is not None else None, machines, operations,
-                            self.rt.recorder, self.rt.timing, trust=self.rt.trust)
+                            self.rt.recorder, self.rt.timing, trust=self.rt.trust,
+                            allowed_secret_namespaces=self.rt.allowed_secret_namespaces)
 
     def _record(self, phase: str, outcome: Outcome) -> Outcome:
         """The one place an outcome becomes a metric and (when it changes) a log line."""
@@ -183,7 +187,7 @@ class ClusterReconciler:
             delay = await expiry_pass(
                 self.rt.kube,
                 scope.cluster.obj,
-                namespace_of_secret=self.rt.namespace,
+                namespace_of_secret=scope.cluster.secret_namespace,
                 recorder=self.rt.recorder,
                 timing=self.rt.timing,
                 warning_days=self.rt.warning_days,
@@ -266,16 +270,16 @@ class ClusterReconciler:
                 log.warning("bundle read failed", cluster=self.key, error=exc.message)
             return None
         if names.BUNDLE_LABEL not in read.secret.labels:
-            await self._label_bundle(scope.cluster.secret_name)
+            await self._label_bundle(read.secret.namespace, read.secret.name)
         return bundle
 
-    async def _label_bundle(self, secret_name: str) -> None:
+    async def _label_bundle(self, namespace: str, secret_name: str) -> None:
         """Label the referenced Secret so the bundle informer sees its next change (once: then it carries it)."""
         try:
-            await label_secret(self.rt.kube, self.rt.namespace, secret_name, {names.BUNDLE_LABEL: "true"})
+            await label_secret(self.rt.kube, namespace, secret_name, {names.BUNDLE_LABEL: "true"})
         except KubeError as exc:
             log.warning("cannot label the bundle Secret; its changes are seen at the next resync instead",
-                        cluster=self.key, secret=secret_name, error=str(exc))
+                        cluster=self.key, secret=f"{namespace}/{secret_name}", error=str(exc))
 
     def _client(self, bundle: SecretsBundle) -> TalosClient:
         dial = DialBundle.from_bundle(bundle)

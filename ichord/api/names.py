@@ -49,7 +49,9 @@ OPERATION_CONDITION = {KIND_CA_ROTATION: CA_ROTATION, KIND_CONFIG: CONFIG_ROLLOU
 
 
 class ReadyReason:
-    """TalosMachine Ready reasons (api.md)."""
+    """TalosMachine Ready reasons (api.md); CROSS_NAMESPACE_REFUSED is the TalosCluster's."""
+
+    CROSS_NAMESPACE_REFUSED = "CrossNamespaceRefused"
 
     CONVERGED = "Converged"
     APPLIED = "Applied"

@@ -75,6 +75,25 @@ class ClusterView:
         return str((self.spec.get("secretsRef") or {}).get("name") or "")
 
     @property
+    def secret_namespace(self) -> str:
+        """Where the bundle Secret is: ``spec.secretsRef.namespace``, else the TalosCluster's own namespace."""
+        return str((self.spec.get("secretsRef") or {}).get("namespace") or self.namespace)
+
+    def secret_refusal(self, allowed: frozenset[str]) -> str | None:
+        """Why ichord refuses to read this cluster's bundle Secret, or None (cert-manager's Issuer rule).
+
+        A TalosCluster reads a Secret of its own namespace; another namespace only where the administrator
+        allows it (``--allow-secret-namespace``), or anyone who may create a TalosCluster anywhere could make
+        ichord read, and rotate with, another cluster's CA keys.
+        """
+        ns = self.secret_namespace
+        if ns == self.namespace or ns in allowed:
+            return None
+        return (f"spec.secretsRef names Secret {ns}/{self.secret_name}, outside the TalosCluster's namespace "
+                f"{self.namespace}; ichord reads a bundle from another namespace only where the administrator "
+                f"allows it (--allow-secret-namespace {ns}, chart value secretNamespaces.allowed). Nothing was read")
+
+    @property
     def cni_preset(self) -> str:
         return str((self.spec.get("cni") or {}).get("preset") or "flannel")
 

@@ -67,7 +67,7 @@ class Context(Protocol):
     """The shared handles of a step (ca_rotation.RotationContext is one)."""
 
     kube: KubeClient
-    namespace: str  # the controller namespace: Leases
+    namespace: str  # the controller namespace (a cluster's lock Lease lives in the cluster's own namespace)
     recorder: EventRecorder
     timing: Timing
 
@@ -270,9 +270,10 @@ async def resume_if_paused(ctx: Context, kind: OperationKind, subject: Subject, 
 
 async def lock(ctx: Context, kind: OperationKind, subject: Subject, *, approved_control_planes: int,
                other_under_way: str | None) -> Blocked | None:
-    """Take or renew the cluster lock; the refusal as a Blocked outcome (status written) otherwise."""
+    """Take or renew the cluster lock (a Lease in the cluster's namespace, where the operation is too); the refusal
+    as a Blocked outcome (status written) otherwise."""
     decision = await acquire_disruptive_lock(
-        ctx.kube, ctx.namespace, subject.cluster_name, subject.uid,
+        ctx.kube, subject.op_namespace, subject.cluster_name, subject.uid,
         approved_control_planes=approved_control_planes, rotating_operation_uid=other_under_way,
         duration=ctx.timing.cluster_lock_duration, now=ctx.now)
     if decision.acquired:
@@ -294,7 +295,7 @@ async def let_go(ctx: Context, kind: OperationKind, op: Obj) -> None:
     """Release the lock (only if this operation holds it) and remove the finalizer; idempotent."""
     view = OperationView.of(op)
     if view.cluster:
-        await release_lock(ctx.kube, ctx.namespace, view.cluster, view.uid)
+        await release_lock(ctx.kube, view.namespace, view.cluster, view.uid)
     if kind.finalizer not in view.finalizers:
         return
     rest = [f for f in view.finalizers if f != kind.finalizer]

@@ -28,6 +28,7 @@ from ruamel.yaml.error import YAMLError
 
 from ichord import yamlio
 from ichord.api import names
+from ichord.api.views import ClusterView
 from ichord.errors import IchordError
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import KubeError, NotFound
@@ -48,6 +49,7 @@ class BundleSourceError(IchordError):
     UNAVAILABLE = "BundleUnavailable"  # the API did not answer: transient
     INVALID = "BundleInvalid"
     ROTATION_INVALID = "RotationInvalid"
+    CROSS_NAMESPACE_REFUSED = "CrossNamespaceRefused"  # secretsRef outside the cluster's namespace, not allowed
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -246,6 +248,15 @@ class BundleRead:
     def rotation_ca_certificate(self, target: Target) -> bytes | None:
         raw = self.raw_rotation
         return None if raw is None else rotation_ca_certificate(raw, target)
+
+
+async def read_cluster_bundle(kube: KubeClient, cluster: ClusterView, allowed: frozenset[str]) -> BundleRead:
+    """The cluster's bundle Secret, where its secretsRef resolves; refused (nothing read) across namespaces
+    the administrator did not allow."""
+    refusal = cluster.secret_refusal(allowed)
+    if refusal is not None:
+        raise BundleSourceError(BundleSourceError.CROSS_NAMESPACE_REFUSED, refusal)
+    return await read_bundle_secret(kube, cluster.secret_namespace, cluster.secret_name)
 
 
 async def read_bundle_secret(kube: KubeClient, namespace: str, name: str) -> BundleRead:

@@ -17,7 +17,7 @@ from typing import Any
 from ichord.api.views import ClusterView, MachineView, OperationView
 from ichord.kube.client import KubeClient
 from ichord.kube.events import EventRecorder
-from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_bundle_secret
+from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_cluster_bundle
 from ichord.settings import Timing
 
 Obj = dict[str, Any]
@@ -45,7 +45,7 @@ class TrustHooks:
 @dataclass
 class ClusterScope:
     kube: KubeClient  # the management API
-    controller_namespace: str  # where bundle Secrets and Leases live
+    controller_namespace: str  # where the leader Lease lives (bundle Secrets and locks: the cluster's namespace)
     namespace: str
     name: str
     cluster: ClusterView | None
@@ -54,6 +54,8 @@ class ClusterScope:
     recorder: EventRecorder
     timing: Timing
     trust: TrustHooks = field(default_factory=TrustHooks)
+    #: Namespaces other than the cluster's own that a secretsRef may name (--allow-secret-namespace).
+    allowed_secret_namespaces: frozenset[str] = frozenset()
     now: Clock = _utcnow
     _bundle: BundleRead | BundleSourceError | None = field(default=None, repr=False)
 
@@ -79,9 +81,10 @@ class ClusterScope:
     async def bundle(self) -> BundleRead:
         """The cluster's bundle Secret, read once per step; a failure is raised again to every caller."""
         if self._bundle is None:
-            secret = self.cluster.secret_name if self.cluster is not None else ""
             try:
-                self._bundle = await read_bundle_secret(self.kube, self.controller_namespace, secret)
+                if self.cluster is None:
+                    raise BundleSourceError(BundleSourceError.INVALID, f"TalosCluster {self.key} does not exist")
+                self._bundle = await read_cluster_bundle(self.kube, self.cluster, self.allowed_secret_namespaces)
             except BundleSourceError as exc:
                 self._bundle = exc
         if isinstance(self._bundle, BundleSourceError):

@@ -30,7 +30,7 @@ from ichord.api.views import ClusterView, OperationView
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import KubeError
-from ichord.operations.bundle_source import BundleSourceError, read_bundle_secret
+from ichord.operations.bundle_source import BundleSourceError, read_cluster_bundle
 from ichord.pki.ca import CAKind
 from ichord.pki.rotation import Target
 from ichord.settings import Timing
@@ -53,13 +53,15 @@ class PassResult:
 
 
 class TrustSync:
-    def __init__(self, kube: KubeClient, pool: TrustPool, *, namespace: str, trust_file: str | Path | None,
-                 timing: Timing, cluster_cache: Callable[[str, str], Obj | None] | None = None) -> None:
-        """``namespace`` holds the bundle Secrets; ``cluster_cache(ns, name)`` reads a TalosCluster from an
-        informer (its secretsRef), else it is read from the API."""
+    def __init__(self, kube: KubeClient, pool: TrustPool, *, trust_file: str | Path | None, timing: Timing,
+                 cluster_cache: Callable[[str, str], Obj | None] | None = None,
+                 allowed_secret_namespaces: frozenset[str] = frozenset()) -> None:
+        """``cluster_cache(ns, name)`` reads a TalosCluster from an informer (its secretsRef), else it is read from
+        the API; a bundle Secret is read where the cluster's secretsRef resolves (``allowed_secret_namespaces``:
+        the namespaces besides the cluster's own it may name)."""
         self.kube = kube
         self.pool = pool
-        self.namespace = namespace
+        self.allowed_secret_namespaces = allowed_secret_namespaces
         self.trust_file = Path(trust_file) if trust_file is not None else None
         self.timing = timing
         self._cluster_cache = cluster_cache
@@ -162,7 +164,8 @@ class TrustSync:
         secret_name = ClusterView.of(cluster).secret_name
         if not secret_name:
             return None
-        read = await read_bundle_secret(self.kube, self.namespace, secret_name)  # uncached: rotation.yaml decides
+        # Uncached: rotation.yaml decides. Where the cluster's secretsRef resolves, refused across namespaces.
+        read = await read_cluster_bundle(self.kube, ClusterView.of(cluster), self.allowed_secret_namespaces)
         # Not saved yet (the leader saves it before it sets Accepting) or already dropped: None.
         new = read.rotation_ca_certificate(Target.KUBERNETES)  # the certificate only, never the key
         if new is None:

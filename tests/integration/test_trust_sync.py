@@ -60,7 +60,9 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
                      SECRETS_KEY: base64.b64encode(current_ca_yaml(sim.ca_pem)).decode()}})
         store.create(store.resolve(crds.GROUP, crds.VERSION, "talosclusters"), NS, {
             "apiVersion": crds.API_VERSION, "kind": "TalosCluster", "metadata": {"name": "c1", "namespace": NS},
-            "spec": cluster_spec(secret=SECRET, endpoint=sim.url, contract=V1_14, cni="flannel")})
+            # The Secret in the controller namespace, the cluster in another: allowed by the administrator.
+            "spec": {**cluster_spec(secret=SECRET, endpoint=sim.url, contract=V1_14, cni="flannel"),
+                     "secretsRef": {"name": SECRET, "namespace": CONTROLLER_NS}}})
         base = tmp_path / "ca.crt"  # the pod's projected ca.crt
         base.write_bytes(sim.ca_pem)
         pool = TrustPool(base)
@@ -77,7 +79,7 @@ def current_ca_yaml(ca_pem: bytes) -> bytes:
 
 
 def sync_of(w: World, tick: float) -> TrustSync:
-    return TrustSync(w.kube, w.pool, namespace=CONTROLLER_NS, trust_file=w.trust_file,
+    return TrustSync(w.kube, w.pool, allowed_secret_namespaces=frozenset({CONTROLLER_NS}), trust_file=w.trust_file,
                      timing=dataclasses.replace(TIMING, trust_sync_tick=tick))
 
 
@@ -226,8 +228,8 @@ async def test_another_clusters_rotation_is_not_trusted(world: World) -> None:
                  SECRETS_KEY: base64.b64encode(current_ca_yaml(other_current.cert_pem)).decode()}})
     store.create(store.resolve(crds.GROUP, crds.VERSION, "talosclusters"), NS, {
         "apiVersion": crds.API_VERSION, "kind": "TalosCluster", "metadata": {"name": "c2", "namespace": NS},
-        "spec": cluster_spec(secret="c2-secrets", endpoint="https://127.0.0.9:6443", contract=V1_14,
-                             cni="flannel")})
+        "spec": {**cluster_spec(secret="c2-secrets", endpoint="https://127.0.0.9:6443", contract=V1_14,
+                                cni="flannel"), "secretsRef": {"name": "c2-secrets", "namespace": CONTROLLER_NS}}})
     put_operation(w.sim, "rotate-c2", "c2", "Issuing")
     sync = sync_of(w, tick=60.0)
     result = await sync.pass_once()

@@ -32,7 +32,7 @@ class Recorder(TrustSync):
     """Counts passes and how many ran at once; a pass takes ``hold`` seconds."""
 
     def __init__(self, tick: float = 60.0, hold: float = 0.0) -> None:
-        super().__init__(None, TrustPool(), namespace="ns", trust_file=None,  # type: ignore[arg-type]
+        super().__init__(None, TrustPool(), trust_file=None,  # type: ignore[arg-type]
                          timing=dataclasses.replace(Timing(), trust_sync_tick=tick))
         self.hold = hold
         self.running = 0

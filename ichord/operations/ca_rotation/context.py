@@ -18,7 +18,7 @@ from ichord.kube.client import KubeClient
 from ichord.kube.errors import KubeError
 from ichord.kube.events import EventRecorder
 from ichord.kube.reads import SecretData
-from ichord.operations.bundle_source import BundleSourceError, read_bundle_secret
+from ichord.operations.bundle_source import BundleSourceError, read_cluster_bundle
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.rotation import Rotation
 from ichord.pki.scrub import SCRUBBER
@@ -47,7 +47,7 @@ def _talos_client(dial: DialBundle) -> TalosClient:
 @dataclass
 class RotationContext:
     kube: KubeClient  # the management API: operations, clusters, machines, the bundle Secret, the lock
-    namespace: str  # the controller namespace: bundle Secrets and Leases
+    namespace: str  # the controller namespace (the bundle Secret and the lock live in the cluster's namespace)
     recorder: EventRecorder
     timing: Timing
     now: Clock = _utcnow
@@ -62,6 +62,8 @@ class RotationContext:
     observe: Callable[[Obj], None] = lambda _obj: None
     #: The cluster's operations as the step's scope listed them (None: list them, e.g. a test driving one step).
     operations: list[OperationView] | None = None
+    #: Namespaces other than the cluster's own that its secretsRef may name (--allow-secret-namespace).
+    allowed_secret_namespaces: frozenset[str] = frozenset()
 
 
 class InputsError(Exception):
@@ -141,7 +143,7 @@ async def load_inputs(ctx: RotationContext, op: Obj) -> Inputs:
             machines.append(machine)
     machines.sort(key=lambda m: (not m.is_control_plane, m.name))
     try:
-        read = await read_bundle_secret(ctx.kube, ctx.namespace, cluster_view.secret_name)
+        read = await read_cluster_bundle(ctx.kube, cluster_view, ctx.allowed_secret_namespaces)
         bundle, rotation = read.full(), read.rotation()
     except BundleSourceError as exc:
         raise InputsError(exc.reason, exc.message) from None

@@ -15,7 +15,7 @@ def context_of(scope: ClusterScope) -> RotationContext:
     """The rotation's handles from the step's scope: its trust hooks, its clock, its operations list."""
     return RotationContext(scope.kube, scope.controller_namespace, scope.recorder, scope.timing, now=scope.now,
                            trust_hook=scope.trust.trust, trust_refusal=scope.trust.refusal, observe=scope.observe,
-                           operations=scope.operations)
+                           operations=scope.operations, allowed_secret_namespaces=scope.allowed_secret_namespaces)
 
 
 async def advance_in_scope(scope: ClusterScope, op: OperationView) -> Outcome:

@@ -149,9 +149,8 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     problems = await preflight(ctx, inputs)
     if problems:
         return await blocked(ctx, inputs, "preflight: " + "; ".join(problems))
-    secret_name = str(((inputs.cluster.get("spec") or {}).get("secretsRef") or {}).get("name"))
     failpoint("ca-rotation.save.before")
-    saved = await save_rotation(ctx.kube, ctx.namespace, secret_name, targets)
+    saved = await save_rotation(ctx.kube, inputs.secret.namespace, inputs.secret.name, targets)
     failpoint("ca-rotation.saved")
     rotation = saved.rotation
     hand_trust(ctx, rotation, inputs.bundle.k8s.cert_pem)
@@ -286,9 +285,8 @@ async def _issuing_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotation
 async def _replace(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome:
     """Dropping verified: the one Secret update, then Finalizing."""
     event(ctx, inputs, "Normal", EventReason.STAGE_VERIFIED, "Dropping verified on every machine")
-    secret_name = str(((inputs.cluster.get("spec") or {}).get("secretsRef") or {}).get("name"))
     failpoint("ca-rotation.replace.before")
-    inputs.bundle = await replace_bundle(ctx.kube, ctx.namespace, secret_name, inputs.bundle, rotation,
+    inputs.bundle = await replace_bundle(ctx.kube, inputs.secret.namespace, inputs.secret.name, inputs.bundle, rotation,
                                          inputs.secret.resource_version)
     failpoint("ca-rotation.replace.after")
     await cluster_conditions.raise_backup_stale(ctx, inputs)
