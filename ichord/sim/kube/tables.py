@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from ichord.sim.kube.resources import JSON, ResourceType
+from ichord.sim.kube.status import bad_request
 
 _FILTER = re.compile(r'^\[\?\(@\.([A-Za-z0-9_]+)==["\']([^"\']*)["\']\)\]$')
 
@@ -63,7 +64,12 @@ def _columns(rt: ResourceType) -> list[tuple[str, str, str]]:
     return _BUILTIN_COLUMNS.get(rt.plural, [("Age", "date", ".metadata.creationTimestamp")])
 
 
-def table(rt: ResourceType, objects: list[JSON], rv: int, now: dt.datetime) -> JSON:
+def table(rt: ResourceType, objects: list[JSON], rv: int, now: dt.datetime,
+          include_object: str | None = None) -> JSON:
+    """A Table of ``objects``; each row carries the object as ``includeObject`` asks (default Metadata:
+    kubectl's ``--sort-by`` and ``-o`` with a Table ask for the whole Object)."""
+    if include_object not in (None, "", "None", "Metadata", "Object"):
+        raise bad_request(f"includeObject must be None, Metadata or Object, not {include_object!r}")
     columns = _columns(rt)
     defs = [{"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0}]
     defs += [{"name": n, "type": "string" if t == "date" else t, "format": "", "description": n, "priority": 0}
@@ -74,7 +80,12 @@ def table(rt: ResourceType, objects: list[JSON], rv: int, now: dt.datetime) -> J
         for _n, t, p in columns:
             value = jsonpath(obj, p)
             cells.append(age(value, now) if t == "date" else "" if value is None else value)
-        partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
-        rows.append({"cells": cells, "object": partial})
+        row: JSON = {"cells": cells}
+        if include_object == "Object":
+            row["object"] = obj
+        elif include_object != "None":
+            row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                             "metadata": obj["metadata"]}
+        rows.append(row)
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": str(rv)},
             "columnDefinitions": defs, "rows": rows}
