@@ -17,6 +17,7 @@ import pytest
 
 from ichord import yamlio
 from ichord.metrics import CERTIFICATE_EXPIRY
+from tests.real import tools
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "ichord"
 TEMPLATES = [*sorted((CHART / "templates").glob("*.yaml")), CHART / "templates" / "_helpers.tpl"]
@@ -126,10 +127,24 @@ def test_every_template_is_balanced_and_reads_defined_values(path: Path) -> None
     assert "\t" not in text
 
 
-def test_helm_template_renders_the_rule_and_the_flag(tmp_path: Path) -> None:
-    helm = shutil.which("helm")
+def helm_binary() -> str:
+    """The helm scripts/tools.sh builds, else the machine's; skips when neither exists."""
+    built = tools.tool("helm")
+    helm = str(built) if built is not None else shutil.which("helm")
     if helm is None:
-        pytest.skip("helm is not installed: the chart is checked structurally above, not rendered")
+        pytest.skip(f"helm is not installed and {tools.missing('helm')}: the chart is checked structurally "
+                    "above, not rendered")
+    return helm
+
+
+def test_helm_lint() -> None:
+    out = subprocess.run([helm_binary(), "lint", str(CHART)], capture_output=True, text=True, check=False,
+                         timeout=60)
+    assert out.returncode == 0 and "0 chart(s) failed" in out.stdout, out.stdout + out.stderr
+
+
+def test_helm_template_renders_the_rule_and_the_flag(tmp_path: Path) -> None:
+    helm = helm_binary()
     out = subprocess.run(
         [helm, "template", "ichord", str(CHART), "--namespace", "ichord-system",
          "--set", "prometheus.rules.enabled=true", "--set", "prometheus.rules.certificateExpiryDays=30",
