@@ -1,7 +1,8 @@
 """Where the real tier's binaries are: ``$ICHORD_TOOLS_BIN``, else the cache directory that
 ``scripts/tools.sh`` builds into (it prints it; ``--print-bin`` prints it without building).
 
-Tests ask ``missing(...)`` for a skip reason: they skip only when a binary is absent."""
+Tests ask ``missing(...)`` for a skip reason: they skip only when a binary is absent (with the
+build's error when .ci/run tried and failed: ``$ICHORD_TOOLS_ERROR``)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,9 @@ def missing(*names: str) -> str | None:
     absent = [n for n in names if (kubectl() if n == "kubectl" else tool(n)) is None]
     if not absent:
         return None
+    failed = os.environ.get("ICHORD_TOOLS_ERROR")  # .ci/run: the build was tried and failed
+    if failed:
+        return f"{', '.join(absent)} not built: {failed}"
     where = bin_dir()
     place = str(where) if where is not None else "$ICHORD_TOOLS_BIN or ~/.cache/ichord/tools/<pins>/bin; go is missing"
     return f"{', '.join(absent)} not built: run scripts/tools.sh (it builds into {place})"
