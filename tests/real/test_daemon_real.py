@@ -145,6 +145,9 @@ async def test_the_daemon_converges_and_rotates_on_the_real_management_api(
         assert any(e.involved_object.kind == "TalosOperation" for e in events.items)
         assert env.management.requests.entries == []  # the simulated management API stood by unused
         assert env.kube.requests.count()  # while the managed cluster's own (simulated) API was used
+        log = daemon.log()
+        for key in (new.os.key_pem, new.k8s.key_pem, old.os.key_pem, old.k8s.key_pem):
+            assert key is not None and key.decode().splitlines()[1] not in log
     finally:
         code = await daemon.stop()
         assert code == 0, daemon.log()[-4000:]
