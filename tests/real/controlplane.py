@@ -40,11 +40,13 @@ class ControlPlaneError(RuntimeError):
     """The control plane did not come up; the message carries the tail of both logs."""
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports (all held open while choosing, so none repeats)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def _write_private(path: Path, data: bytes) -> Path:
@@ -93,7 +95,8 @@ class ControlPlane:
         self.workdir.mkdir(parents=True, exist_ok=True)
         pki = self.workdir / "pki"
         pki.mkdir(exist_ok=True)
-        etcd_url = self._start_etcd(pki)
+        client, peer, self.port = free_ports(3)
+        etcd_url = self._start_etcd(pki, client, peer)
         self._start_apiserver(pki, etcd_url)
         self._write_admin_kubeconfig(pki)
         self._wait_ready()
@@ -118,8 +121,7 @@ class ControlPlane:
             self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                                 stdin=subprocess.DEVNULL, cwd=self.workdir)
 
-    def _start_etcd(self, pki: Path) -> str:
-        client, peer = free_port(), free_port()
+    def _start_etcd(self, pki: Path, client: int, peer: int) -> str:
         serving = issue_serving_certificate(self.etcd_ca, ["127.0.0.1"])
         (pki / "etcd-ca.crt").write_bytes(self.etcd_ca.cert_pem)
         (pki / "etcd.crt").write_bytes(serving.cert_pem)
@@ -138,7 +140,6 @@ class ControlPlane:
         return url
 
     def _start_apiserver(self, pki: Path, etcd_url: str) -> None:
-        self.port = free_port()
         serving = issue_serving_certificate(self.kube_ca, ["127.0.0.1", "10.96.0.1"])
         etcd_client = issue_client_certificate(self.etcd_ca, ["system:masters"], common_name="kube-apiserver")
         sa_key = ec.generate_private_key(ec.SECP256R1())
