@@ -9,7 +9,7 @@ kubeconfigs) stays under pytest's basetemp.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,9 +30,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if getattr(report, "failed", False) and _PLANE and "real" in item.keywords:
+    if report.failed and _PLANE and "real" in item.keywords:
         report.sections.append(("real control plane logs", _PLANE[0].log_tails()))
     return report
 

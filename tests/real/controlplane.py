@@ -122,16 +122,16 @@ class ControlPlane:
                                                 stdin=subprocess.DEVNULL, cwd=self.workdir)
 
     def _start_etcd(self, pki: Path, client: int, peer: int) -> str:
-        serving = issue_serving_certificate(self.etcd_ca, ["127.0.0.1"])
+        serving = issue_serving_certificate(self.etcd_ca, ["127.0.0.1"], client_auth=True)
         (pki / "etcd-ca.crt").write_bytes(self.etcd_ca.cert_pem)
         (pki / "etcd.crt").write_bytes(serving.cert_pem)
         _write_private(pki / "etcd.key", serving.key_pem)
         url = f"https://127.0.0.1:{client}"
         self._spawn("etcd", [
-            str(self.etcd_bin), "--name=default", f"--data-dir={self.workdir / 'etcd-data'}",
+            str(self.etcd_bin), "--name=ichord-test", f"--data-dir={self.workdir / 'etcd-data'}",
             f"--listen-client-urls={url}", f"--advertise-client-urls={url}",
             f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-cluster=default=http://127.0.0.1:{peer}",
+            f"--initial-cluster=ichord-test=http://127.0.0.1:{peer}",
             f"--cert-file={pki / 'etcd.crt'}", f"--key-file={pki / 'etcd.key'}",
             f"--trusted-ca-file={pki / 'etcd-ca.crt'}", "--client-cert-auth",
             "--unsafe-no-fsync",  # a throw-away store: fsync only slows the run down
