@@ -132,7 +132,10 @@ async def test_kubectl_apply_get_watch_events(kubeconfig: tuple[KubeSimulator, P
     rows = (await kubectl(kc, "get", "events", "--sort-by=.lastTimestamp", "-o", "name")).split()
     assert rows == ["event/cp1.1", "event/cp1.0"]
     rows = (await kubectl(kc, "get", "events", "--sort-by=.lastTimestamp")).splitlines()
-    assert [r.split()[0] for r in rows] == ["NAME", "cp1.1", "cp1.0"]
+    # As the real server prints events: no NAME column (it is last, in -o wide), OBJECT is kind/name.
+    assert rows[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert [r.split()[2:4] for r in rows[1:]] == [["ConfigApplied", "talosmachine/cp1"],
+                                                  ["RebootRequired", "talosmachine/cp1"]]
 
 
 async def test_kubectl_create_sends_protobuf(kubeconfig: tuple[KubeSimulator, Path]) -> None:
