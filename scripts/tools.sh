@@ -15,7 +15,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools=$root/tools
 jobs=${ICHORD_TOOLS_JOBS:-2}
-flags=(-p "$jobs" -trimpath)
+flags=(-trimpath)  # what shapes the binaries (hashed below); -p only paces the build
 
 die() { echo "tools.sh: $*" >&2; exit 1; }
 
@@ -69,9 +69,9 @@ build() {  # build NAME MODULE_DIR PACKAGE [-X ...]
         echo "$name: cached"
         return
     fi
-    echo "$name: building $pkg (go $(go env GOVERSION | sed 's/^go//'), ${flags[*]} -ldflags=-s -w)"
+    echo "$name: building $pkg (go $(go env GOVERSION | sed 's/^go//'), -p $jobs ${flags[*]} -ldflags=-s -w)"
     start=$SECONDS
-    (cd "$dir" && go build "${flags[@]}" "-ldflags=-s -w$xflags" -o "$bin/.$name.partial" "$pkg")
+    (cd "$dir" && go build -p "$jobs" "${flags[@]}" "-ldflags=-s -w$xflags" -o "$bin/.$name.partial" "$pkg")
     mv "$bin/.$name.partial" "$bin/$name"
     echo "$name: built in $((SECONDS - start)) s"
 }
