@@ -52,5 +52,6 @@ def missing(*names: str) -> str | None:
     if failed:
         return f"{', '.join(absent)} not built: {failed}"
     where = bin_dir()
-    place = str(where) if where is not None else "$ICHORD_TOOLS_BIN or ~/.cache/ichord/tools/<pins>/bin; go is missing"
+    place = str(where) if where is not None else (
+        "$ICHORD_TOOLS_BIN or what `scripts/tools.sh --print-bin` prints; it cannot run here: go or bash missing?")
     return f"{', '.join(absent)} not built: run scripts/tools.sh (it builds into {place})"
