@@ -16,9 +16,15 @@ KUBE_VERSION = "1.31.0"
 
 
 def find_helm() -> str | None:
+    """$ICHORD_HELM, else the helm scripts/tools.sh built for the current pins, else PATH, else any earlier build."""
     env = os.environ.get("ICHORD_HELM")
     if env and Path(env).is_file():
         return env
+    from tests.real import tools
+
+    pinned = tools.tool("helm")
+    if pinned is not None:
+        return str(pinned)
     found = shutil.which("helm")
     if found:
         return found

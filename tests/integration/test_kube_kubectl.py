@@ -1,8 +1,11 @@
 """kubectl against the simulator: apply the chart's CRDs and objects, get with printer columns, get -w,
-get events, and the API server's 422 for a bad object. Skips when kubectl is not installed."""
+get events (sorted), the API server's 422 for a bad object, and the imperative ``kubectl create``
+commands that send protobuf. Runs with every distinct kubectl there is (the one scripts/tools.sh
+builds, the machine's); skips when there is none."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,9 +15,18 @@ import pytest
 
 from ichord.sim.kube import KubeSimulator, SimSettings
 from ichord.sim.kube.server import DEFAULT_CRD_DIR
+from tests.real import tools
 
+
+def _kubectls() -> list[str]:
+    found = [str(p) for p in (tools.tool("kubectl"), shutil.which("kubectl")) if p is not None]
+    return list(dict.fromkeys(str(Path(p).resolve()) for p in found)) or ["missing"]
+
+
+KUBECTLS = _kubectls()
 pytestmark = [pytest.mark.anyio, pytest.mark.integration,
-              pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")]
+              pytest.mark.skipif(KUBECTLS == ["missing"], reason="kubectl is not installed and not built "
+                                 "(scripts/tools.sh)")]
 
 OBJECTS = """\
 apiVersion: ichor.maesh.dev/v1alpha1
@@ -44,16 +56,32 @@ type: Normal
 lastTimestamp: "2026-01-01T00:00:00Z"
 """
 
+NEWER_EVENT = EVENT.replace("cp1.1", "cp1.0").replace("ConfigApplied", "RebootRequired").replace(
+    "configuration applied", "reboot needed").replace("00:00:00Z", "00:05:00Z")
+
+
+@pytest.fixture(params=KUBECTLS)
+def kubectl_binary(request: pytest.FixtureRequest) -> str:
+    binary: str = request.param
+    return binary
+
 
 @pytest.fixture
-async def kubeconfig(tmp_path: Path) -> AsyncIterator[tuple[KubeSimulator, Path]]:
+async def kubeconfig(tmp_path: Path, kubectl_binary: str) -> AsyncIterator[tuple[KubeSimulator, Path]]:
     # The cluster starts without ichord's CRDs: kubectl installs them from the chart.
     async with KubeSimulator(SimSettings(crd_dir=None)) as sim:
-        yield sim, sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kc = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        _BINARY[kc] = kubectl_binary
+        yield sim, kc
+        _BINARY.pop(kc, None)
+
+
+#: The kubectl each test's kubeconfig is driven with (the parametrised binary).
+_BINARY: dict[Path, str] = {}
 
 
 async def kubectl(kc: Path, *args: str, stdin: str | None = None, check: bool = True) -> str:
-    result = await anyio.run_process(["kubectl", "--kubeconfig", str(kc), *args],
+    result = await anyio.run_process([_BINARY[kc], "--kubeconfig", str(kc), *args],
                                      input=stdin.encode() if stdin else None, check=False)
     out = result.stdout.decode() + result.stderr.decode()
     if check and result.returncode != 0:
@@ -88,7 +116,8 @@ async def test_kubectl_apply_get_watch_events(kubeconfig: tuple[KubeSimulator, P
     explain = await kubectl(kc, "explain", "talosoperation.status.caRotation.step")
     assert "Finalizing's sub-step" in explain
 
-    async with await anyio.open_process(["kubectl", "--kubeconfig", str(kc), "get", "talosmachines", "-w"]) as proc:
+    async with await anyio.open_process([_BINARY[kc], "--kubeconfig", str(kc), "get", "talosmachines",
+                                         "-w"]) as proc:
         assert proc.stdout is not None
         await kubectl(kc, "patch", "talosmachine", "cp1", "--subresource", "status", "--type", "merge", "-p",
                       '{"status":{"conditions":[{"type":"Ready","status":"True","reason":"Converged",'
@@ -100,6 +129,43 @@ async def test_kubectl_apply_get_watch_events(kubeconfig: tuple[KubeSimulator, P
         proc.terminate()
     assert "True" in seen
 
+    await kubectl(kc, "create", "-f", "-", stdin=NEWER_EVENT)
     await kubectl(kc, "create", "-f", "-", stdin=EVENT)
     events = await kubectl(kc, "get", "events")
     assert "ConfigApplied" in events and "configuration applied" in events
+    # --sort-by asks the Table for whole objects (includeObject=Object) and sorts on them: oldest first.
+    rows = (await kubectl(kc, "get", "events", "--sort-by=.lastTimestamp", "-o", "name")).split()
+    assert rows == ["event/cp1.1", "event/cp1.0"]
+    rows = (await kubectl(kc, "get", "events", "--sort-by=.lastTimestamp")).splitlines()
+    # As the real server prints events: no NAME column (it is last, in -o wide), OBJECT is kind/name.
+    assert rows[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert [r.split()[2:4] for r in rows[1:]] == [["ConfigApplied", "talosmachine/cp1"],
+                                                  ["RebootRequired", "talosmachine/cp1"]]
+
+
+async def test_kubectl_create_sends_protobuf(kubeconfig: tuple[KubeSimulator, Path]) -> None:
+    """kubectl's imperative create sends built-in kinds as protobuf; the simulator takes them as a real
+    server does, and names the kinds it cannot decode instead of storing half an object."""
+    sim, kc = kubeconfig
+    assert "namespace/ops created" in await kubectl(kc, "create", "namespace", "ops")
+    await kubectl(kc, "create", "secret", "generic", "bundle", "-n", "ops", "--from-literal=a=b",
+                  "--from-literal=c=d")
+    await kubectl(kc, "create", "configmap", "settings", "-n", "ops", "--from-literal=k=v")
+    await kubectl(kc, "create", "serviceaccount", "robot", "-n", "ops")
+    secret = json.loads(await kubectl(kc, "get", "secret", "bundle", "-n", "ops", "-o", "json"))
+    assert secret["data"] == {"a": "Yg==", "c": "ZA=="} and secret["type"] == "Opaque"
+    cm = json.loads(await kubectl(kc, "get", "configmap", "settings", "-n", "ops", "-o", "json"))
+    assert cm["data"] == {"k": "v"} and cm["metadata"]["namespace"] == "ops"
+    ns = json.loads(await kubectl(kc, "get", "namespace", "ops", "-o", "json"))
+    assert ns["status"] == {"phase": "Active"} and ns["metadata"]["uid"]
+    assert "robot" in await kubectl(kc, "get", "serviceaccounts", "-n", "ops")
+    typed = await kubectl(kc, "create", "secret", "generic", "typed", "-n", "ops", "--type=example.com/x",
+                          "--from-literal=x=y", "--save-config")
+    assert "secret/typed created" in typed
+    got = sim.store.get(sim.store.resolve("", "v1", "secrets"), "ops", "typed")
+    assert got["type"] == "example.com/x"
+    assert json.loads(got["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"])[
+        "type"] == "example.com/x"
+    refused = await kubectl(kc, "create", "deployment", "web", "-n", "ops", "--image=nginx", check=False)
+    assert "cannot decode this protobuf body (kind apps/v1/Deployment)" in refused
+    assert 'namespace "ops" deleted' in await kubectl(kc, "delete", "namespace", "ops")

@@ -253,3 +253,12 @@ def test_the_service_monitor_and_the_alerts() -> None:
     assert 'phase="Paused"' in alerts["IchordOperationPaused"]["expr"] and alerts["IchordOperationPaused"]["for"]
     assert 'phase="Failed"' in alerts["IchordOperationFailed"]["expr"]
     assert 'namespace="ichord-system"' in alerts["IchordNoLeader"]["expr"] and alerts["IchordNoLeader"]["for"] == "2m"
+
+
+@needs_helm
+def test_helm_lint() -> None:
+    helm = find_helm()
+    assert helm is not None
+    out = subprocess.run([helm, "lint", "--strict", str(CHART)], capture_output=True, text=True, check=False,
+                         timeout=60)
+    assert out.returncode == 0 and "0 chart(s) failed" in out.stdout, out.stdout + out.stderr

@@ -31,8 +31,11 @@ class ServingCertificate:
 
 
 def issue_serving_certificate(ca: CertificateAuthority, hosts: Sequence[str],
-                              *, lifetime: dt.timedelta = dt.timedelta(days=365)) -> ServingCertificate:
-    """A kube-apiserver-like server certificate for ``hosts`` (IPs and DNS names) plus the defaults."""
+                              *, lifetime: dt.timedelta = dt.timedelta(days=365),
+                              client_auth: bool = False) -> ServingCertificate:
+    """A kube-apiserver-like server certificate for ``hosts`` (IPs and DNS names) plus the defaults;
+    ``client_auth`` adds the ClientAuth usage (etcd dials its own client endpoint with it)."""
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH, *([ExtendedKeyUsageOID.CLIENT_AUTH] if client_auth else [])]
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
     sans: list[x509.GeneralName] = []
@@ -52,7 +55,7 @@ def issue_serving_certificate(ca: CertificateAuthority, hosts: Sequence[str],
         .not_valid_before(now - dt.timedelta(minutes=1))
         .not_valid_after(now + lifetime)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         # Go sets the AuthorityKeyId from the issuer; rotated Talos CAs share one subject, so without it
         # a verifier holding old and new CA cannot tell which one signed.

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ichord.sim.kube import selectors, tables
+from ichord.sim.kube import protobuf, selectors, tables
 from ichord.sim.kube.eviction import evict
 from ichord.sim.kube.resources import JSON, ResourceType
 from ichord.sim.kube.routes import Route
@@ -50,13 +50,14 @@ class Rest:
             pred = self._predicate(rt, q)
             items, rv = self.store.list(rt, route.namespace, pred)
             if tables.wants_table(request.headers.get("Accept", "")):
-                return json_response(tables.table(rt, items, rv, self.store.clock()))
+                return json_response(tables.table(rt, items, rv, self.store.clock(), q.get("includeObject")))
             return json_response({"kind": rt.list_kind, "apiVersion": rt.api_version,
                                   "metadata": {"resourceVersion": str(rv)}, "items": items})
         if route.verb == "get":
             obj = self.store.get(rt, route.namespace, route.name or "")
             if tables.wants_table(request.headers.get("Accept", "")):
-                return json_response(tables.table(rt, [obj], self.store.rv, self.store.clock()))
+                return json_response(tables.table(rt, [obj], self.store.rv, self.store.clock(),
+                                                  q.get("includeObject")))
             return json_response(obj)
         if q.get("dryRun"):
             # Refused rather than silently persisted: the simulator has no dry-run path.
@@ -111,6 +112,8 @@ class Rest:
         raw = await request.read()
         if not raw:
             return None
+        if protobuf.is_protobuf(request.headers.get("Content-Type", "")):
+            return protobuf.decode(raw)
         try:
             return json.loads(raw)
         except ValueError:
@@ -160,7 +163,7 @@ class Rest:
                         kind, obj = get.result()
                         if as_table:
                             obj = tables.table(rt, [obj], int(obj["metadata"]["resourceVersion"]),
-                                               self.store.clock())
+                                               self.store.clock(), q.get("includeObject"))
                         await resp.write(_line({"type": kind, "object": obj}))
                         continue
                     get.cancel()

@@ -114,7 +114,9 @@ def _check(value: Any, schema: JSON, path: str, old: Any, causes: list[Cause]) -
     for rule in schema.get("x-kubernetes-validations") or []:
         if _rule_fails(rule.get("rule", ""), value, old):
             msg = rule.get("message") or f"failed rule: {rule.get('rule', '')}"
-            causes.append(("FieldValueInvalid", path, f"Invalid value: \"{_type_name(value)}\": {msg}"))
+            # kube-apiserver 1.36 (the real tier) shows a scalar's value and omits an object's or a list's.
+            shown = "" if isinstance(value, (dict, list)) else f"{_quote(value)}: "
+            causes.append(("FieldValueInvalid", path, f"Invalid value: {shown}{msg}"))
     if isinstance(value, dict):
         props: JSON = schema.get("properties") or {}
         for req in schema.get("required") or []:

@@ -171,6 +171,8 @@ class Store:
 
     def _admit(self, rt: ResourceType, obj: JSON, old: JSON | None, strict: bool = False) -> None:
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+        if rt.key == ("", "secrets") and not obj.get("type"):
+            obj["type"] = "Opaque"  # SetDefaults_Secret (kubectl create secret generic sends none)
         if rt.key == ("", "secrets") and "stringData" in obj:
             # Like the API server: stringData is write-only, merged into data (base64) on every write.
             data = obj.setdefault("data", {}) or {}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Builds the real components the `real` test tier runs (kube-apiserver, etcd, helm and, when the
+# machine's is missing or outside kubectl's +-1 minor skew, kubectl) from Go modules at the versions
+# tools/go.mod and tools/helm/go.mod pin. Nothing prebuilt is downloaded: only Go modules through
+# the module proxy. Binaries go to a cache outside the checkout, one directory per hash of the pins,
+# so an unchanged pin set is a no-op.
+#
+#   scripts/tools.sh            build what is missing, print the bin directory last
+#   scripts/tools.sh --print-bin  only print the bin directory (nothing built)
+#
+# Environment: ICHORD_TOOLS_DIR (cache root, default ~/.cache/ichord/tools), ICHORD_TOOLS_JOBS
+# (parallel compiles, default 2: the builds are memory- and CPU-heavy).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+tools=$root/tools
+jobs=${ICHORD_TOOLS_JOBS:-2}
+flags=(-trimpath)  # what shapes the binaries (hashed below); -p only paces the build
+
+die() { echo "tools.sh: $*" >&2; exit 1; }
+
+command -v go >/dev/null || die "go is not installed: the real tier needs go >= 1.26 to build its tools"
+export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false"
+
+pinned() { sed -n "s|^[[:space:]]*\(require \)\{0,1\}$1 \(v[^ ]*\).*|\2|p" "$2" | head -1; }
+kube_version=$(pinned k8s.io/kubernetes "$tools/go.mod")
+kube_minor=$(echo "$kube_version" | cut -d. -f2)
+helm_version=$(pinned helm.sh/helm/v3 "$tools/helm/go.mod")
+[[ -n $kube_version && -n $helm_version ]] || die "cannot read the pinned versions from tools/go.mod, tools/helm/go.mod"
+# Release builds stamp their version at link time (upstream's hack/lib/version.sh, helm's Makefile);
+# without it the binaries report v0.0.0 and version checks (helm's kubeVersion, skew) go wrong.
+kube_x=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    kube_x+=" -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$kube_minor"
+    kube_x+=" -X $pkg.gitTreeState=clean"
+done
+helm_x="-X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+# helm's Makefile: the Kubernetes version `helm template`/`helm lint` assume is its client-go's (v0.X -> 1.X).
+helm_kube_minor=$(cd "$tools/helm" && go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)
+for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    helm_x+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$helm_kube_minor"
+done
+
+# The pins: both module files and sums, the etcd main, the build flags and the Go toolchain.
+pins=$( { cat "$tools/go.mod" "$tools/go.sum" "$tools/etcd/main.go" "$tools/helm/go.mod" "$tools/helm/go.sum"
+          echo "${flags[*]} $kube_x $helm_x"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16)
+bin=${ICHORD_TOOLS_DIR:-$HOME/.cache/ichord/tools}/$pins/bin
+
+if [[ ${1:-} == --print-bin ]]; then
+    echo "$bin"
+    exit 0
+fi
+
+# kubectl is supported within one minor of the API server; the machine's is used when it is.
+machine_kubectl_ok() {
+    command -v kubectl >/dev/null || return 1
+    local minor
+    minor=$(kubectl version --client -o json 2>/dev/null | sed -n 's/.*"minor": *"\([0-9]*\).*/\1/p' | head -1)
+    [[ -n $minor ]] && (( minor >= kube_minor - 1 && minor <= kube_minor + 1 ))
+}
+
+mkdir -p "$bin"
+exec 9>"$bin/../.lock"
+flock 9 2>/dev/null || true  # one build per pin set at a time; flock is optional
+
+build() {  # build NAME MODULE_DIR PACKAGE [-X ...]
+    local name=$1 dir=$2 pkg=$3 xflags=${4:-} start
+    if [[ -x $bin/$name ]]; then
+        echo "$name: cached"
+        return
+    fi
+    echo "$name: building $pkg (go $(go env GOVERSION | sed 's/^go//'), -p $jobs ${flags[*]} -ldflags=-s -w)"
+    start=$SECONDS
+    (cd "$dir" && go build -p "$jobs" "${flags[@]}" "-ldflags=-s -w$xflags" -o "$bin/.$name.partial" "$pkg")
+    mv "$bin/.$name.partial" "$bin/$name"
+    echo "$name: built in $((SECONDS - start)) s"
+}
+
+total=$SECONDS
+build kube-apiserver "$tools" k8s.io/kubernetes/cmd/kube-apiserver "$kube_x"
+build etcd "$tools" ichord.local/tools/etcd
+build helm "$tools/helm" helm.sh/helm/v3/cmd/helm " $helm_x"
+if [[ ! -x $bin/kubectl ]] && machine_kubectl_ok; then
+    echo "kubectl: the machine's ($(command -v kubectl)) is within one minor of $kube_version"
+else
+    build kubectl "$tools" k8s.io/kubernetes/cmd/kubectl "$kube_x"
+fi
+echo "tools ready in $((SECONDS - total)) s"
+echo "$bin"

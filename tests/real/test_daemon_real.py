@@ -1,0 +1,153 @@
+"""The chart and the daemon on the real kube-apiserver as the management cluster.
+
+The chart's manifests (``helm template``) are applied to the real server; the daemon (``ichord run``
+as a subprocess) runs as the chart's ServiceAccount with a TokenRequest token, so the chart's RBAC
+is what it gets. The managed cluster stays simulated (Talos nodes and its own API server, as in the
+e2e tier); ichord's objects live on the real server.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from ichord.api import names
+from ichord.api.conditions import find
+from ichord.kube import crds as crd_api
+from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.pki.fingerprint import ca_fingerprint
+from ichord.sim.combined import SimEnvironment
+from tests.e2e._daemon import Daemon, all_ready, eventually
+from tests.e2e.conftest import E2E_TIME_SCALE
+from tests.e2e.test_ca_rotation_daemon import CLIENTS, _follow, _workload
+from tests.real import tools
+from tests.real.conftest import run_kubectl
+from tests.real.controlplane import ControlPlane
+
+pytestmark = [pytest.mark.anyio]
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "ichord"
+NS = "ichord-system"
+RELEASE_SA = "ichord"
+
+
+@pytest.fixture(scope="session")
+def chart_kubeconfig(control_plane: ControlPlane, crds: list[str],
+                     tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The chart applied to the real server; a kubeconfig for its ServiceAccount (a bound token)."""
+    built = tools.tool("helm")
+    helm = str(built) if built is not None else shutil.which("helm")
+    if helm is None:
+        pytest.skip(tools.missing("helm") or "helm is missing")
+    rendered = subprocess.run([helm, "template", "ichord", str(CHART), "--namespace", NS], capture_output=True,
+                              text=True, check=True, timeout=60).stdout
+    control_plane.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    run_kubectl(control_plane.admin_kubeconfig, "apply", "-n", NS, "-f", "-", stdin=rendered)
+    return control_plane.service_account_kubeconfig(NS, RELEASE_SA, tmp_path_factory.mktemp("sa") / "kubeconfig")
+
+
+def test_the_chart_rbac_is_what_the_service_account_gets(chart_kubeconfig: Path) -> None:
+    def can(*args: str) -> str:
+        return run_kubectl(chart_kubeconfig, "auth", "can-i", *args, check=False).strip()
+
+    assert can("patch", "talosmachines.ichor.maesh.dev", "--subresource=status", "-n", NS) == "yes"
+    assert can("update", "secrets", "-n", NS) == "yes"
+    assert can("create", "leases.coordination.k8s.io", "-n", NS) == "yes"
+    assert can("delete", "talosclusters.ichor.maesh.dev", "-n", NS) == "no"
+    assert can("get", "secrets", "-n", "default") == "no"
+    # The token authenticates as the ServiceAccount, and the RBAC authorizer refuses what the chart does not grant.
+    who = run_kubectl(chart_kubeconfig, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+    assert who == f"system:serviceaccount:{NS}:{RELEASE_SA}"
+    refused = run_kubectl(chart_kubeconfig, "get", "secrets", "-n", "default", check=False)
+    assert "Forbidden" in refused and f"system:serviceaccount:{NS}:{RELEASE_SA}" in refused
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[SimEnvironment]:
+    """A simulated 3+1 cluster whose management API is unused: its objects are copied to the real server."""
+    async with SimEnvironment(bundle=generate_bundle(), time_scale=E2E_TIME_SCALE, management_api="separate",
+                              namespace=NS) as e:
+        for plural, name in CLIENTS:
+            e.kube.store.create(e.kube.store.resolve("apps", "v1", plural), "kube-system", _workload(plural, name))
+        yield e
+
+
+@pytest.fixture
+async def kube(control_plane: ControlPlane, chart_kubeconfig: Path) -> AsyncIterator[KubeClient]:
+    client = await from_kubeconfig(control_plane.admin_kubeconfig)
+    yield client
+    await client.close()
+
+
+async def _copy_objects(env: SimEnvironment, kube: KubeClient) -> None:
+    store = env.management.store
+
+    def bare(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        return {**obj, "metadata": {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}}
+
+    secret = store.get(store.resolve("", "v1", "secrets"), NS, env.secret_name)
+    await kube.core().create_namespaced_secret(NS, bare(secret))
+    version = crd_api.VERSION
+    await crd_api.clusters(kube).create(NS, bare(store.get(store.resolve(crd_api.GROUP, version, "talosclusters"),
+                                                           NS, env.cluster_name)))
+    for name in env.machine_names:
+        await crd_api.machines(kube).create(NS, bare(store.get(store.resolve(crd_api.GROUP, version,
+                                                                             "talosmachines"), NS, name)))
+
+
+async def _live_bundle(kube: KubeClient, env: SimEnvironment) -> tuple[SecretsBundle, set[str]]:
+    obj = await kube.core().read_namespaced_secret(env.secret_name, NS)
+    data = {k: base64.b64decode(v) for k, v in obj.data.items()}
+    return SecretsBundle.from_yaml(data[names.SECRETS_KEY]), set(data)
+
+
+async def test_the_daemon_converges_and_rotates_on_the_real_management_api(
+        env: SimEnvironment, kube: KubeClient, chart_kubeconfig: Path, tmp_path: Path) -> None:
+    await _copy_objects(env, kube)
+    env.kubeconfig = chart_kubeconfig  # the daemon runs as the chart's ServiceAccount, on the real server
+    old = env.bundle
+    assert old is not None
+    daemon = Daemon(env, tmp_path, "real-0")
+    seen: list[str] = []
+    try:
+        await eventually(lambda: all_ready(kube, env), within=60, what="every machine converged")
+        assert all(env.applies(m) == [] for m in env.machine_names)  # the nodes already run ichord's render
+
+        await crd_api.operations(kube).create(NS, {"metadata": {"name": "rotate"}, "spec": {
+            "clusterRef": {"name": env.cluster_name}, "kind": "ca-rotation"}})
+        with anyio.fail_after(120):
+            op = await _follow(kube, env, seen)
+        assert op["status"]["phase"] == "Completed", (op["status"], daemon.log()[-4000:])
+        cond = find(op["status"]["conditions"], names.CA_ROTATION)
+        assert cond is not None and (cond["status"], cond["reason"]) == ("True", "Rotated"), cond
+        order = ["Accepting", "AwaitingCredentials", "Issuing", "Dropping", "Finalizing", "Done"]
+        assert [s for s in order if s in seen] == seen and seen[-1] == "Done"
+        # The real server holds the new CAs in the bundle Secret; every node runs them.
+        new, keys = await _live_bundle(kube, env)
+        assert keys == {names.SECRETS_KEY}
+        assert ca_fingerprint(new.os) != ca_fingerprint(old.os) and ca_fingerprint(new.k8s) != ca_fingerprint(old.k8s)
+        await eventually(lambda: all_ready(kube, env), within=30, what="machines Converged after the rotation")
+        for m in env.machine_names:
+            assert len(env.applies(m)) == 3, (m, env.applies(m))
+        final = await crd_api.operations(kube).get(NS, "rotate")
+        assert names.CA_ROTATION_FINALIZER not in (final["metadata"].get("finalizers") or [])
+        # The daemon's events reached the real server (created under the chart's RBAC).
+        events = await kube.core().list_namespaced_event(NS)
+        assert any(e.involved_object.kind == "TalosOperation" for e in events.items)
+        assert env.management.requests.entries == []  # the simulated management API stood by unused
+        assert env.kube.requests.count()  # while the managed cluster's own (simulated) API was used
+        log = daemon.log()
+        for key in (new.os.key_pem, new.k8s.key_pem, old.os.key_pem, old.k8s.key_pem):
+            assert key is not None and key.decode().splitlines()[1] not in log
+    finally:
+        code = await daemon.stop()
+        assert code == 0, daemon.log()[-4000:]
