@@ -43,6 +43,8 @@ async def update_status(objects: CustomObjects, namespace: str, name: str, mutat
             current, fresh = await objects.get(namespace, name), True
         status = copy.deepcopy(current.get("status") or {})
         new = mutate(status, copy.deepcopy(current))
+        if new is not None:
+            _stamp_generation(new, int((current.get("metadata") or {}).get("generation") or 0))
         if new is None or new == (current.get("status") or {}):
             if fresh:
                 return current
@@ -56,6 +58,14 @@ async def update_status(objects: CustomObjects, namespace: str, name: str, mutat
     raise ConflictRetriesExhausted(
         f"{objects.kind.kind} {namespace}/{name}: status write conflicted {attempts} times; another writer keeps "
         f"changing it", status=409)
+
+
+def _stamp_generation(status: Obj, generation: int) -> None:
+    """Every condition written now without an observedGeneration was computed from this generation (kubectl
+    users read it to know a condition is current); conditions carried over keep theirs."""
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, dict) and "observedGeneration" not in cond:
+            cond["observedGeneration"] = generation
 
 
 def _with_removals(old_status: Obj, patch: Obj) -> Obj:

@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from ichord.api.conditions import set_operation_phase
 from ichord.sim.kube import KubeSimulator, SimSettings
 from ichord.sim.kube.server import DEFAULT_CRD_DIR
 from tests.real import tools
@@ -169,3 +170,33 @@ async def test_kubectl_create_sends_protobuf(kubeconfig: tuple[KubeSimulator, Pa
     refused = await kubectl(kc, "create", "deployment", "web", "-n", "ops", "--image=nginx", check=False)
     assert "cannot decode this protobuf body (kind apps/v1/Deployment)" in refused
     assert 'namespace "ops" deleted' in await kubectl(kc, "delete", "namespace", "ops")
+
+
+async def _status(kc: Path, name: str, phase: str) -> None:
+    """Write the operation's phase the way the daemon does (with its Succeeded condition), through kubectl."""
+    status: dict[str, object] = {}
+    set_operation_phase(status, phase, f"phase {phase}")
+    await kubectl(kc, "patch", "talosoperation", name, "--subresource", "status", "--type", "merge", "-p",
+                  json.dumps({"status": status}))
+
+
+async def test_kubectl_wait_ends_on_the_succeeded_condition(kubeconfig: tuple[KubeSimulator, Path]) -> None:
+    """Issue 14: `kubectl wait --for=condition=Succeeded` ends on success, `=false` on failure; running is Unknown."""
+    _sim, kc = kubeconfig
+    await kubectl(kc, "apply", "-f", str(DEFAULT_CRD_DIR))
+    await kubectl(kc, "apply", "-f", "-", stdin=OBJECTS + "---\n" + OBJECTS.split("---")[2].replace("name: rot}", "name: rot2}"))
+    for name, final, wanted in (("rot", "Completed", "Succeeded"), ("rot2", "Failed", "Succeeded=false")):
+        await _status(kc, name, "InProgress")
+        running = await kubectl(kc, "wait", f"talosoperation/{name}", f"--for=condition={wanted}", "--timeout=1s",
+                                check=False)
+        assert "timed out" in running  # Unknown while it runs: neither waits ends
+        async with await anyio.open_process([_BINARY[kc], "--kubeconfig", str(kc), "wait", f"talosoperation/{name}",
+                                             f"--for=condition={wanted}", "--timeout=30s"]) as proc:
+            await anyio.sleep(0.3)
+            assert proc.returncode is None  # still waiting
+            await _status(kc, name, final)
+            with anyio.fail_after(30):
+                await proc.wait()
+            assert proc.returncode == 0
+            assert proc.stdout is not None
+            assert "condition met" in (await proc.stdout.receive()).decode()

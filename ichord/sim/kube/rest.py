@@ -129,14 +129,24 @@ class Rest:
                 self.watch_settings.default_timeout * (1 + random.random()))  # noqa: S311
         except ValueError:
             raise bad_request("timeoutSeconds must be a number") from None
+        # WatchList (KEP-3157, on by default in client-go 1.32+: kubectl wait/get -w): the current state as ADDED
+        # events, then a BOOKMARK annotated k8s.io/initial-events-end, then the changes, like kube-apiserver.
+        initial = q.get("sendInitialEvents", "").lower() in ("1", "true")
+        if initial and (q.get("resourceVersionMatch") != "NotOlderThan" or not bookmarks):
+            raise bad_request("sendInitialEvents requires resourceVersionMatch=NotOlderThan and "
+                              "allowWatchBookmarks=true")
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         await resp.prepare(request)
         try:
-            watcher = self.store.watch(rt, route.namespace, q.get("resourceVersion"), pred)
+            watcher = self.store.watch(rt, route.namespace, None if initial else q.get("resourceVersion"), pred)
         except ApiError as err:
             await resp.write(_line({"type": "ERROR", "object": err.status()}))
             await resp.write_eof()
             return resp
+        if initial:  # synchronous with the watch's start: no change can slip between the state and the bookmark
+            end = self._bookmark(rt)["object"]
+            end["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
+            watcher.queue.put_nowait(("BOOKMARK", end))
         self.open_watches.add(watcher)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -161,7 +171,7 @@ class Rest:
                 try:
                     if get in done:
                         kind, obj = get.result()
-                        if as_table:
+                        if as_table and kind != "BOOKMARK":
                             obj = tables.table(rt, [obj], int(obj["metadata"]["resourceVersion"]),
                                                self.store.clock(), q.get("includeObject"))
                         await resp.write(_line({"type": kind, "object": obj}))
