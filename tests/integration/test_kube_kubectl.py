@@ -184,7 +184,8 @@ async def test_kubectl_wait_ends_on_the_succeeded_condition(kubeconfig: tuple[Ku
     """Issue 14: `kubectl wait --for=condition=Succeeded` ends on success, `=false` on failure; running is Unknown."""
     _sim, kc = kubeconfig
     await kubectl(kc, "apply", "-f", str(DEFAULT_CRD_DIR))
-    await kubectl(kc, "apply", "-f", "-", stdin=OBJECTS + "---\n" + OBJECTS.split("---")[2].replace("name: rot}", "name: rot2}"))
+    second = OBJECTS.split("---")[2].replace("name: rot}", "name: rot2}")
+    await kubectl(kc, "apply", "-f", "-", stdin=OBJECTS + "---\n" + second)
     for name, final, wanted in (("rot", "Completed", "Succeeded"), ("rot2", "Failed", "Succeeded=false")):
         await _status(kc, name, "InProgress")
         running = await kubectl(kc, "wait", f"talosoperation/{name}", f"--for=condition={wanted}", "--timeout=1s",
