@@ -9,7 +9,7 @@ and every operation agree. A view is read-only and cheap: it keeps the object it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ichord.api import names
 from ichord.api.carotation import Stage
@@ -38,7 +38,9 @@ def cluster_ref(obj: Obj) -> str | None:
 
 
 @dataclass(frozen=True)
-class ClusterView:
+class _ObjectView:
+    """The identity every view carries, and the object it was made from."""
+
     namespace: str
     name: str
     uid: str
@@ -46,10 +48,17 @@ class ClusterView:
     obj: Obj = field(repr=False)
 
     @classmethod
-    def of(cls, obj: Obj) -> ClusterView:
+    def of(cls: type[_V], obj: Obj) -> _V:
         meta = _meta(obj)
         return cls(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""),
                    int(meta.get("generation") or 0), obj)
+
+
+_V = TypeVar("_V", bound=_ObjectView)
+
+
+@dataclass(frozen=True)
+class ClusterView(_ObjectView):
 
     @property
     def key(self) -> str:
@@ -146,18 +155,7 @@ FINISHED_PHASES = frozenset({names.Phase.COMPLETED, names.Phase.FAILED})
 
 
 @dataclass(frozen=True)
-class OperationView:
-    namespace: str
-    name: str
-    uid: str
-    generation: int
-    obj: Obj = field(repr=False)
-
-    @classmethod
-    def of(cls, obj: Obj) -> OperationView:
-        meta = _meta(obj)
-        return cls(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""),
-                   int(meta.get("generation") or 0), obj)
+class OperationView(_ObjectView):
 
     @property
     def spec(self) -> Obj:

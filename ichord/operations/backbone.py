@@ -200,22 +200,28 @@ async def blocked(ctx: Context, kind: OperationKind, subject: Subject, message: 
     return Blocked(reason, message, ctx.timing.retry)
 
 
-async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, message: str) -> Blocked:
-    """Blocked when the step could not even read its inputs (the cluster, the bundle): same shape, best effort."""
-    message = SCRUBBER.text(message)
+async def _write_without_subject(ctx: Context, kind: OperationKind, op: Obj, phase_value: str, reason: str,
+                                 message: str) -> None:
+    """Phase and the kind's condition (False, ``reason``) on an operation whose inputs were never read."""
     meta = op["metadata"]
     now = ctx.now()
 
     def mutate(status: Obj, obj: Obj) -> Obj:
         generation = int((obj.get("metadata") or {}).get("generation") or 0)
-        set_operation_phase(status, Phase.PAUSED, message, now=now, observed_generation=generation)
-        status["conditions"] = set_condition(
-            status.get("conditions"), Condition(kind.condition_type, "False", BLOCKED, message), now=now)
+        set_operation_phase(status, phase_value, message, now=now, observed_generation=generation)
+        status["conditions"] = set_condition(status.get("conditions"),
+                                             Condition(kind.condition_type, "False", reason, message), now=now)
         return status
 
+    ctx.observe(await update_status(crds.operations(ctx.kube), meta["namespace"], meta["name"], mutate))
+
+
+async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, message: str) -> Blocked:
+    """Blocked when the step could not even read its inputs (the cluster, the bundle): same shape, best effort."""
+    message = SCRUBBER.text(message)
     before = find((op.get("status") or {}).get("conditions"), kind.condition_type)
     with contextlib.suppress(KubeError):
-        ctx.observe(await update_status(crds.operations(ctx.kube), meta["namespace"], meta["name"], mutate))
+        await _write_without_subject(ctx, kind, op, Phase.PAUSED, BLOCKED, message)
         if before is None or (before.get("reason"), before.get("message")) != (BLOCKED, message):
             ctx.recorder.record(ObjectRef.of(op), "Warning", names.EventReason.OPERATION_BLOCKED, message)
     return Blocked(BLOCKED, message, ctx.timing.retry)
@@ -224,17 +230,7 @@ async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, messag
 async def fail(ctx: Context, kind: OperationKind, op: Obj, reason: str, message: str) -> Failed:
     """Failed for good (an invalid spec): nothing was started, nothing will run until the spec changes."""
     message = SCRUBBER.text(message)
-    meta = op["metadata"]
-    now = ctx.now()
-
-    def mutate(status: Obj, obj: Obj) -> Obj:
-        generation = int((obj.get("metadata") or {}).get("generation") or 0)
-        set_operation_phase(status, Phase.FAILED, message, now=now, observed_generation=generation)
-        status["conditions"] = set_condition(status.get("conditions"),
-                                             Condition(kind.condition_type, "False", reason, message), now=now)
-        return status
-
-    ctx.observe(await update_status(crds.operations(ctx.kube), meta["namespace"], meta["name"], mutate))
+    await _write_without_subject(ctx, kind, op, Phase.FAILED, reason, message)
     return Failed(reason, message)
 
 
