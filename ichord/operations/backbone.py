@@ -103,32 +103,57 @@ class Subject(Protocol):
 async def write(ctx: Context, subject: Subject, *mutations: Mutation) -> Obj:
     """Apply ``mutations`` to a fresh read of the status (conflicts retried); keeps ``subject.op`` current."""
 
+    ended: list[StageEnded] = []
+
     def mutate(status: Obj, obj: Obj) -> Obj:
-        before = str((status.get("caRotation") or {}).get("stage") or status.get("stage") or "")
+        before = stage_of(status)
         for m in mutations:
             m(status)
         status["observedGeneration"] = int((obj.get("metadata") or {}).get("generation") or 0)
-        after = str((status.get("caRotation") or {}).get("stage") or status.get("stage") or "")
-        if before != after:
-            _stage_ended(obj, status, before)
+        ended[:] = note_stage_change(obj, status, before)
         return status
 
     obj = await update_status(crds.operations(ctx.kube), subject.op_namespace, subject.name, mutate)
+    observe_stages(ended)  # only once written (a conflict runs the mutation again)
     subject.op = obj
     ctx.observe(obj)
     return obj
 
 
-def _stage_ended(obj: Obj, status: Obj, stage: str) -> None:
-    """A stage ended: observe how long it took (from its entry time, kept in status.stageSince)."""
+def stage_of(status: Obj) -> str:
+    return str((status.get("caRotation") or {}).get("stage") or status.get("stage") or "")
+
+
+@dataclass(frozen=True)
+class StageEnded:
+    kind: str
+    stage: str
+    seconds: float
+
+
+def note_stage_change(obj: Obj, status: Obj, before: str) -> list[StageEnded]:
+    """When a write moves the stage: stamp when the new one began (status.stageSince) and say how long the last
+    one took, for ``observe_stages`` once the write succeeded.
+
+    Every status write that can move a stage calls it (``write``, and any write made outside it, such as the
+    hand-off's resourceVersion-guarded one)."""
+    if stage_of(status) == before:
+        return []
     now = dt.datetime.now(dt.UTC)
     since = status.get("stageSince")
-    if stage and since:
-        with contextlib.suppress(ValueError):
-            kind = str((obj.get("spec") or {}).get("kind") or "")
-            OPERATION_STAGE_DURATION.labels(kind=kind, stage=stage).observe(
-                max(0.0, (now - parse_time(str(since))).total_seconds()))
     status["stageSince"] = now_rfc3339(now)
+    if not before or not since:
+        return []
+    try:
+        seconds = max(0.0, (now - parse_time(str(since))).total_seconds())
+    except ValueError:
+        return []
+    return [StageEnded(str((obj.get("spec") or {}).get("kind") or ""), before, seconds)]
+
+
+def observe_stages(ended: list[StageEnded]) -> None:
+    for e in ended:
+        OPERATION_STAGE_DURATION.labels(kind=e.kind, stage=e.stage).observe(e.seconds)
 
 
 def phase(value: str, message: str) -> Mutation:

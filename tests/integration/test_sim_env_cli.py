@@ -39,7 +39,7 @@ def parser(order: str) -> argparse.ArgumentParser:
 def test_plain_sim_runs_the_environment_and_sim_kube_and_sim_talos_stay(order: str) -> None:
     from ichord.sim import cli as sim_cli
     from ichord.sim.kube import cli as kube_cli
-    from ichord.talos import cli as talos_cli
+    from ichord.sim.talos import cli as talos_cli
 
     p = parser(order)
     args = p.parse_args(["sim", "--control-planes", "1", "--workers", "2", "--management-api", "separate"])

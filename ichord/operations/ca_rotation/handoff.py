@@ -14,6 +14,7 @@ from typing import Any
 from ichord.api import names
 from ichord.kube import crds
 from ichord.kube.errors import Conflict
+from ichord.operations import backbone
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.plan import handoff_token
 from ichord.operations.ca_rotation.status import Mutation
@@ -39,11 +40,16 @@ async def enter(ctx: RotationContext, inputs: Inputs, *mutations: Mutation) -> b
         except Conflict:
             return False
     status = copy.deepcopy(patched.get("status") or {})
+    before = backbone.stage_of(status)
     for m in mutations:
         m(status)
+    status["observedGeneration"] = int((patched.get("metadata") or {}).get("generation") or 0)
+    ended = backbone.note_stage_change(patched, status, before)
     body = {"metadata": {"resourceVersion": patched["metadata"]["resourceVersion"]}, "status": status}
     try:
         inputs.op = await ops.patch_status(inputs.op_namespace, inputs.name, body)
     except Conflict:
         return False
+    backbone.observe_stages(ended)
+    ctx.observe(inputs.op)
     return True
