@@ -129,8 +129,9 @@ class World:
         obj = self.store.get(self.secrets, NS, SECRET)
         obj["data"] = {SECRETS_KEY: _b64(self.bundle.to_yaml())}
         self.store.apply(self.secrets, obj)
-        self.status(name, "Completed", "Done")
+        # ca.crt first: the Completed event's pass clears at once (else the next tick, 10 s on, would).
         self.projected.write_bytes(self.sim.ca_pem + rotation.new[Target.KUBERNETES].cert_pem)
+        self.status(name, "Completed", "Done")
 
 
 async def _until(pred: Any, within: float, what: str) -> None:
