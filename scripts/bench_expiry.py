@@ -8,7 +8,7 @@ Events for the expiring ones) and the idle one an hour later (nothing changed: r
 write, parsed bundles reused by content hash). Requests are counted
 by the simulator, by verb and resource.
 
-Usage: .venv/bin/python scripts/bench_expiry.py [--clusters 1000] [--expiring 0.1] [--concurrency 1]
+Usage: .venv/bin/python scripts/bench_expiry.py [--clusters 1000] [--expiring 0.1] [--concurrency 1] [--smoke]
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import benchkit
 import structlog
 
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.crds import clusters
 from ichord.kube.events import EventRecorder
-from ichord.operations import cert_expiry
+from ichord.operations import bundle_source
 from ichord.operations.cert_expiry import expiry_pass, forget_cluster
 from ichord.pki.bundle import generate_bundle
 from ichord.pki.ca import CA_VALIDITY, CAKind, generate_ca
@@ -40,6 +41,7 @@ from ichord.settings import Timing
 from ichord.sim.kube import KubeSimulator
 
 NS = "bench"
+SMOKE = {"clusters": 20}
 
 
 class SimThread:
@@ -64,8 +66,8 @@ class SimThread:
 
     def __enter__(self) -> KubeSimulator:
         self._thread.start()
-        self._ready.wait(30)
-        assert self.sim is not None
+        if not self._ready.wait(30) or self.sim is None:
+            raise SystemExit("bench_expiry: the Kubernetes API simulator did not start within 30 s")
         return self.sim
 
     def __exit__(self, *exc: object) -> None:
@@ -148,7 +150,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             setup = time.perf_counter() - t0
             objs, _rv = await clusters(kube).list_objects(NS)
             now = dt.datetime.now(dt.UTC)
-            cert_expiry._PARSED.clear()  # a cold start: every bundle parsed once
+            bundle_source._PUBLIC.clear()  # a cold start: every bundle's certificates parsed once
             first = await one_pass(kube, sim, objs, concurrency=args.concurrency, now=now, timing=timing)
             objs, _rv = await clusters(kube).list_objects(NS)
             idle = await one_pass(kube, sim, objs, concurrency=args.concurrency,
@@ -168,4 +170,8 @@ if __name__ == "__main__":
     parser.add_argument("--clusters", type=int, default=1000)
     parser.add_argument("--expiring", type=float, default=0.1, help="fraction with a CA inside the window")
     parser.add_argument("--concurrency", type=int, default=1, help="passes in flight at once (1: one by one)")
-    print(json.dumps(anyio.run(main, parser.parse_args()), indent=2))
+    result = anyio.run(main, benchkit.parse_args(parser, SMOKE))
+    print(json.dumps(result, indent=2))
+    benchkit.require(result, [f"{p}.{f}" for p in ("first_pass", "idle_pass")
+                              for f in ("wall_s", "cpu_ms_per_cluster", "requests_total")],
+                     equal={"first_pass.requests_failed": 0, "idle_pass.requests_failed": 0})

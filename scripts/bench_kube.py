@@ -7,6 +7,7 @@
 - simulator requests/s: concurrent GETs through the real client over HTTPS
 
 Usage: .venv/bin/python scripts/bench_kube.py [--writes 300] [--burst 1000] [--requests 2000] [--concurrency 16]
+       [--smoke]
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import time
 from pathlib import Path
 
 import anyio
+import benchkit
 import structlog
+from benchkit import Deadline
 
 from ichord.kube.client import from_kubeconfig
 from ichord.kube.crds import GROUP, VERSION, machines
@@ -30,6 +33,9 @@ from ichord.sim.kube import KubeSimulator
 from ichord.watchers import Informer, Resource, WatchEvent
 
 NS = "default"
+SMOKE = {"writes": 30, "burst": 100, "requests": 200, "concurrency": 8}
+#: A lost event would spin forever: past this the benchmark exits without its figures.
+WAIT_S = 60.0
 
 
 def machine(name: str) -> dict[str, object]:
@@ -66,7 +72,9 @@ async def bench(writes: int, burst: int, requests: int, concurrency: int) -> dic
                 t0 = time.perf_counter()
                 rv = (await ms.patch(NS, "lat", {"metadata": {"annotations": {"n": str(i)}}}))["metadata"][
                     "resourceVersion"]
-                while rv not in seen:  # noqa: ASYNC110  (spin on the handler's record: the measurement)
+                deadline = Deadline(WAIT_S, f"the handler to see write {i}")
+                while rv not in seen:  # spin on the handler's record: the measurement
+                    deadline.check()
                     await asyncio.sleep(0)
                 latencies.append(seen[rv] - t0)
             result["write_to_handler_ms"] = {"p50": round(statistics.median(latencies) * 1000, 3),
@@ -82,7 +90,9 @@ async def bench(writes: int, burst: int, requests: int, concurrency: int) -> dic
             async with anyio.create_task_group() as burst_tg:
                 for i in range(burst):
                     burst_tg.start_soon(create, i)
-            while len(arrivals) < burst:  # noqa: ASYNC110
+            deadline = Deadline(WAIT_S, f"the handler to see {burst} created objects")
+            while len(arrivals) < burst:
+                deadline.check()
                 await asyncio.sleep(0.001)
             result["informer_events_per_s_api_writes"] = round(burst / (arrivals[-1] - t0), 1)
 
@@ -94,7 +104,9 @@ async def bench(writes: int, burst: int, requests: int, concurrency: int) -> dic
                 sim.store.create(rt, NS, machine(f"s{i}"))
                 if i % 50 == 0:
                     await asyncio.sleep(0)
-            while len(arrivals) < burst:  # noqa: ASYNC110
+            deadline = Deadline(WAIT_S, f"the handler to see {burst} objects written to the store")
+            while len(arrivals) < burst:
+                deadline.check()
                 await asyncio.sleep(0.001)
             result["informer_events_per_s_watch_only"] = round(burst / (arrivals[-1] - t0), 1)
 
@@ -125,8 +137,11 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=1000)
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=16)
-    args = ap.parse_args()
-    print(json.dumps(asyncio.run(bench(args.writes, args.burst, args.requests, args.concurrency))))
+    args = benchkit.parse_args(ap, SMOKE)
+    result = asyncio.run(bench(args.writes, args.burst, args.requests, args.concurrency))
+    print(json.dumps(result))
+    benchkit.require(result, ("write_to_handler_ms.p50", "write_to_handler_ms.p99", "informer_events_per_s_api_writes",
+                              "informer_events_per_s_watch_only", "simulator_get_requests_per_s"))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,10 @@ under "(any)". ``apply_span_s``: per pass, first apply request to the end of the
 clusters); ``max_concurrent_applies``: the most real applies in flight at once on one cluster.
 
 Usage: .venv/bin/python scripts/bench_rotation.py [-C 3] [-M 4|3+5] [--apply-latency 0.5]
-       [--mode inprocess|daemon] [--worker-concurrency N]
+       [--mode inprocess|daemon] [--worker-concurrency N] [--smoke]
+
+--smoke: one cluster of one control plane and one worker (both roles' passes, in seconds); exits non-zero
+unless every rotation completed.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
+import benchkit
 import structlog
 from grpclib.events import RecvMessage, RecvRequest, listen
 
@@ -72,6 +76,7 @@ PASSES = ("Accepting", "Issuing", "Dropping", "Finalizing")
 CLIENTS = (("daemonsets", "kube-flannel"), ("daemonsets", "kube-proxy"), ("deployments", "coredns"))
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 T = TypeVar("T")
+SMOKE = {"clusters": 1, "machines": "1+1", "within": 60.0}
 
 
 def workload(plural: str, name: str) -> dict[str, Any]:
@@ -432,7 +437,7 @@ def main() -> None:
     ap.add_argument("--worker-concurrency", type=int, default=None,
                     help="Timing.ca_worker_apply_concurrency (default: the setting's default)")
     ap.add_argument("--within", type=float, default=300.0, help="give up after this many seconds")
-    args = ap.parse_args()
+    args = benchkit.parse_args(ap, SMOKE)
     cps, workers = args.machines
     bench = Bench(args.clusters, cps, workers, time_scale=args.time_scale, apply_latency=args.apply_latency)
     timing = Timing().scaled(args.time_scale)
@@ -469,7 +474,7 @@ def main() -> None:
         kube = per_pass(b.counts.kube, b.machines)
         applies = len(b.counts.applies)
         spans = apply_spans(b.counts.apply_window, args.apply_latency)
-    print(json.dumps({
+    figures = {
         "benchmark": "ca_rotation", "mode": args.mode, "clusters": args.clusters, "control_planes": cps,
         "workers": workers, "machines": bench.machines, "apply_latency_s": args.apply_latency,
         "worker_apply_concurrency": timing.ca_worker_apply_concurrency,
@@ -478,7 +483,11 @@ def main() -> None:
             "control_planes": overlap(b.counts.applies, lambda n: "-cp-" in n),
             "workers": overlap(b.counts.applies, lambda n: "-worker-" in n)} if args.apply_latency else None,
         "talos_rpcs_per_machine": talos, "kube_requests_per_machine": kube,
-        "python": sys.version.split()[0]}, indent=1))
+        "python": sys.version.split()[0]}
+    print(json.dumps(figures, indent=1))
+    # A rotation that did not complete (out of steps, Failed) leaves figures of half a rotation.
+    benchkit.require({**figures, "passes_counted": len(talos)}, ("wall_s", "applies_total", "passes_counted"),
+                     equal={"phases": {"Completed": args.clusters}})
 
 
 if __name__ == "__main__":

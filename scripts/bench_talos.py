@@ -2,6 +2,7 @@
 """Benchmark the Talos client against one simulated node on loopback (real mutual TLS).
 
     .venv/bin/python scripts/bench_talos.py [--dials 50] [--calls 500] [--handshakes 200] [--concurrency 16]
+                                            [--smoke]
 
 Figures: dial + Version latency (fresh client: certificate minted, TLS handshake, one RPC),
 Version calls per second on a cached channel (sequential and concurrent), TLS handshakes per second
@@ -16,6 +17,8 @@ import json
 import statistics
 import time
 
+import benchkit
+
 from ichord.contract import V1_14
 from ichord.pki.bundle import generate_bundle
 from ichord.sim.talos.build import node_specs
@@ -23,6 +26,8 @@ from ichord.sim.talos.cluster import SimCluster
 from ichord.sim.talos.testing import fast_timings
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
+
+SMOKE = {"dials": 5, "calls": 40, "handshakes": 10, "concurrency": 4}
 
 
 def _ms(values: list[float]) -> dict[str, float]:
@@ -88,9 +93,12 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--handshakes", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=16)
-    args = parser.parse_args()
+    args = benchkit.parse_args(parser, SMOKE)
     result = asyncio.run(bench(args.dials, args.calls, args.handshakes, args.concurrency))
     print(json.dumps(result, indent=2))
+    benchkit.require(result, ("mint_client_cert_ms", "dial_plus_version.median_ms", "dial_plus_version.p95_ms",
+                              "version_per_s_sequential", f"version_per_s_concurrent_{args.concurrency}",
+                              "tls_handshakes_per_s"), equal={"handshakes_refused": 0})
     return 0
 
 
