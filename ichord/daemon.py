@@ -32,7 +32,7 @@ import anyio.abc
 import structlog
 
 from ichord.actors.actor import ClusterActor, StepFn, Supervisor
-from ichord.actors.cluster import ClusterReconciler, Runtime, cluster_of
+from ichord.actors.cluster import ClusterReconciler, Runtime
 from ichord.api.names import (
     BUNDLE_LABEL,
     GROUP,
@@ -43,7 +43,7 @@ from ichord.api.names import (
     TALOS_OPERATION,
     VERSION,
 )
-from ichord.api.views import ClusterView
+from ichord.api.views import ClusterView, cluster_ref
 from ichord.errors import IchordError
 from ichord.kube.client import SERVICE_ACCOUNT_DIR, KubeClient, file_trust, from_kubeconfig, in_cluster
 from ichord.kube.errors import KubeError
@@ -261,7 +261,7 @@ class Daemon:
         keys = {f"{ns}/{name}" for ns, name in self.clusters.cache}
         for cache in (self.machines.cache, self.operations.cache):
             for (ns, _), obj in cache.items():
-                cluster = cluster_of(obj)
+                cluster = cluster_ref(obj)
                 if cluster:
                     keys.add(f"{ns}/{cluster}")
         return keys

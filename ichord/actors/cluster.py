@@ -78,10 +78,6 @@ class Runtime:
     allowed_secret_namespaces: frozenset[str] = frozenset()
 
 
-def cluster_of(obj: Obj) -> str | None:
-    return cluster_ref(obj)
-
-
 def publish_conditions(namespace: str, name: str, cluster: Obj | None,
                        published: set[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
     """``ichord_cluster_condition``: one series per condition of the cluster as last read (the chart's alerts on
