@@ -9,7 +9,10 @@ go 1.26.6
 // machinery's own replace (a dependency's replace directives do not apply to its users)
 replace github.com/mdlayher/ethtool => github.com/siderolabs/ethtool v0.4.0-sidero
 
-require github.com/siderolabs/talos/pkg/machinery v1.13.9
+require (
+	github.com/evanphx/json-patch v5.9.11+incompatible
+	github.com/siderolabs/talos/pkg/machinery v1.13.9
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -19,7 +22,6 @@ require (
 	github.com/containernetworking/cni v1.3.0 // indirect
 	github.com/cosi-project/runtime v1.14.1 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
-	github.com/evanphx/json-patch v5.9.11+incompatible // indirect
 	github.com/gertd/go-pluralize v0.2.1 // indirect
 	github.com/ghodss/yaml v1.0.0 // indirect
 	github.com/google/cel-go v0.27.0 // indirect

@@ -21,9 +21,12 @@ import (
 	"slices"
 	"strings"
 
+	jsonpatch "github.com/evanphx/json-patch"
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	coreconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/container"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
@@ -59,7 +62,10 @@ type generateInput struct {
 	CNIName                        string              `json:"cniName,omitempty"`
 	CNIURLs                        []string            `json:"cniURLs,omitempty"`
 	Patches                        []string            `json:"patches,omitempty"`
-	Mode                           string              `json:"mode,omitempty"` // validation mode of the result
+	// V1Alpha1JSON6902 applies JSON6902 patches to the v1alpha1 document alone, as ichord does: Talos's
+	// configpatcher refuses them on any multi-document configuration.
+	V1Alpha1JSON6902 bool   `json:"v1alpha1JSON6902,omitempty"`
+	Mode             string `json:"mode,omitempty"` // validation mode of the result
 }
 
 type validateInput struct {
@@ -244,7 +250,7 @@ func generateCase(g *generateInput, bundlePath string) (result, error) {
 	}
 
 	if len(g.Patches) > 0 {
-		provider, err = applyPatches(provider, g.Patches)
+		provider, err = applyPatches(provider, g.Patches, g.V1Alpha1JSON6902)
 		if err != nil {
 			return result{}, err
 		}
@@ -261,7 +267,7 @@ func generateCase(g *generateInput, bundlePath string) (result, error) {
 	return r, err
 }
 
-func applyPatches(provider config.Provider, texts []string) (config.Provider, error) {
+func applyPatches(provider config.Provider, texts []string, v1alpha1JSON6902 bool) (config.Provider, error) {
 	// LoadPatches reads "@file" arguments from disk: an inline patch must not start with '@'.
 	for _, text := range texts {
 		if strings.HasPrefix(text, "@") {
@@ -274,6 +280,27 @@ func applyPatches(provider config.Provider, texts []string) (config.Provider, er
 		return nil, fmt.Errorf("loading the patches: %w", err)
 	}
 
+	if !v1alpha1JSON6902 {
+		return applyTalos(provider, patches)
+	}
+
+	// One patch at a time, so the JSON6902 ones can be given the v1alpha1 document alone.
+	for _, patch := range patches {
+		if p, ok := patch.(jsonpatch.Patch); ok {
+			provider, err = applyToV1Alpha1(provider, p)
+		} else {
+			provider, err = applyTalos(provider, []configpatcher.Patch{patch})
+		}
+
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	return provider, nil
+}
+
+func applyTalos(provider config.Provider, patches []configpatcher.Patch) (config.Provider, error) {
 	out, err := configpatcher.Apply(configpatcher.WithConfig(provider), patches)
 	if err != nil {
 		return nil, fmt.Errorf("applying the patches: %w", err)
@@ -285,6 +312,40 @@ func applyPatches(provider config.Provider, texts []string) (config.Provider, er
 	}
 
 	return patched, nil
+}
+
+// applyToV1Alpha1 applies p with Talos's JSON6902 to the v1alpha1 document encoded alone, and puts
+// the result back in its place among the other documents.
+func applyToV1Alpha1(provider config.Provider, p jsonpatch.Patch) (config.Provider, error) {
+	docs := slices.Clone(provider.Documents())
+
+	idx := slices.IndexFunc(docs, func(d coreconfig.Document) bool { _, ok := d.(*v1alpha1.Config); return ok })
+	if idx < 0 {
+		return nil, errors.New("a JSON6902 patch, and the configuration has no v1alpha1 document")
+	}
+
+	alone, err := container.New(docs[idx])
+	if err != nil {
+		return nil, err
+	}
+
+	data, err := alone.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	if err != nil {
+		return nil, err
+	}
+
+	if data, err = configpatcher.JSON6902(data, p); err != nil {
+		return nil, fmt.Errorf("applying the patches: %w", err)
+	}
+
+	patched, err := configloader.NewFromBytes(data)
+	if err != nil {
+		return nil, fmt.Errorf("the patched v1alpha1 document: %w", err)
+	}
+
+	docs[idx] = patched.Documents()[0]
+
+	return container.New(docs...)
 }
 
 // validateCase loads text with Talos's loader and validates it as the platform mode would; a
