@@ -145,6 +145,20 @@ def test_delete_then_merge_in_one_document(bundle: SecretsBundle) -> None:
     assert ifaces == [{"interface": "eth0", "dhcp": True}]
 
 
+def test_deleting_an_unset_struct_field_is_a_no_op(bundle: SecretsBundle) -> None:
+    # Talos zeroes the field (found by tests/real/test_render_oracle.py): a cluster-wide delete of
+    # the control planes' nodeLabels applies to workers, which have none; ichord refused it.
+    patch = "machine:\n  nodeLabels:\n    $patch: delete\n"
+    assert "nodeLabels" not in rendered(bundle, patch, contract=V1_13).v1alpha1["machine"]
+    worker = rendered(bundle, patch, contract=V1_13, role="worker")
+    assert worker.plain() == generate(bundle, cluster(V1_13), MachineInputs(role="worker")).plain()
+    typed = "apiVersion: v1alpha1\nkind: HostnameConfig\nhostname:\n  $patch: delete\n"
+    assert rendered(bundle, typed).plain() == generate(bundle, cluster(V1_14), MachineInputs()).plain()
+    # A map key that is not there is still an error, as in Talos ("lookup failed").
+    with pytest.raises(PatchError, match=r"deletes machine\.nodeLabels\.nope"):
+        rendered(bundle, "machine:\n  nodeLabels:\n    nope:\n      $patch: delete\n", contract=V1_13)
+
+
 def test_deleting_what_is_not_there_is_an_error(bundle: SecretsBundle) -> None:
     with pytest.raises(PatchError, match=r"cluster patch 1: deletes machine\.network\.hostname"):
         rendered(bundle, "machine:\n  network:\n    hostname:\n      $patch: delete\n")
