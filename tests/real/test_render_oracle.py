@@ -36,6 +36,7 @@ import ipaddress
 import json
 import os
 import random
+import re
 import subprocess
 from collections.abc import Iterator
 from functools import cache
@@ -341,6 +342,8 @@ def test_render_matches_talos_generator_and_validator() -> None:
             refused += 1
             if config is not None:
                 failures.append(f"{label}\n  Talos refuses ({theirs['error']}), ichord renders")
+            elif (deleted := re.search(r"deletes (\S+) in", error)) and f"'{deleted[1]}'" not in theirs["error"]:
+                failures.append(f"{label}\n  both refuse, for other reasons: ichord: {error}; Talos: {theirs['error']}")
             continue
         if config is None:
             failures.append(f"{label}\n  ichord refuses ({error}), Talos generates")
