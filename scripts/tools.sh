@@ -82,11 +82,12 @@ total=$SECONDS
 build kube-apiserver "$tools" k8s.io/kubernetes/cmd/kube-apiserver "$kube_x"
 build etcd "$tools" ichord.local/tools/etcd
 build helm "$tools/helm" helm.sh/helm/v3/cmd/helm " $helm_x"
-build talos-oracle-v1.13 "$tools/talos-oracle" ichord.local/tools/talos-oracle
 if [[ ! -x $bin/kubectl ]] && machine_kubectl_ok; then
     echo "kubectl: the machine's ($(command -v kubectl)) is within one minor of $kube_version"
 else
     build kubectl "$tools" k8s.io/kubernetes/cmd/kubectl "$kube_x"
 fi
+# Last: a failure here leaves the API server tier's binaries built (only the render oracle skips).
+build talos-oracle-v1.13 "$tools/talos-oracle" ichord.local/tools/talos-oracle
 echo "tools ready in $((SECONDS - total)) s"
 echo "$bin"
