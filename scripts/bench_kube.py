@@ -7,12 +7,11 @@
 - requests/s: concurrent GETs of one ConfigMap through the real client over HTTPS
 
 --target real runs a real etcd + kube-apiserver on loopback, started as the real test tier starts
-them (tests/real/controlplane.py, binaries from scripts/tools.sh) with the chart's CRDs established.
---smoke is a small run that finishes in seconds; any run exits non-zero when it cannot produce its
-figures (tools missing, a server that does not come up, a handler that never sees a write in time).
+them (tests/real/controlplane.py, binaries from scripts/tools.sh), with the chart's CRDs established;
+it exits 1 when they are not built or do not come up, like any run that cannot produce its figures.
 
-Usage: .venv/bin/python scripts/bench_kube.py [--target sim|real] [--smoke] [--writes 300] [--burst 1000]
-       [--requests 2000] [--concurrency 16] [--deadline 600]
+Usage: .venv/bin/python scripts/bench_kube.py [--target sim|real] [--writes 300] [--burst 1000]
+       [--requests 2000] [--concurrency 16] [--smoke]
 """
 
 from __future__ import annotations
@@ -27,7 +26,9 @@ import time
 from pathlib import Path
 
 import anyio
+import benchkit
 import structlog
+from benchkit import Deadline
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.real.controlplane: the real tier's server
 
@@ -39,9 +40,10 @@ from ichord.sim.kube.server import DEFAULT_CRD_DIR
 from ichord.watchers import Informer, Resource, WatchEvent
 from tests.real.controlplane import ControlPlane, ControlPlaneError
 
-SMOKE = {"writes": 20, "burst": 50, "requests": 100, "concurrency": 4, "deadline": 120.0}
-
 NS = "default"
+SMOKE = {"writes": 30, "burst": 100, "requests": 200, "concurrency": 8}
+#: A lost event would spin forever: past this the benchmark exits without its figures.
+WAIT_S = 60.0
 
 
 def machine(name: str) -> dict[str, object]:
@@ -76,7 +78,9 @@ async def measure(kube: KubeClient, sim: KubeSimulator | None, writes: int, burs
             t0 = time.perf_counter()
             rv = (await ms.patch(NS, "lat", {"metadata": {"annotations": {"n": str(i)}}}))["metadata"][
                 "resourceVersion"]
-            while rv not in seen:  # noqa: ASYNC110  (spin on the handler's record: the measurement)
+            deadline = Deadline(WAIT_S, f"the handler to see write {i}")
+            while rv not in seen:  # spin on the handler's record: the measurement
+                deadline.check()
                 await asyncio.sleep(0)
             latencies.append(seen[rv] - t0)
         result["write_to_handler_ms"] = {"p50": round(statistics.median(latencies) * 1000, 3),
@@ -92,7 +96,9 @@ async def measure(kube: KubeClient, sim: KubeSimulator | None, writes: int, burs
         async with anyio.create_task_group() as burst_tg:
             for i in range(burst):
                 burst_tg.start_soon(create, i)
-        while len(arrivals) < burst:  # noqa: ASYNC110
+        deadline = Deadline(WAIT_S, f"the handler to see {burst} created objects")
+        while len(arrivals) < burst:
+            deadline.check()
             await asyncio.sleep(0.001)
         result["informer_events_per_s_api_writes"] = round(burst / (arrivals[-1] - t0), 1)
 
@@ -105,10 +111,13 @@ async def measure(kube: KubeClient, sim: KubeSimulator | None, writes: int, burs
                 sim.store.create(rt, NS, machine(f"s{i}"))
                 if i % 50 == 0:
                     await asyncio.sleep(0)
-            while len(arrivals) < burst:  # noqa: ASYNC110
+            deadline = Deadline(WAIT_S, f"the handler to see {burst} objects written to the store")
+            while len(arrivals) < burst:
+                deadline.check()
                 await asyncio.sleep(0.001)
             result["informer_events_per_s_watch_only"] = round(burst / (arrivals[-1] - t0), 1)
 
+        # A ConfigMap of the run's own: a real server without kube-controller-manager has no kube-root-ca.crt.
         core = kube.core()
         await core.create_namespaced_config_map(NS, {"metadata": {"name": "bench"}, "data": {"k": "v"}})
         done = 0
@@ -153,7 +162,7 @@ async def bench_real(writes: int, burst: int, requests: int, concurrency: int) -
             finally:
                 await kube.close()
             return {"target": "real", "server_start_s": round(started, 1), **figures}
-        except ControlPlaneError:
+        except (ControlPlaneError, SystemExit):
             raise
         except Exception as exc:
             raise ControlPlaneError(f"{exc!r}\n{plane.log_tails(20)}") from exc
@@ -161,38 +170,28 @@ async def bench_real(writes: int, burst: int, requests: int, concurrency: int) -
             plane.stop()
 
 
-async def bench(target: str, writes: int, burst: int, requests: int, concurrency: int,
-                deadline: float) -> dict[str, object]:
-    run = bench_real if target == "real" else bench_sim
-    with anyio.fail_after(deadline):
-        result = await run(writes, burst, requests, concurrency)
-    latency = result.get("write_to_handler_ms")
-    if not isinstance(latency, dict) or latency.get("samples") != writes:
-        raise ControlPlaneError(f"no write->handler figures: {result}")
-    return result
-
-
 def main() -> None:
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout: the JSON result only
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", choices=("sim", "real"), default="sim")
-    ap.add_argument("--smoke", action="store_true", help="a small run (seconds): " + json.dumps(SMOKE))
+    ap.add_argument("--target", choices=("sim", "real"), default="sim",
+                    help="the simulator, or a real etcd + kube-apiserver built by scripts/tools.sh")
     ap.add_argument("--writes", type=int, default=300)
     ap.add_argument("--burst", type=int, default=1000)
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--deadline", type=float, default=600.0, help="seconds before the run counts as failed")
-    args = ap.parse_args()
-    if args.smoke:
-        for key, value in SMOKE.items():
-            setattr(args, key, value)
+    args = benchkit.parse_args(ap, SMOKE)
+    run = bench_real if args.target == "real" else bench_sim
     try:
-        result = asyncio.run(bench(args.target, args.writes, args.burst, args.requests, args.concurrency,
-                                   args.deadline))
-    except (ControlPlaneError, TimeoutError) as exc:
-        print(f"bench_kube: no figures for --target {args.target}: {exc or 'deadline passed'}", file=sys.stderr)
-        sys.exit(1)
+        result = asyncio.run(run(args.writes, args.burst, args.requests, args.concurrency))
+    except ControlPlaneError as exc:
+        print(f"{benchkit.name()}: no figures for --target real: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     print(json.dumps(result))
+    figures = ["write_to_handler_ms.p50", "write_to_handler_ms.p99", "informer_events_per_s_api_writes",
+               "get_requests_per_s"]
+    if args.target == "sim":
+        figures.append("informer_events_per_s_watch_only")
+    benchkit.require(result, figures, equal={"write_to_handler_ms.samples": args.writes})
 
 
 if __name__ == "__main__":
