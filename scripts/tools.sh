@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real components the `real` test tier runs (kube-apiserver, etcd, helm and, when the
-# machine's is missing or outside kubectl's +-1 minor skew, kubectl) from Go modules at the versions
-# tools/go.mod and tools/helm/go.mod pin. Nothing prebuilt is downloaded: only Go modules through
+# machine's is missing or outside kubectl's +-1 minor skew, kubectl; talos-oracle-v1.13, Talos's own
+# configuration code as the renderer's oracle) from Go modules at the versions tools/go.mod,
+# tools/helm/go.mod and tools/talos-oracle/go.mod pin. Nothing prebuilt is downloaded: only Go modules through
 # the module proxy. Binaries go to a cache outside the checkout, one directory per hash of the pins,
 # so an unchanged pin set is a no-op.
 #
@@ -41,8 +42,9 @@ for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
     helm_x+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$helm_kube_minor"
 done
 
-# The pins: both module files and sums, the etcd main, the build flags and the Go toolchain.
+# The pins: the module files and sums, the etcd and oracle sources, the build flags and the Go toolchain.
 pins=$( { cat "$tools/go.mod" "$tools/go.sum" "$tools/etcd/main.go" "$tools/helm/go.mod" "$tools/helm/go.sum"
+          cat "$tools/talos-oracle/go.mod" "$tools/talos-oracle/go.sum" "$tools"/talos-oracle/*.go
           echo "${flags[*]} $kube_x $helm_x"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16)
 bin=${ICHORD_TOOLS_DIR:-$HOME/.cache/ichord/tools}/$pins/bin
 
@@ -85,5 +87,7 @@ if [[ ! -x $bin/kubectl ]] && machine_kubectl_ok; then
 else
     build kubectl "$tools" k8s.io/kubernetes/cmd/kubectl "$kube_x"
 fi
+# Last: a failure here leaves the API server tier's binaries built (only the render oracle skips).
+build talos-oracle-v1.13 "$tools/talos-oracle" ichord.local/tools/talos-oracle
 echo "tools ready in $((SECONDS - total)) s"
 echo "$bin"

@@ -2,7 +2,9 @@
 
 Talos marshals structs, so a key a patch adds lands at its field's place, not at the end. After
 patching we re-sort the mappings we know: known keys in struct order, unknown keys after them in
-the order they came. Only order changes, never values.
+the order they came; the Go map fields we know (labels, sysctls, extraArgs...) in sorted key order,
+as Go's YAML encoder writes maps. Only order changes, never values (file modes are written in
+octal, as Talos's FileMode writes them: the same number).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.scalarint import OctalInt
 
 from ichord.render.config import V1ALPHA1
 
@@ -33,8 +36,13 @@ _V1ALPHA1: dict[Path, tuple[str, ...]] = {
     ),
     ("machine", "kubelet", "extraMounts", "[]"): ("destination", "type", "source", "options", "uidMappings",
                                                   "gidMappings"),
-    ("machine", "install"): ("disk", "diskSelector", "extraKernelArgs", "image", "extensions", "wipe",
+    ("machine", "network"): ("hostname", "interfaces", "nameservers", "searchDomains", "extraHostEntries", "kubespan",
+                             "disableSearchDomain"),
+    ("machine", "install"): ("disk", "diskSelector", "extraKernelArgs", "image", "extensions", "bootloader", "wipe",
                              "legacyBIOSSupport", "grubUseUKICmdline"),
+    ("machine", "kubelet", "nodeIP"): ("validSubnets",),
+    ("machine", "files", "[]"): ("content", "permissions", "path", "op"),
+    ("machine", "time"): ("disabled", "servers", "bootTimeout"),
     ("machine", "features"): ("rbac", "stableHostname", "kubernetesTalosAPIAccess", "apidCheckExtKeyUsage",
                               "diskQuotaSupport", "kubePrism", "hostDNS", "imageCache", "nodeAddressSortAlgorithm"),
     ("cluster",): (
@@ -50,9 +58,32 @@ _V1ALPHA1: dict[Path, tuple[str, ...]] = {
     ("cluster", "aggregatorCA"): _PAIR,
     ("cluster", "apiServer"): ("image", "extraArgs", "extraVolumes", "env", "certSANs", "disablePodSecurityPolicy",
                                "admissionControl", "auditPolicy", "resources"),
+    ("cluster", "controllerManager"): ("image", "extraArgs", "extraVolumes", "env", "resources"),
+    ("cluster", "proxy"): ("disabled", "image", "mode", "extraArgs"),
+    ("cluster", "scheduler"): ("image", "extraArgs", "extraVolumes", "env", "resources", "config"),
     ("cluster", "etcd"): ("image", "ca", "extraArgs", "advertisedSubnets", "listenSubnets"),
+    ("cluster", "coreDNS"): ("disabled", "image"),
     ("cluster", "etcd", "ca"): _PAIR,
     ("cluster", "discovery"): ("enabled", "registries"),
+}
+
+#: Go map fields (all omitempty): written in sorted key order, left out when empty.
+_ARGS = frozenset({("extraArgs",)})
+_MAPS: dict[str, frozenset[Path]] = {
+    V1ALPHA1: frozenset({
+        ("machine", "env"), ("machine", "sysctls"), ("machine", "sysfs"), ("machine", "nodeLabels"),
+        ("machine", "nodeAnnotations"), ("machine", "nodeTaints"), ("machine", "kubelet", "extraArgs"),
+        ("cluster", "extraManifestHeaders"), ("cluster", "apiServer", "extraArgs"), ("cluster", "apiServer", "env"),
+        ("cluster", "controllerManager", "extraArgs"), ("cluster", "controllerManager", "env"),
+        ("cluster", "proxy", "extraArgs"), ("cluster", "scheduler", "extraArgs"), ("cluster", "scheduler", "env"),
+        ("cluster", "etcd", "extraArgs"),
+    }),
+    "SysctlConfig": frozenset({("params",)}),
+    "KubeletConfig": _ARGS,
+    "KubeAPIServerConfig": _ARGS,
+    "KubeControllerManagerConfig": _ARGS,
+    "KubeSchedulerConfig": _ARGS,
+    "KubeProxyConfig": _ARGS,
 }
 
 #: Typed documents ichord generates (field order of their Go structs / the JSON schema).
@@ -101,30 +132,52 @@ _TYPED_SUB: dict[tuple[str, Path], tuple[str, ...]] = {
 }
 
 
+def is_map(kind: str, path: Path) -> bool:
+    """Whether the mapping at ``path`` of a ``kind`` document is a Go map field ("v1alpha1": legacy)."""
+    return path in _MAPS.get(kind, frozenset())
+
+
+def struct_fields(kind: str, path: Path) -> tuple[str, ...]:
+    """The Go struct fields known for the mapping at ``path`` of a ``kind`` document ("v1alpha1" for
+    the legacy one); empty when the mapping is not known to be a struct."""
+    if kind == V1ALPHA1:
+        return _V1ALPHA1.get(path, ())
+    if not path:
+        return _TYPED.get(kind, ())
+    return _TYPED_SUB.get((kind, path), ())
+
+
 def normalize(doc: CommentedMap) -> CommentedMap:
     """``doc`` with its known mappings in Talos's key order (a new tree; ``doc`` is untouched)."""
     kind = doc.get("kind")
     if kind is None and doc.get("version") == V1ALPHA1:
-        out: CommentedMap = _walk(doc, (), _V1ALPHA1.get)
+        out: CommentedMap = _walk(doc, (), _V1ALPHA1.get, _MAPS[V1ALPHA1])
+        for file in (out.get("machine") or {}).get("files") or []:
+            mode = file.get("permissions") if isinstance(file, dict) else None
+            if isinstance(mode, int) and not isinstance(mode, bool):
+                file["permissions"] = OctalInt(mode)
         return out
     if isinstance(kind, str):
         top = (*_HEAD, *_TYPED[kind]) if kind in _TYPED else _HEAD
-        typed: CommentedMap = _walk(doc, (), lambda p: top if not p else _TYPED_SUB.get((kind, p)))
+        typed: CommentedMap = _walk(doc, (), lambda p: top if not p else _TYPED_SUB.get((kind, p)),
+                                    _MAPS.get(kind, frozenset()))
         return typed
     return doc
 
 
-def _walk(node: Any, path: Path, order_of: Any) -> Any:
+def _walk(node: Any, path: Path, order_of: Any, maps: frozenset[Path]) -> Any:
     if isinstance(node, dict):
         order = order_of(path)
         keys = list(node)
-        if order:
+        if path in maps:
+            keys.sort(key=str)
+        elif order:
             rank = {k: i for i, k in enumerate(order)}
             keys.sort(key=lambda k: rank.get(k, len(rank)))  # stable: unknown keys keep their order
         out = CommentedMap()
         for k in keys:
-            out[k] = _walk(node[k], (*path, str(k)), order_of)
+            out[k] = _walk(node[k], (*path, str(k)), order_of, maps)
         return out
     if isinstance(node, list):
-        return [_walk(v, (*path, "[]"), order_of) for v in node]
+        return [_walk(v, (*path, "[]"), order_of, maps) for v in node]
     return node

@@ -42,7 +42,7 @@ def _machine(bundle: SecretsBundle, c: ClusterInputs, m: MachineInputs) -> Comme
         ("install", install),
     ))
     if c.sysctls:
-        machine["sysctls"] = d.cmap(dict(c.sysctls))
+        machine["sysctls"] = d.cmap(dict(sorted(c.sysctls.items())))  # a Go map: sorted keys
     machine["features"] = d.cmap({
         "diskQuotaSupport": True,
         "kubePrism": {"enabled": True, "port": d.KUBEPRISM_PORT},

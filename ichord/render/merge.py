@@ -2,12 +2,13 @@
 
 Go's merge.Merge semantics on YAML trees: maps merge key by key; a scalar replaces unless it is its
 type's zero value ("" or 0; false always replaces); lists append, except where Talos replaces them
-or merges elements by key (Talos's patching docs, `merge:"replace"` tags). Paths are key tuples
-inside one document; ``[]`` stands for "any element of the list".
+or merges elements by key (Talos's patching docs, `merge:"replace"` tags, the types with their own
+Merge method). Paths are key tuples inside one document; ``[]`` stands for "any element of the list".
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ichord.render.config import V1ALPHA1
@@ -31,15 +32,43 @@ KEYED: dict[str, dict[Path, tuple[str, ...]]] = {
     V1ALPHA1: {
         ("machine", "network", "interfaces"): ("interface", "deviceSelector"),
         ("machine", "network", "interfaces", "[]", "vlans"): ("vlanId",),
+        # AdmissionPluginConfigList.Merge: a plugin named again merges into the one there.
+        ("cluster", "apiServer", "admissionControl"): ("name",),
     },
     "ExtensionServiceConfig": {("configFiles",): ("mountPath",)},
+}
+
+#: Maps whose values a patch replaces key by key (Talos's Args.Merge, maps.Copy): an
+#: `extraArgs` value given again, string or list, replaces the one there instead of appending.
+_ARGS = frozenset({("extraArgs",)})
+ARGS: dict[str, frozenset[Path]] = {
+    V1ALPHA1: frozenset({
+        ("machine", "kubelet", "extraArgs"),
+        ("cluster", "apiServer", "extraArgs"),
+        ("cluster", "controllerManager", "extraArgs"),
+        ("cluster", "proxy", "extraArgs"),
+        ("cluster", "scheduler", "extraArgs"),
+        ("cluster", "etcd", "extraArgs"),
+    }),
+    "KubeletConfig": _ARGS,
+    "KubeAPIServerConfig": _ARGS,
+    "KubeControllerManagerConfig": _ARGS,
+    "KubeSchedulerConfig": _ARGS,
+    "KubeProxyConfig": _ARGS,
 }
 
 _NONE: frozenset[Path] = frozenset()
 
 
-def merge_rules(kind: str) -> tuple[frozenset[Path], dict[Path, tuple[str, ...]]]:
-    return REPLACE.get(kind, _NONE), KEYED.get(kind, {})
+@dataclass(frozen=True)
+class _Rules:
+    replace: frozenset[Path]
+    keyed: dict[Path, tuple[str, ...]]
+    args: frozenset[Path]
+
+
+def _rules(kind: str) -> _Rules:
+    return _Rules(REPLACE.get(kind, _NONE), KEYED.get(kind, {}), ARGS.get(kind, _NONE))
 
 
 class MergeConflict(Exception):
@@ -52,8 +81,7 @@ class MergeConflict(Exception):
 
 def merge(left: dict[str, Any], right: dict[str, Any], kind: str) -> None:
     """Merge ``right`` into ``left`` (a document of ``kind``; "v1alpha1" for the legacy one) in place."""
-    replace, keyed = merge_rules(kind)
-    _merge(left, right, (), replace, keyed)
+    _merge(left, right, (), _rules(kind))
 
 
 def _kind(value: Any) -> str:
@@ -71,7 +99,7 @@ def _is_zero(value: Any) -> bool:
     return value == "" or (isinstance(value, int | float) and value == 0)
 
 
-def _merge(left: Any, right: Any, path: Path, replace: frozenset[Path], keyed: dict[Path, tuple[str, ...]]) -> Any:
+def _merge(left: Any, right: Any, path: Path, rules: _Rules) -> Any:
     if right is None:
         return left
     if left is None:
@@ -79,26 +107,29 @@ def _merge(left: Any, right: Any, path: Path, replace: frozenset[Path], keyed: d
     if isinstance(right, dict):
         if not isinstance(left, dict):
             raise MergeConflict(path, _kind(left), _kind(right))
-        if path in replace:
+        if path in rules.replace:
             return right
+        args = path in rules.args
         for key, value in right.items():
-            if key in left and left[key] is not None:
-                left[key] = _merge(left[key], value, (*path, str(key)), replace, keyed)
+            if args and value is not None:
+                left[key] = value
+            elif key in left and left[key] is not None:
+                left[key] = _merge(left[key], value, (*path, str(key)), rules)
             elif value is not None:
                 left[key] = value
         return left
     if isinstance(right, list):
         if not isinstance(left, list):
             raise MergeConflict(path, _kind(left), _kind(right))
-        if path in replace:
+        if path in rules.replace:
             return right
-        keys = keyed.get(path)
+        keys = rules.keyed.get(path)
         for item in right:
             match = _keyed_match(left, item, keys) if keys else None
             if match is None:
                 left.append(item)
             else:
-                left[match] = _merge(left[match], item, (*path, "[]"), replace, keyed)
+                left[match] = _merge(left[match], item, (*path, "[]"), rules)
         return left
     if isinstance(left, dict | list):
         raise MergeConflict(path, _kind(left), _kind(right))

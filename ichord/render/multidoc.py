@@ -30,7 +30,7 @@ def generate(bundle: SecretsBundle, c: ClusterInputs, m: MachineInputs) -> list[
         ))
     docs.append(d.typed("ResolverConfig", ("hostDNS", {"enabled": True, "forwardKubeDNSToHost": True})))
     if c.sysctls:
-        docs.append(d.typed("SysctlConfig", ("params", dict(c.sysctls))))
+        docs.append(d.typed("SysctlConfig", ("params", dict(sorted(c.sysctls.items())))))  # a Go map: sorted
     docs.append(d.typed("VolumeConfig", ("name", "EPHEMERAL"), ("mount", {"secure": True})))
     docs.append(d.typed("FilesystemTrimConfig", ("interval", "168h0m0s")))
     docs.append(d.typed("SecurityProfileConfig", ("workloadIsolation", True)))

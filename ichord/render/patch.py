@@ -8,8 +8,10 @@ YAML/JSON list of operations), decided as configpatcher.LoadPatch does. Strategi
 - maps merge key by key; a scalar replaces unless it is Go's zero value ("" or 0; false always
   replaces); lists append, except the lists Talos replaces or merges by key (merge.py);
 - ``$patch: delete`` removes a document, a key, or the list element matching the element's first
-  other key; deletes run before the rest of their document merges. Deleting a key that does not
-  exist is an error (Talos: "lookup failed"); deleting the v1alpha1 document is refused.
+  other key; deletes run before the rest of their document merges. Deleting an unset field of a
+  struct that is there is a no-op, as Talos zeroes the field; deleting any other key that does not
+  exist (a map key, or under a parent that is not there) is an error (Talos: "lookup failed");
+  deleting the v1alpha1 document is refused.
 JSON6902 patches apply to the v1alpha1 document: Talos refuses them on any multi-document
 configuration, and every configuration ichord renders has typed documents, so paths address the
 v1alpha1 document (``/machine/network/hostname``).
@@ -28,7 +30,7 @@ from ruamel.yaml.scalarfloat import ScalarFloat
 from ruamel.yaml.scalarstring import FoldedScalarString, LiteralScalarString
 
 from ichord import yamlio
-from ichord.render import jsonpatch
+from ichord.render import jsonpatch, keyorder
 from ichord.render.config import V1ALPHA1
 from ichord.render.documents import cmap
 from ichord.render.errors import PatchError
@@ -290,16 +292,23 @@ def _apply_delete(docs: list[CommentedMap], step: Delete, label: str) -> list[Co
         raise PatchError(label, f"deletes {_dotted(step.path)} in {describe(step.doc)}, which does not exist",
                          "remove the delete or add the document first")
     node: Any = docs[idx]
+    parent: Any = None
     for key in step.path[:-1]:
-        node = node.get(key) if isinstance(node, dict) else None
+        parent, node = node, node.get(key) if isinstance(node, dict) else None
         if node is None:
             break
     last = step.path[-1]
+    if isinstance(node, dict) and last not in node and step.match is None and _unset_struct_field(step):
+        # Talos zeroes a struct field whether or not it is set: deleting an unset one is a no-op
+        # (a cluster-wide delete of machine.nodeLabels, which workers lack, must apply to them too).
+        return docs
     if not isinstance(node, dict) or last not in node:
         raise PatchError(label, f"deletes {_dotted(step.path)} in {describe(step.doc)}, which is not set",
                          "remove the delete")
     if step.match is None:
         del node[last]
+        if not node and isinstance(parent, dict) and keyorder.is_map(_kind(step), step.path[:-1]):
+            del parent[step.path[-2]]  # an emptied map field is omitted, as Talos's omitempty maps are
         return docs
     items = node[last]
     key, value = step.match
@@ -312,6 +321,15 @@ def _apply_delete(docs: list[CommentedMap], step: Delete, label: str) -> list[Co
                 return docs
     raise PatchError(label, f"deletes the {_dotted(step.path)} element with {key}: {value}, "
                             f"which {describe(step.doc)} does not have", "remove the delete")
+
+
+def _kind(step: Delete) -> str:
+    return V1ALPHA1 if step.doc == LEGACY_ID else str(step.doc[1])
+
+
+def _unset_struct_field(step: Delete) -> bool:
+    """Whether the deleted key is a field of the Go struct its (present) parent mapping decodes into."""
+    return step.path[-1] in keyorder.struct_fields(_kind(step), step.path[:-1])
 
 
 def _apply_merge(docs: list[CommentedMap], step: Merge, label: str) -> None:

@@ -43,9 +43,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     reason = tools.missing("etcd", "kube-apiserver", "kubectl")
     if reason:
         pytest.skip(reason)
-    etcd, apiserver = tools.tool("etcd"), tools.tool("kube-apiserver")
-    assert etcd is not None and apiserver is not None
-    plane = ControlPlane(tmp_path_factory.mktemp("real-control-plane"), etcd, apiserver)
+    plane = ControlPlane.from_tools(tmp_path_factory.mktemp("real-control-plane"))
     _PLANE.append(plane)
     try:
         plane.start()

@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from ichord import yamlio
 from ichord.pki.ca import CAKind, CertificateAuthority, generate_ca, issue_client_certificate
 from ichord.sim.kube.certs import issue_serving_certificate
+from tests.real import tools
 
 #: Bounded waits of the fixture (the processes' start-up, not anything a test asserts on).
 START_TIMEOUT = 90.0
@@ -38,6 +39,10 @@ SERVICE_CIDR = "10.96.0.0/16"
 
 class ControlPlaneError(RuntimeError):
     """The control plane did not come up; the message carries the tail of both logs."""
+
+
+class ToolsMissing(ControlPlaneError):
+    """etcd or kube-apiserver has not been built; the message says why (tests/real/tools.missing)."""
 
 
 def free_ports(count: int) -> list[int]:
@@ -89,6 +94,15 @@ class ControlPlane:
     @property
     def logs(self) -> dict[str, Path]:
         return {name: self.workdir / f"{name}.log" for name in ("etcd", "kube-apiserver")}
+
+    @classmethod
+    def from_tools(cls, workdir: Path) -> ControlPlane:
+        """A control plane (not started) running the binaries scripts/tools.sh built."""
+        reason = tools.missing("etcd", "kube-apiserver")
+        etcd, apiserver = tools.tool("etcd"), tools.tool("kube-apiserver")
+        if reason or etcd is None or apiserver is None:
+            raise ToolsMissing(reason or "etcd or kube-apiserver not built")
+        return cls(workdir, etcd, apiserver)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -227,6 +241,37 @@ class ControlPlane:
         except urllib.error.HTTPError as err:
             if err.code != 409:
                 raise
+
+    def establish_crds(self, directory: Path) -> list[str]:
+        """Create the CRDs in ``directory`` (*.yaml) and wait until each is Established; their names."""
+        crds = [doc for path in sorted(directory.glob("*.yaml")) for doc in yamlio.load_all(path.read_text())
+                if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"]
+        base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        for crd in crds:
+            self.ensure(base, json.loads(json.dumps(crd)))
+        names = [str(crd["metadata"]["name"]) for crd in crds]
+        deadline = time.monotonic() + START_TIMEOUT
+        for name in names:
+            while not any(c.get("type") == "Established" and c.get("status") == "True"
+                          for c in self.request("GET", f"{base}/{name}").get("status", {}).get("conditions", [])):
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(f"CRD {name} not Established after {START_TIMEOUT:.0f} s")
+                time.sleep(0.1)
+        # Established comes before the resource's watch cache is up (a 429 "storage is (re)initializing"
+        # until then): a list that answers means the first client writes are served.
+        for crd in crds:
+            spec = crd["spec"]
+            for version in (v["name"] for v in spec["versions"] if v.get("served")):
+                path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}?limit=1"
+                while True:
+                    try:
+                        self.request("GET", path)
+                        break
+                    except urllib.error.HTTPError as err:
+                        if err.code != 429 or time.monotonic() > deadline:
+                            raise ControlPlaneError(f"listing {path}: {err}") from err
+                    time.sleep(0.1)
+        return names
 
     def service_account_kubeconfig(self, namespace: str, name: str, path: Path,
                                    expiration_seconds: int = 3600) -> Path:

@@ -86,6 +86,37 @@ def test_interfaces_merge_by_interface_name(bundle: SecretsBundle) -> None:
     assert ifaces == [{"interface": "eth0", "addresses": ["10.0.0.2/24"], "mtu": 9000}]
 
 
+def test_admission_plugins_merge_by_name(bundle: SecretsBundle) -> None:
+    # Talos's AdmissionPluginConfigList.Merge (found by tests/real/test_render_oracle.py): a plugin
+    # named again merges into the one there; ichord appended a second PodSecurity entry.
+    patch = ("cluster:\n  apiServer:\n    admissionControl:\n      - name: PodSecurity\n        configuration:\n"
+             "          defaults:\n            enforce: privileged\n      - name: EventRateLimit\n"
+             "        configuration: {}\n")
+    plugins = rendered(bundle, patch, contract=V1_13).v1alpha1["cluster"]["apiServer"]["admissionControl"]
+    assert [p["name"] for p in plugins] == ["PodSecurity", "EventRateLimit"]
+    defaults = plugins[0]["configuration"]["defaults"]
+    assert defaults["enforce"] == "privileged" and defaults["audit"] == "restricted"
+
+
+@pytest.mark.parametrize("contract", [V1_13, V1_14])
+def test_extra_args_values_replace_key_by_key(bundle: SecretsBundle, contract: VersionContract) -> None:
+    # Talos's Args.Merge is maps.Copy: a value given again (string or list) replaces, never appends.
+    def args(body: str) -> str:
+        if contract == V1_13:
+            return "machine:\n  kubelet:\n    extraArgs:\n" + body
+        return "apiVersion: v1alpha1\nkind: KubeletConfig\nextraArgs:\n" + body.replace("      ", "  ")
+    first = args("      feature-gates: [A=true, B=false]\n      max-pods: '250'\n")
+    second = args("      feature-gates: [C=true]\n")
+    cfg = rendered(bundle, first, second, contract=contract)
+    doc = cfg.v1alpha1["machine"]["kubelet"] if contract == V1_13 else cfg.find("KubeletConfig")
+    assert doc is not None
+    assert doc["extraArgs"] == {"feature-gates": ["C=true"], "max-pods": "250"}
+    third = args("      feature-gates: D=true\n")  # a list replaced by a string, not a shape conflict
+    cfg = rendered(bundle, first, third, contract=contract)
+    doc = cfg.v1alpha1["machine"]["kubelet"] if contract == V1_13 else cfg.find("KubeletConfig")
+    assert doc is not None and doc["extraArgs"]["feature-gates"] == "D=true"
+
+
 def test_delete_a_document(bundle: SecretsBundle) -> None:
     patch = "apiVersion: v1alpha1\nkind: KubeFlannelCNIConfig\n$patch: delete\n"
     cfg = rendered(bundle, patch)
@@ -112,6 +143,20 @@ def test_delete_then_merge_in_one_document(bundle: SecretsBundle) -> None:
              "      - interface: eth0\n        dhcp: true\n")
     ifaces = rendered(bundle, setup, patch).v1alpha1["machine"]["network"]["interfaces"]
     assert ifaces == [{"interface": "eth0", "dhcp": True}]
+
+
+def test_deleting_an_unset_struct_field_is_a_no_op(bundle: SecretsBundle) -> None:
+    # Talos zeroes the field (found by tests/real/test_render_oracle.py): a cluster-wide delete of
+    # the control planes' nodeLabels applies to workers, which have none; ichord refused it.
+    patch = "machine:\n  nodeLabels:\n    $patch: delete\n"
+    assert "nodeLabels" not in rendered(bundle, patch, contract=V1_13).v1alpha1["machine"]
+    worker = rendered(bundle, patch, contract=V1_13, role="worker")
+    assert worker.plain() == generate(bundle, cluster(V1_13), MachineInputs(role="worker")).plain()
+    typed = "apiVersion: v1alpha1\nkind: HostnameConfig\nhostname:\n  $patch: delete\n"
+    assert rendered(bundle, typed).plain() == generate(bundle, cluster(V1_14), MachineInputs()).plain()
+    # A map key that is not there is still an error, as in Talos ("lookup failed").
+    with pytest.raises(PatchError, match=r"deletes machine\.nodeLabels\.nope"):
+        rendered(bundle, "machine:\n  nodeLabels:\n    nope:\n      $patch: delete\n", contract=V1_13)
 
 
 def test_deleting_what_is_not_there_is_an_error(bundle: SecretsBundle) -> None:
