@@ -14,7 +14,6 @@ import os
 import random
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -22,15 +21,16 @@ import pytest
 
 from ichord.api import names
 from ichord.kube import crds
-from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.client import KubeClient
 from ichord.kube.leases import get_lease
 from ichord.operations.lock import lock_name
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
 from tests.e2e._daemon import Daemon, eventually
-from tests.e2e.conftest import MakeSimEnv
-from tests.e2e.test_ca_rotation_daemon import CLIENTS, _follow, _workload
+
+# The e2e rotation's operator loop (its world, env and kube, comes through conftest.py).
+from tests.e2e.test_ca_rotation_daemon import _follow
 
 pytestmark = [pytest.mark.anyio, pytest.mark.chaos, pytest.mark.slow]
 
@@ -62,21 +62,6 @@ def test_the_list_names_every_failpoint_of_the_rotation() -> None:
         else:
             expanded.add(n)
     assert expanded == set(FAILPOINTS)
-
-
-@pytest.fixture
-async def env(make_sim_env: MakeSimEnv) -> SimEnvironment:
-    e = await make_sim_env(management_api="separate")
-    for plural, name in CLIENTS:
-        e.kube.store.create(e.kube.store.resolve("apps", "v1", plural), "kube-system", _workload(plural, name))
-    return e
-
-
-@pytest.fixture
-async def kube(env: SimEnvironment) -> AsyncIterator[KubeClient]:
-    client = await from_kubeconfig(env.kubeconfig)
-    yield client
-    await client.close()
 
 
 async def _create(kube: KubeClient, env: SimEnvironment) -> SecretsBundle:
