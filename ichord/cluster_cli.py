@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ichord.api import views
 from ichord.api.names import (
     BUNDLE_EXPORTED_ANNOTATION,
     CREDENTIALS_HANDOFF_ANNOTATION,
@@ -60,6 +61,18 @@ def register(subparsers: Any) -> None:
     _register_status(sub)
 
 
+BUNDLE_NAMESPACE_HELP = (
+                         "namespace field, else the TalosCluster's namespace)")
+
+
+def _cluster_args(p: argparse.ArgumentParser) -> None:
+    """NAME, -n and the kubeconfig flags every cluster subcommand takes, spelled once."""
+    p.add_argument("name", metavar="NAME", help="the TalosCluster")
+    p.add_argument("-n", "--namespace", help="the TalosCluster's namespace (default: the kubeconfig context's)")
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context (default: the current context)")
+
+
 def _register_bundle_export(sub: Any) -> None:
     p = sub.add_parser(
         "bundle-export",
@@ -73,17 +86,11 @@ def _register_bundle_export(sub: Any) -> None:
             "replaced (it describes CAs the nodes may no longer accept)."
         ),
     )
-    p.add_argument("name", metavar="NAME", help="the TalosCluster")
-    p.add_argument("-n", "--namespace", help="the TalosCluster's namespace (default: the kubeconfig context's)")
+    _cluster_args(p)
     p.add_argument("-o", "--output", type=Path,
                    help=f"file to write (default {DEFAULT_EXPORT_PATH.format(name='NAME')}; missing parent "
                         "directories are created with mode 0700; an existing file is overwritten)")
-    p.add_argument("--secret-namespace",
-                   help="namespace of the bundle Secret spec.secretsRef.name names; it lives in the "
-                        "controller's namespace, which the CLI cannot know, so the default is the "
-                        "TalosCluster's namespace (the usual install keeps both together)")
-    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context (default: the current context)")
+    p.add_argument("--secret-namespace", help=BUNDLE_NAMESPACE_HELP)
     p.set_defaults(func=_bundle_export_main)
 
 
@@ -101,7 +108,7 @@ def _register_credentials(sub: Any) -> None:
             "seconds. Run after Issuing, it still writes working credentials but acknowledges nothing."
         ),
     )
-    p.add_argument("name", metavar="NAME", help="the TalosCluster")
+    _cluster_args(p)
     p.add_argument("--acknowledge", action="store_true",
                    help="after the files are verified and written, let the rotation go on (sets the annotation); "
                         "without it nothing on the cluster changes")
@@ -109,11 +116,7 @@ def _register_credentials(sub: Any) -> None:
                    help=f"directory for the files talosconfig and kubeconfig (default "
                         f"{DEFAULT_CREDENTIALS_DIR.format(name='NAME')}; created with mode 0700; existing files "
                         "are replaced)")
-    p.add_argument("-n", "--namespace", help="the TalosCluster's namespace (default: the kubeconfig context's)")
-    p.add_argument("--secret-namespace",
-                   help="namespace of the bundle Secret (the controller's; default: the TalosCluster's namespace)")
-    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context (default: the current context)")
+    p.add_argument("--secret-namespace", help=BUNDLE_NAMESPACE_HELP)
     p.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
                    help="how long to wait for the stage and through transient API errors (default 600)")
     p.set_defaults(func=_credentials_main)
@@ -130,10 +133,7 @@ def _register_status(sub: Any) -> None:
             "fingerprints only, never key or certificate material. Changes nothing."
         ),
     )
-    p.add_argument("name", metavar="NAME", help="the TalosCluster")
-    p.add_argument("-n", "--namespace", help="the TalosCluster's namespace (default: the kubeconfig context's)")
-    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context (default: the current context)")
+    _cluster_args(p)
     p.set_defaults(func=_status_main)
 
 
@@ -212,16 +212,17 @@ async def bundle_export(kube: KubeClient, name: str, *, namespace: str, output: 
         cluster = await objects.get(namespace, name)
     except NotFound:
         raise ClusterCommandError(f"TalosCluster {namespace}/{name} not found; check the name and -n") from None
-    secret_name = ((cluster.get("spec") or {}).get("secretsRef") or {}).get("name")
+    view = views.ClusterView.of(cluster)
+    secret_name = view.secret_name
     if not secret_name:
         raise ClusterCommandError(f"TalosCluster {namespace}/{name} has no spec.secretsRef.name; nothing to export")
-    secret_ns = secret_namespace or namespace
+    secret_ns = secret_namespace or view.secret_namespace  # where the daemon resolves it
     try:
         secret = await read_secret(kube, secret_ns, str(secret_name))
     except NotFound:
         raise ClusterCommandError(
-            f"the bundle Secret {secret_ns}/{secret_name} does not exist; if it lives in the controller's "
-            f"namespace, pass --secret-namespace") from None
+            f"the bundle Secret {secret_ns}/{secret_name} does not exist; check the TalosCluster's "
+            f"spec.secretsRef, or pass --secret-namespace") from None
     if ROTATION_KEY in secret.data:
         raise RotationUnderWay(
             f"a CA rotation of {namespace}/{name} is under way (Secret {secret_ns}/{secret_name} holds "

@@ -53,6 +53,14 @@ class _ObjectView:
         return cls(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""),
                    int(meta.get("generation") or 0), obj)
 
+    @property
+    def spec(self) -> Obj:
+        return _spec(self.obj)
+
+    @property
+    def status(self) -> Obj:
+        return self.obj.get("status") or {}
+
 
 _V = TypeVar("_V", bound=_ObjectView)
 
@@ -64,14 +72,6 @@ class ClusterView(_ObjectView):
     def key(self) -> str:
         """``namespace/name``: how a cluster is named in logs and metrics everywhere."""
         return f"{self.namespace}/{self.name}"
-
-    @property
-    def spec(self) -> Obj:
-        return _spec(self.obj)
-
-    @property
-    def status(self) -> Obj:
-        return self.obj.get("status") or {}
 
     @property
     def cluster_name(self) -> str:
@@ -156,14 +156,6 @@ FINISHED_PHASES = frozenset({names.Phase.COMPLETED, names.Phase.FAILED})
 
 @dataclass(frozen=True)
 class OperationView(_ObjectView):
-
-    @property
-    def spec(self) -> Obj:
-        return _spec(self.obj)
-
-    @property
-    def status(self) -> Obj:
-        return self.obj.get("status") or {}
 
     @property
     def kind(self) -> str:

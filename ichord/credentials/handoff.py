@@ -21,7 +21,7 @@ import anyio
 
 from ichord.api import names
 from ichord.api.carotation import Stage
-from ichord.api.views import MachineSpecError, MachineView, OperationView
+from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView
 from ichord.credentials.files import make_private_dirs, write_private
 from ichord.credentials.mint import Minted, mint, talosconfig_dial
 from ichord.credentials.retry import DEFAULT_DELAYS, Retrier
@@ -289,7 +289,7 @@ async def hand_off(kube: KubeClient, namespace: str, cluster: str, out_dir: Path
                    retry_delays: tuple[float, float] = DEFAULT_DELAYS) -> HandOff:
     """The whole hand-off for TalosCluster ``namespace/cluster``; see the module docstring.
 
-    ``secret_namespace``: where the bundle Secret lives (the controller namespace; default ``namespace``).
+    ``secret_namespace``: where the bundle Secret lives (default: where the daemon resolves spec.secretsRef).
     ``acknowledge``: False writes the verified files but leaves the annotation alone.
     ``wait`` bounds both the wait for the stage and each call's run of transient errors; ``poll`` is the
     interval between reads of the operation, ``retry_delays`` the backoff (first, longest); tests shorten both.
@@ -297,9 +297,9 @@ async def hand_off(kube: KubeClient, namespace: str, cluster: str, out_dir: Path
     retry = Retrier(wait, say, retry_delays)
     tc = await _api(retry, f"reading TalosCluster {namespace}/{cluster}",
                     lambda: crds.clusters(kube).get(namespace, cluster))
-    spec = tc.get("spec") or {}
-    server = str(spec.get("endpoint") or "")
-    secret_name = str((spec.get("secretsRef") or {}).get("name") or "")
+    view = ClusterView.of(tc)
+    server = str(view.spec.get("endpoint") or "")
+    secret_name = view.secret_name
     if not server or not secret_name:
         raise CredentialsError(f"TalosCluster {namespace}/{cluster} lacks spec.endpoint or spec.secretsRef.name; "
                                "fix the object. Nothing was written.")
@@ -314,7 +314,7 @@ async def hand_off(kube: KubeClient, namespace: str, cluster: str, out_dir: Path
         raise CredentialsError(f"TalosOperation {namespace}/{op_name} shows no new CA in "
                                "status.caRotation.certificates; nothing to hand off. Nothing was written.")
 
-    sns = secret_namespace or namespace
+    sns = secret_namespace or view.secret_namespace  # where the daemon resolves spec.secretsRef
     where = f"Secret {sns}/{secret_name}"
     secret = await _api(retry, f"reading the bundle {where}", lambda: read_secret(kube, sns, secret_name))
     raw = secret.data.get(names.SECRETS_KEY)
@@ -329,7 +329,7 @@ async def hand_off(kube: KubeClient, namespace: str, cluster: str, out_dir: Path
     os_new, os_trusted, k8s_new, k8s_trusted = _authorities(bundle, rotation, certs, where)
     cps = await _control_planes(kube, retry, namespace, cluster)
 
-    minted = mint(str(spec.get("clusterName") or cluster), [m.address for m in cps], server,
+    minted = mint(view.cluster_name, [m.address for m in cps], server,
                   os_signing=os_new, os_trusted=os_trusted, k8s_signing=k8s_new, k8s_trusted=k8s_trusted)
     await _verified(retry, minted, server, os_new, talos_factory or _talos_client)
     talos_path, kube_path = _write(out_dir, minted)

@@ -232,9 +232,9 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _build(cfg: k8s.Configuration, namespace: str, timeout: float, trust: TrustSource | None,
            client_cert: ClientCertificate | None = None) -> KubeClient:
-    if not cfg.verify_ssl:
-        raise KubeError("the kubeconfig disables TLS verification (insecure-skip-tls-verify); ichord refuses "
-                        "to talk to an API server it cannot verify")
+    if not cfg.verify_ssl:  # negative: a kubeconfig that skips verification is refused, never honoured
+        raise KubeError("the kubeconfig disables TLS verification (insecure-skip-tls-verify); "  # negative
+                        "ichord refuses to talk to an API server it cannot verify")
     api = k8s.ApiClient(cfg)
     rest = api.rest_client
     if trust is None:

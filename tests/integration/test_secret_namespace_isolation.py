@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,6 +16,7 @@ import pytest
 from ichord.actors.cluster import ClusterReconciler, Runtime
 from ichord.api import names
 from ichord.api.conditions import find
+from ichord.cluster_cli import bundle_export
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.events import EventRecorder
@@ -64,7 +66,8 @@ def _secret_reads(env: SimEnvironment) -> list[Any]:
             if e.verb == "get" and e.path == f"/api/v1/namespaces/{env.namespace}/secrets/{env.secret_name}"]
 
 
-async def test_a_cluster_naming_another_namespaces_secret_is_refused_unless_allowed(env: SimEnvironment) -> None:
+async def test_a_cluster_naming_another_namespaces_secret_is_refused_unless_allowed(env: SimEnvironment,
+                                                                                   tmp_path: Path) -> None:
     async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
         await kube.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": TEAM_A}})
         home = await crds.clusters(kube).get(env.namespace, env.cluster_name)
@@ -91,6 +94,9 @@ async def test_a_cluster_naming_another_namespaces_secret_is_refused_unless_allo
         assert [c["name"] for c in remote["status"]["certificates"]] == [
             "talos", "kubernetes", "kubernetes-aggregator", "etcd"]
         assert _secret_reads(env)
+        # The operator's commands find the Secret where the daemon does (spec.secretsRef.namespace), unasked.
+        report = await bundle_export(kube, "remote", namespace=TEAM_A, output=tmp_path / "secrets.yaml")
+        assert (tmp_path / "secrets.yaml").read_bytes() and report.fingerprint
 
 
 async def test_a_cluster_reads_the_secret_of_its_own_namespace_by_default(env: SimEnvironment) -> None:
