@@ -294,7 +294,7 @@ async def _from_config(config: Any, where: str, *, context: str | None, trust: T
     cfg = k8s.Configuration()
     try:
         with translate():
-            selected = _select(getattr(config, "value", config), context)
+            selected = select_context(getattr(config, "value", config), context)
             client_cert = _take_client_certificate(selected.user, selected.user_base)
             # A certificate-authority file stays with the library: it is a path, re-read per request.
             ca_data = _take_data(selected.cluster, "certificate-authority-data", None)
@@ -337,7 +337,8 @@ class _Selected:
     namespace: str | None
 
 
-def _select(doc: Any, context: str | None) -> _Selected:
+def select_context(doc: Any, context: str | None) -> _Selected:
+    """The context's user and cluster entries of a kubeconfig document (ConfigException when absent)."""
     if not isinstance(doc, dict):
         raise ConfigException("it is not a YAML mapping")
     name = context or doc.get("current-context")

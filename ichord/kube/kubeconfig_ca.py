@@ -13,12 +13,12 @@ import binascii
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from kubernetes_asyncio.config.config_exception import ConfigException
 from ruamel.yaml.error import YAMLError
 
 from ichord import yamlio
-from ichord.kube.client import check_kubeconfig
+from ichord.kube.client import check_kubeconfig, select_context
 from ichord.kube.errors import KubeConfigError
 
 
@@ -54,45 +54,22 @@ def kubeconfig_ca(path: str | Path | None, context: str | None = None) -> Kubeco
     check_kubeconfig([where], context)  # the same one-line messages as every other command
     try:
         doc = yamlio.load(where.read_text())
-    except OSError as exc:
-        raise KubeConfigError(f"cannot read the kubeconfig {where}: {exc.strerror or type(exc).__name__}; "
-                              f"pass --kubeconfig FILE") from None
-    except YAMLError:
-        raise KubeConfigError(f"the kubeconfig {where} is not valid YAML") from None
-    if not isinstance(doc, dict):
-        raise KubeConfigError(f"the kubeconfig {where} is not a mapping")
-    name = context or doc.get("current-context")
-    if not name:
-        raise KubeConfigError(f"the kubeconfig {where} has no current-context; pass --context NAME")
-    ctx = _named(doc.get("contexts"), str(name))
-    if ctx is None:
-        raise KubeConfigError(f"the kubeconfig {where} has no context {name!r}")
-    cluster_name = (ctx.get("context") or {}).get("cluster")
-    cluster = _named(doc.get("clusters"), str(cluster_name)) if cluster_name else None
-    if cluster is None:
-        raise KubeConfigError(f"the kubeconfig {where}: context {name!r} names no cluster that exists")
-    body = cluster.get("cluster") or {}
-    raw = body.get("certificate-authority-data")
+        selected = select_context(doc, context)  # the client's own reading of contexts and clusters
+    except (OSError, YAMLError, ConfigException) as exc:
+        raise KubeConfigError(f"cannot use the kubeconfig {where}: {exc}; pass --kubeconfig FILE") from None
+    name = str(context or doc.get("current-context"))
+    raw = selected.cluster.get("certificate-authority-data")
     if raw:
         try:
             data = base64.b64decode(str(raw), validate=True)
         except (binascii.Error, ValueError):
-            raise KubeConfigError(f"the kubeconfig {where}: certificate-authority-data of cluster "
-                                  f"{cluster_name!r} is not base64") from None
-        return KubeconfigCA(where, str(name), data=data)
-    file = body.get("certificate-authority")
+            raise KubeConfigError(f"the kubeconfig {where}: the certificate-authority-data of context {name!r} "
+                                  f"is not base64") from None
+        return KubeconfigCA(where, name, data=data)
+    file = selected.cluster.get("certificate-authority")
     if file:
         ca = Path(str(file)).expanduser()
         if not ca.is_absolute():
             ca = where.parent / ca  # kubectl resolves it against the kubeconfig's own directory
-        return KubeconfigCA(where, str(name), file=ca)
-    return KubeconfigCA(where, str(name))
-
-
-def _named(items: object, name: str) -> dict[str, Any] | None:
-    if not isinstance(items, list):
-        return None
-    for item in items:
-        if isinstance(item, dict) and item.get("name") == name:
-            return item
-    return None
+        return KubeconfigCA(where, name, file=ca)
+    return KubeconfigCA(where, name)
