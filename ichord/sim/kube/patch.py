@@ -83,10 +83,31 @@ def _merge_list(target: list[Any], patch: list[Any], key: str) -> list[Any]:
 
 
 def json_patch(target: Any, ops: Any) -> Any:
-    """RFC 6902, the one implementation ichord has (ichord.render.jsonpatch); errors become the API's 422."""
+    """RFC 6902 as kube-apiserver applies it: ichord's one implementation (ichord.render.jsonpatch), with the
+    API server's leniency on a missing object member (tests/real/test_sim_differential.py): ``replace`` of
+    one adds it (``remove`` of one fails). Errors become the API's 422."""
     if not isinstance(ops, list):
         raise PatchError("a JSON patch must be a list of operations")
     try:
-        return _jsonpatch.apply(target, tuple(_jsonpatch.validate_ops(ops, "the JSON patch")), "the JSON patch")
+        doc = target
+        for op in _jsonpatch.validate_ops(ops, "the JSON patch"):
+            missing = op["op"] == "replace" and _missing_member(doc, op["path"])
+            lenient = {**op, "op": "add"} if missing else op
+            doc = _jsonpatch.apply(doc, (lenient,), "the JSON patch")
+        return doc
     except RenderPatchError as exc:
         raise PatchError(str(exc)) from None
+
+
+def _missing_member(doc: Any, path: str) -> bool:
+    """True when ``path`` names an absent key of an object that exists."""
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")] if path else []
+    node = doc
+    for part in parts[:-1]:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return bool(parts) and isinstance(node, dict) and parts[-1] not in node

@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from ruamel.yaml.error import YAMLError
 
-from ichord.sim.kube import protobuf, selectors, tables
+from ichord import yamlio
+from ichord.sim.kube import paging, protobuf, selectors, tables
 from ichord.sim.kube.eviction import evict
+from ichord.sim.kube.patch import APPLY_PATCH
 from ichord.sim.kube.resources import JSON, ResourceType
 from ichord.sim.kube.routes import Route
 from ichord.sim.kube.status import ApiError, bad_request, method_not_allowed
@@ -52,7 +55,7 @@ class Rest:
             if tables.wants_table(request.headers.get("Accept", "")):
                 return json_response(tables.table(rt, items, rv, self.store.clock(), q.get("includeObject")))
             return json_response({"kind": rt.list_kind, "apiVersion": rt.api_version,
-                                  "metadata": {"resourceVersion": str(rv)}, "items": items})
+                                  "metadata": paging.page_metadata(rv, items, q), "items": paging.page(items, q)})
         if route.verb == "get":
             obj = self.store.get(rt, route.namespace, route.name or "")
             if tables.wants_table(request.headers.get("Accept", "")):
@@ -83,6 +86,11 @@ class Rest:
                                                    strict=strict))
         if route.verb == "patch":
             ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
+            if ctype == APPLY_PATCH:
+                obj, created = self.store.server_side_apply(rt, route.namespace, route.name or "", body,
+                                                            q.get("fieldManager"), q.get("force") == "true",
+                                                            route.subresource, strict=strict)
+                return json_response(obj, 201 if created else 200)
             return json_response(self.store.patch(rt, route.namespace, route.name or "", ctype, body,
                                                   route.subresource, strict=strict))
         if route.verb == "delete":
@@ -112,8 +120,14 @@ class Rest:
         raw = await request.read()
         if not raw:
             return None
-        if protobuf.is_protobuf(request.headers.get("Content-Type", "")):
+        ctype = request.headers.get("Content-Type", "")
+        if protobuf.is_protobuf(ctype):
             return protobuf.decode(raw)
+        if ctype.split(";")[0].strip() == APPLY_PATCH:  # YAML (JSON is YAML too)
+            try:
+                return json.loads(json.dumps(yamlio.load(raw.decode())))
+            except (ValueError, UnicodeDecodeError, YAMLError) as exc:
+                raise bad_request(f"error decoding YAML: {exc}") from None
         try:
             return json.loads(raw)
         except ValueError:

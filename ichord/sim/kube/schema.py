@@ -91,14 +91,34 @@ def unknown_fields(value: Any, schema: JSON, path: str = "") -> list[str]:
     return out
 
 
+#: kube-apiserver's cause when schema errors kept the CEL rules from running.
+RULES_NOT_CHECKED: Cause = ("FieldValueInvalid", "<nil>", "Invalid value: null: some validation rules were not "
+                            "checked because the object was invalid; correct the existing errors to complete "
+                            "validation")
+
+
 def validate(value: Any, schema: JSON, path: str = "", old: Any = None) -> list[Cause]:
-    """Every violation of ``schema`` by ``value``; ``old`` is the stored value for transition rules."""
+    """Every violation of ``schema`` by ``value``; ``old`` is the stored value for transition rules.
+
+    As kube-apiserver: the CEL rules (x-kubernetes-validations) are evaluated only on an object that passed
+    the structural checks; otherwise one ``<nil>`` cause says they were not checked."""
     causes: list[Cause] = []
-    _check(value, schema, path, old, causes)
-    return causes
+    rule_causes: list[Cause] = []
+    _check(value, schema, path, old, causes, rule_causes)
+    if causes:
+        return [*causes, RULES_NOT_CHECKED] if _has_rules(schema) else causes
+    return rule_causes
 
 
-def _check(value: Any, schema: JSON, path: str, old: Any, causes: list[Cause]) -> None:
+def _has_rules(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        return bool(schema.get("x-kubernetes-validations")) or any(_has_rules(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_rules(v) for v in schema)
+    return False
+
+
+def _check(value: Any, schema: JSON, path: str, old: Any, causes: list[Cause], rule_causes: list[Cause]) -> None:
     want = schema.get("type")
     if value is None and schema.get("nullable"):
         return
@@ -116,7 +136,7 @@ def _check(value: Any, schema: JSON, path: str, old: Any, causes: list[Cause]) -
             msg = rule.get("message") or f"failed rule: {rule.get('rule', '')}"
             # kube-apiserver 1.36 (the real tier) shows a scalar's value and omits an object's or a list's.
             shown = "" if isinstance(value, (dict, list)) else f"{_quote(value)}: "
-            causes.append(("FieldValueInvalid", path, f"Invalid value: {shown}{msg}"))
+            rule_causes.append(("FieldValueInvalid", path, f"Invalid value: {shown}{msg}"))
     if isinstance(value, dict):
         props: JSON = schema.get("properties") or {}
         for req in schema.get("required") or []:
@@ -128,7 +148,7 @@ def _check(value: Any, schema: JSON, path: str, old: Any, causes: list[Cause]) -
             if sub is None or (key == "metadata" and not path):
                 continue
             old_sub = old.get(key) if isinstance(old, dict) else None
-            _check(sub_value, sub, _join(path, key), old_sub, causes)
+            _check(sub_value, sub, _join(path, key), old_sub, causes, rule_causes)
     elif isinstance(value, list):
         items = schema.get("items")
         if schema.get("x-kubernetes-list-type") == "set":
@@ -139,7 +159,7 @@ def _check(value: Any, schema: JSON, path: str, old: Any, causes: list[Cause]) -
                 seen.append(item)
         if isinstance(items, dict):
             for i, item in enumerate(value):
-                _check(item, items, f"{path}[{i}]", None, causes)
+                _check(item, items, f"{path}[{i}]", None, causes, rule_causes)
 
 
 _IMPLIES = re.compile(r"^!has\(self\.(\w+)\)\|\|self\.(\w+)==['\"]([^'\"]*)['\"]$")

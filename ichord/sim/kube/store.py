@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from ichord.sim.kube import apply as _apply
 from ichord.sim.kube import patch as _patch
 from ichord.sim.kube import schema as _schema
 from ichord.sim.kube.events import Change, EventLog, Watcher
@@ -46,6 +47,7 @@ class Store:
         self.types: dict[tuple[str, str, str], ResourceType] = {}
         self.objects: dict[tuple[str, str], dict[tuple[str, str], JSON]] = {}
         self.listeners: list[Listener] = []
+        self.apply_owners: dict[str, _apply.Owners] = {}  # server-side apply's field owners, by object uid
         for rt in BUILTINS:
             self.register(rt)
 
@@ -271,6 +273,9 @@ class Store:
             else:
                 raise unsupported_media(content_type)
         except _patch.PatchError as exc:
+            if content_type == _patch.JSON_PATCH:  # kube-apiserver names no cause for a JSON patch that fails
+                raise ApiError(422, "Invalid", "the server rejected our request due to an error in our request",
+                               {}) from None
             raise invalid(rt, name, [("FieldValueInvalid", "", str(exc))]) from None
         if not isinstance(new, dict):
             raise bad_request("the patch must produce an object")
@@ -279,6 +284,32 @@ class Store:
         if want_rv and want_rv != old["metadata"]["resourceVersion"]:
             raise conflict(rt, name, STALE)
         return self._write(rt, old, new, subresource, strict)
+
+    def server_side_apply(self, rt: ResourceType, namespace: str | None, name: str, body: Any,
+                          field_manager: str | None, force: bool = False, subresource: str | None = None, *,
+                          strict: bool = False) -> tuple[JSON, bool]:
+        """Server-side apply (apply.py): the object, and whether the apply created it."""
+        old = self._bucket(rt).get((self._ns(rt, namespace), name))
+        if not field_manager:
+            raise ApiError(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is '
+                           "required for apply patch", {"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [
+                               {"reason": "FieldValueRequired", "message": "Required value: is required for apply "
+                                "patch", "field": "fieldManager"}]})
+        if not isinstance(body, dict):
+            raise bad_request("the body of an apply patch must be an object")
+        if old is None:
+            owners = _apply.Owners()
+            created = self.create(rt, namespace, _apply.apply(None, {**body, "metadata": {
+                **(body.get("metadata") or {}), "name": name}}, field_manager, force, owners), strict=strict)
+            self.apply_owners[created["metadata"]["uid"]] = owners
+            return created, True
+        owners = self.apply_owners.setdefault(old["metadata"]["uid"], _apply.Owners())
+        trial = _apply.Owners({m: set(p) for m, p in owners.by_manager.items()})
+        new = _apply.apply(self._present(rt, old), body, field_manager, force, trial)
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        written = self._write(rt, old, new, subresource, strict)
+        owners.by_manager = trial.by_manager  # ownership changes only with a write that succeeded
+        return written, False
 
     def delete(self, rt: ResourceType, namespace: str | None, name: str,
                preconditions: JSON | None = None) -> tuple[JSON, bool]:
