@@ -146,9 +146,13 @@ async def server_side_apply(w: Wire, ns: str, _side: Side) -> Observed:
                          content_type="application/apply-patch+yaml", params={"fieldManager": "two"})
     forced = await w.call("PATCH", path, json.dumps(cm("s", data={"a": "other"})).encode(),
                           content_type="application/apply-patch+yaml", params={"fieldManager": "two", "force": "true"})
+    # "one" now owns only b; applying without it removes b and leaves a (owned by "two").
+    dropped = await w.call("PATCH", path, b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: s\n",
+                           content_type="application/apply-patch+yaml", params={"fieldManager": "one"})
     no_manager = await w.call("PATCH", path, json.dumps(cm("s")).encode(), content_type="application/apply-patch+yaml")
-    return [(first.code, first.field("data")), (again.code, again.field("data")), (clash.code, clash.reason),
-            (forced.code, forced.field("data")), (no_manager.code, no_manager.reason)]
+    return [(first.code, first.field("data")), (again.code, again.field("data")), err(clash)[:3],
+            clash.field("details", "causes"), (forced.code, forced.field("data")),
+            (dropped.code, dropped.field("data")), err(no_manager)[:3]]
 
 
 async def status_subresource(w: Wire, ns: str, _side: Side) -> Observed:
