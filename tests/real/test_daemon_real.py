@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
+from ichord import yamlio
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds as crd_api
@@ -39,18 +40,26 @@ NS = "ichord-system"
 RELEASE_SA = "ichord"
 
 
-@pytest.fixture(scope="session")
-def chart_kubeconfig(control_plane: ControlPlane, crds: list[str],
-                     tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The chart applied to the real server; a kubeconfig for its ServiceAccount (a bound token)."""
+def _render_chart(release: str, namespace: str) -> str:
     built = tools.tool("helm")
     helm = str(built) if built is not None else shutil.which("helm")
     if helm is None:
         pytest.skip(tools.missing("helm") or "helm is missing")
-    rendered = subprocess.run([helm, "template", "ichord", str(CHART), "--namespace", NS], capture_output=True,
-                              text=True, check=True, timeout=60).stdout
-    control_plane.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    run_kubectl(control_plane.admin_kubeconfig, "apply", "-n", NS, "-f", "-", stdin=rendered)
+    return subprocess.run([helm, "template", release, str(CHART), "--namespace", namespace], capture_output=True,
+                          text=True, check=True, timeout=60).stdout
+
+
+def _install(control_plane: ControlPlane, rendered: str, namespace: str) -> None:
+    control_plane.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                "metadata": {"name": namespace}})
+    run_kubectl(control_plane.admin_kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=rendered)
+
+
+@pytest.fixture(scope="session")
+def chart_kubeconfig(control_plane: ControlPlane, crds: list[str],
+                     tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The chart applied to the real server; a kubeconfig for its ServiceAccount (a bound token)."""
+    _install(control_plane, _render_chart("ichord", NS), NS)
     return control_plane.service_account_kubeconfig(NS, RELEASE_SA, tmp_path_factory.mktemp("sa") / "kubeconfig")
 
 
@@ -87,21 +96,21 @@ async def kube(control_plane: ControlPlane, chart_kubeconfig: Path) -> AsyncIter
     await client.close()
 
 
-async def _copy_objects(env: SimEnvironment, kube: KubeClient) -> None:
+async def _copy_objects(env: SimEnvironment, kube: KubeClient, ns: str = NS) -> None:
     store = env.management.store
 
     def bare(obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj["metadata"]
         return {**obj, "metadata": {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}}
 
-    secret = store.get(store.resolve("", "v1", "secrets"), NS, env.secret_name)
-    await kube.core().create_namespaced_secret(NS, bare(secret))
+    secret = store.get(store.resolve("", "v1", "secrets"), ns, env.secret_name)
+    await kube.core().create_namespaced_secret(ns, bare(secret))
     version = crd_api.VERSION
-    await crd_api.clusters(kube).create(NS, bare(store.get(store.resolve(crd_api.GROUP, version, "talosclusters"),
-                                                           NS, env.cluster_name)))
+    await crd_api.clusters(kube).create(ns, bare(store.get(store.resolve(crd_api.GROUP, version, "talosclusters"),
+                                                           ns, env.cluster_name)))
     for name in env.machine_names:
-        await crd_api.machines(kube).create(NS, bare(store.get(store.resolve(crd_api.GROUP, version,
-                                                                             "talosmachines"), NS, name)))
+        await crd_api.machines(kube).create(ns, bare(store.get(store.resolve(crd_api.GROUP, version,
+                                                                             "talosmachines"), ns, name)))
 
 
 async def _live_bundle(kube: KubeClient, env: SimEnvironment) -> tuple[SecretsBundle, set[str]]:
@@ -151,3 +160,60 @@ async def test_the_daemon_converges_and_rotates_on_the_real_management_api(
     finally:
         code = await daemon.stop()
         assert code == 0, daemon.log()[-4000:]
+
+
+# ---- least privilege, proven by taking a rule away ---------------------------------------------
+
+MUTANT_NS = "ichord-mutant"
+#: The rule taken away: status writes of TalosMachines (the ClusterRole's status-subresource rule keeps the
+#: other two). Chosen because nothing else the daemon does needs it, so only the RBAC authorizer stops it.
+REMOVED = "talosmachines/status"
+
+
+def _without(rendered: str, resource: str) -> tuple[str, int]:
+    """The chart's manifests with ``resource`` taken out of every ClusterRole rule; how many rules lost it."""
+    docs = [d for d in yamlio.load_all(rendered) if isinstance(d, dict)]
+    removed = 0
+    for doc in docs:
+        if doc.get("kind") != "ClusterRole":
+            continue
+        for rule in doc.get("rules") or []:
+            if resource in (rule.get("resources") or []):
+                rule["resources"] = [r for r in rule["resources"] if r != resource]
+                removed += 1
+    return "---\n".join(yamlio.dump(d) for d in docs), removed
+
+
+@pytest.fixture
+async def mutant_env(tmp_path: Path) -> AsyncIterator[SimEnvironment]:
+    async with SimEnvironment(bundle=generate_bundle(), time_scale=E2E_TIME_SCALE, management_api="separate",
+                              namespace=MUTANT_NS) as e:
+        yield e
+
+
+async def test_the_chart_without_one_rule_stops_the_daemon_on_the_real_authorizer(
+        mutant_env: SimEnvironment, kube: KubeClient, control_plane: ControlPlane, tmp_path: Path) -> None:
+    """The other half of least privilege: the chart's rules are not only enough, each is needed. With
+    talosmachines/status gone the daemon runs, leads and writes its TalosCluster's status, and every
+    TalosMachine status patch is Forbidden by kube-apiserver's RBAC authorizer, so no machine converges."""
+    rendered, removed = _without(_render_chart("mutant", MUTANT_NS), REMOVED)
+    assert removed == 1, "the chart no longer grants talosmachines/status in one rule: update this test"
+    _install(control_plane, rendered, MUTANT_NS)
+    sa_kubeconfig = control_plane.service_account_kubeconfig(MUTANT_NS, "mutant-ichord", tmp_path / "sa.kubeconfig")
+    assert run_kubectl(sa_kubeconfig, "auth", "can-i", "patch", "talosmachines.ichor.maesh.dev",
+                       "--subresource=status", "-n", MUTANT_NS, check=False).strip() == "no"
+    await _copy_objects(mutant_env, kube, MUTANT_NS)
+    mutant_env.kubeconfig = sa_kubeconfig
+    daemon = Daemon(mutant_env, tmp_path, "mutant-0")
+    try:
+        async def refused_and_running() -> bool:
+            cluster = await crd_api.clusters(kube).get(MUTANT_NS, mutant_env.cluster_name)
+            refused = 'cannot patch resource \\"talosmachines/status\\"' in daemon.log()  # the 403, JSON-escaped
+            return bool((cluster.get("status") or {}).get("conditions")) and refused
+
+        await eventually(refused_and_running, within=60, what="the daemon running and refused talosmachines/status")
+        for name in mutant_env.machine_names:
+            machine = await crd_api.machines(kube).get(MUTANT_NS, name)
+            assert not (machine.get("status") or {}).get("conditions"), (name, machine.get("status"))
+    finally:
+        await daemon.stop()
