@@ -29,6 +29,22 @@ HERE = Path(__file__).resolve().parent
 SMOKE_TIMEOUT = 120.0  # a smoke run takes seconds; one that takes minutes is broken too
 FULL_TIMEOUT = 3600.0
 
+#: Runs of a benchmark beyond its default, each with the tools it needs (scripts/tools.sh builds them; a run
+#: whose tools are absent is reported as skipped, with the reason, not failed).
+VARIANTS: dict[str, tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]] = {
+    # the informer's write->handler latency on the real kube-apiserver beside the simulator's (issue 15)
+    "bench_kube": (("real", ("--target", "real"), ("etcd", "kube-apiserver")),),
+}
+
+
+def missing_tools(names: tuple[str, ...]) -> str | None:
+    """Why the built tools cannot serve (None when every one of ``names`` is in $ICHORD_TOOLS_BIN)."""
+    where = os.environ.get("ICHORD_TOOLS_BIN")
+    if not where:
+        return "$ICHORD_TOOLS_BIN is not set (run scripts/tools.sh, as .ci/run does)"
+    absent = [n for n in names if not (Path(where) / n).is_file()]
+    return f"not built in {where}: {', '.join(absent)}" if absent else None
+
 
 @dataclass
 class Outcome:
@@ -54,7 +70,7 @@ def one_line(stdout: str) -> str:
     text = stdout.strip()
     with contextlib.suppress(ValueError):
         return json.dumps(json.loads(text), separators=(",", ":"))
-    docs = []
+    docs: list[object] = []
     for line in text.splitlines():
         try:
             doc = json.loads(line)
@@ -90,8 +106,9 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def run_one(script: Path, smoke: bool, timeout: float) -> Outcome:
-    cmd = [sys.executable, str(script), *(["--smoke"] if smoke else [])]
+def run_one(script: Path, smoke: bool, timeout: float, extra: tuple[str, ...] = (), label: str = "") -> Outcome:
+    cmd = [sys.executable, str(script), *(["--smoke"] if smoke else []), *extra]
+    name = f"{script.stem}[{label}]" if label else script.stem
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, cwd=HERE.parent)
@@ -100,7 +117,7 @@ def run_one(script: Path, smoke: bool, timeout: float) -> Outcome:
     except subprocess.TimeoutExpired:
         stop_group(proc)
         out, err = proc.communicate()
-        return Outcome(script.stem, False, time.perf_counter() - t0, one_line(out),
+        return Outcome(name, False, time.perf_counter() - t0, one_line(out),
                        f"timed out after {timeout:g} s{tail(err)}")
     finally:
         if proc.poll() is None:  # interrupted: nothing the benchmark started may outlive it
@@ -109,12 +126,12 @@ def run_one(script: Path, smoke: bool, timeout: float) -> Outcome:
     figures = one_line(out)
     if group_alive(proc.pid):  # a daemon the benchmark did not stop: a defect, and it must not outlive the run
         stop_group(proc)
-        return Outcome(script.stem, False, seconds, figures, f"left processes running (stopped now){tail(err)}")
+        return Outcome(name, False, seconds, figures, f"left processes running (stopped now){tail(err)}")
     if proc.returncode != 0:
-        return Outcome(script.stem, False, seconds, figures, f"exit status {proc.returncode}{tail(err)}")
+        return Outcome(name, False, seconds, figures, f"exit status {proc.returncode}{tail(err)}")
     if not figures:
-        return Outcome(script.stem, False, seconds, figures, f"no figures on stdout{tail(err)}")
-    return Outcome(script.stem, True, seconds, figures)
+        return Outcome(name, False, seconds, figures, f"no figures on stdout{tail(err)}")
+    return Outcome(name, True, seconds, figures)
 
 
 def tail(text: str, lines: int = 15) -> str:
@@ -133,14 +150,23 @@ def main() -> int:
     scripts = benchmarks(args.only)
     t0 = time.perf_counter()
     failed = []
+    runs = 0
     for script in scripts:
-        outcome = run_one(script, args.smoke, timeout)
-        print(f"bench_all {outcome.name} {'ok' if outcome.ok else 'FAILED'} seconds={outcome.seconds:.1f} "
-              f"{outcome.figures}", flush=True)
-        if not outcome.ok:
-            failed.append(outcome.name)
-            print(f"  {outcome.name}: {outcome.why}", flush=True)
-    print(f"bench_all: {len(scripts)} benchmarks{' (smoke)' if args.smoke else ''}, {len(failed)} failed"
+        outcomes = [run_one(script, args.smoke, timeout)]
+        for label, extra, needs in VARIANTS.get(script.stem, ()):
+            why = missing_tools(needs)
+            if why:
+                print(f"bench_all {script.stem}[{label}] skipped: {why}", flush=True)
+                continue
+            outcomes.append(run_one(script, args.smoke, timeout, extra, label))
+        for outcome in outcomes:
+            runs += 1
+            print(f"bench_all {outcome.name} {'ok' if outcome.ok else 'FAILED'} seconds={outcome.seconds:.1f} "
+                  f"{outcome.figures}", flush=True)
+            if not outcome.ok:
+                failed.append(outcome.name)
+                print(f"  {outcome.name}: {outcome.why}", flush=True)
+    print(f"bench_all: {runs} runs of {len(scripts)} benchmarks{' (smoke)' if args.smoke else ''}, {len(failed)} failed"
           f"{': ' + ', '.join(failed) if failed else ''}, {time.perf_counter() - t0:.1f} s", flush=True)
     return 1 if failed else 0
 
