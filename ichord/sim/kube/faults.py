@@ -15,7 +15,8 @@ class Faults:
     latency: float = 0.0
     #: Probability (0..1) that a request of a verb (get, list, watch, create, update, patch, delete) fails.
     error_rate: dict[str, float] = field(default_factory=dict)
-    #: The status of an injected failure: 500 InternalError, 503 ServiceUnavailable or 429 TooManyRequests.
+    #: The status of an injected failure: 500 InternalError, 503 ServiceUnavailable, 429 TooManyRequests or
+    #: 409 Conflict (as if another writer had won the race).
     error_code: int = 500
     seed: int | None = None
     _rng: random.Random = field(default_factory=random.Random, repr=False)

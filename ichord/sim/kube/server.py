@@ -242,7 +242,7 @@ class KubeSimulator:
                     name=route.name or _selected_name(route.verb, request.query.get("fieldSelector", ""))))
             if self.faults.should_fail(verb):
                 code = self.faults.error_code
-                reason = {503: "ServiceUnavailable", 429: "TooManyRequests"}.get(code, "InternalError")
+                reason = {503: "ServiceUnavailable", 429: "TooManyRequests", 409: "Conflict"}.get(code, "InternalError")
                 raise ApiError(code, reason, f"injected fault: {verb} failed")
             response = await handler(request)
         except ApiError as err:
