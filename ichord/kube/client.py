@@ -38,6 +38,7 @@ from ichord.kube.errors import KubeConfigError, KubeError, from_status, translat
 from ichord.kube.reachability import Reachability
 from ichord.metrics import KUBE_REQUEST_DURATION
 from ichord.pki import pem as _pem
+from ichord.pki.memfile import load_cert_chain_from_memory
 from ichord.settings import Timing
 
 #: Returns the CA certificates (PEM) the API server's certificate must chain to, asked per request.
@@ -193,41 +194,8 @@ class KubeClient:
 
 
 def load_client_certificate(ctx: ssl.SSLContext, cert: ClientCertificate) -> None:
-    """Load ``cert`` into ``ctx``; ssl reads a chain only from a path, so the path is a memory file.
-
-    A memfd has no directory entry and is closed as soon as OpenSSL has read it; without memfd or
-    /proc the PEM goes to a 0700 directory removed before this returns.
-    """
-    if hasattr(os, "memfd_create") and _PROC_FD.is_dir():
-        fds: list[int] = []
-        try:
-            for data in (cert.cert_pem, cert.key_pem):
-                fd = os.memfd_create("ichord-tls", os.MFD_CLOEXEC)
-                fds.append(fd)
-                _write_all(fd, data)
-            ctx.load_cert_chain(str(_PROC_FD / str(fds[0])), str(_PROC_FD / str(fds[1])))
-        finally:
-            for fd in fds:
-                os.close(fd)
-        return
-    tmp = tempfile.mkdtemp(prefix="ichord-tls-")  # mode 0700
-    try:
-        paths = [os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")]
-        for path, data in zip(paths, (cert.cert_pem, cert.key_pem), strict=True):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                _write_all(fd, data)
-            finally:
-                os.close(fd)
-        ctx.load_cert_chain(paths[0], paths[1])
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    """Load ``cert`` into ``ctx`` without writing its key to disk (ichord.pki.memfile)."""
+    load_cert_chain_from_memory(ctx, cert.cert_pem, cert.key_pem)
 
 
 def _build(cfg: k8s.Configuration, namespace: str, timeout: float, trust: TrustSource | None,

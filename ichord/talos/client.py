@@ -112,6 +112,7 @@ class TalosClient(ResourceReads):
         self._rpc_timeout = rpc_timeout
         self._server_name = server_name
         self._channels: dict[tuple[str, int], _CachedChannel] = {}
+        self._ssl: tuple[str, ssl.SSLContext] | None = None  # (dial fingerprint, its context)
 
     async def __aenter__(self) -> TalosClient:
         return self
@@ -137,7 +138,12 @@ class TalosClient(ResourceReads):
     # ---- channels ---------------------------------------------------------------------------
 
     def _ssl_context(self) -> ssl.SSLContext:
-        return self._dial.ssl_context()
+        """One context (one minted client certificate) per credentials for all of this client's channels:
+        minting and loading one per node was the largest cost of converging a fleet (bench_idle's profile)."""
+        fingerprint = self._dial.fingerprint
+        if self._ssl is None or self._ssl[0] != fingerprint:
+            self._ssl = (fingerprint, self._dial.ssl_context())
+        return self._ssl[1]
 
     def _channel(self, endpoint: str) -> _CachedChannel:
         host, port = split_endpoint(endpoint, self._port)

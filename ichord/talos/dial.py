@@ -9,33 +9,19 @@ the trust list, by IP or host name.
 from __future__ import annotations
 
 import hashlib
-import os
 import ssl
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ichord.errors import IchordError
 from ichord.pki import pem as _pem
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CertificateAuthority, ClientCertificate, issue_talos_client_certificate
+from ichord.pki.memfile import load_cert_chain_from_memory
 
 
 class DialBundleError(IchordError):
     pass
-
-
-def load_cert_chain_from_memory(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
-    """``load_cert_chain`` needs files: write them to a private directory and delete them at once."""
-    with tempfile.TemporaryDirectory(prefix="ichord-tls-") as tmp:
-        os.chmod(tmp, 0o700)
-        cert_path, key_path = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
-        for path, data in ((cert_path, cert_pem), (key_path, _pem.to_standard_label(key_pem))):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-        ctx.load_cert_chain(str(cert_path), str(key_path))
 
 
 @dataclass(frozen=True)
@@ -88,7 +74,7 @@ class DialBundle:
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.set_alpn_protocols(["h2"])
         cert = client_cert or self.client_certificate()
-        load_cert_chain_from_memory(ctx, cert.cert_pem, cert.key_pem)
+        load_cert_chain_from_memory(ctx, cert.cert_pem, _pem.to_standard_label(cert.key_pem))
         return ctx
 
     def __repr__(self) -> str:

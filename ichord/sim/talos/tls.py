@@ -18,9 +18,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from ichord.pki import pem as _pem
+from ichord.pki.memfile import load_cert_chain_from_memory
 from ichord.sim.talos.certs import sign_leaf
 from ichord.sim.talos.config_view import CAView, ConfigView
-from ichord.talos.dial import load_cert_chain_from_memory
 
 #: (issuing CA) for a worker: trustd on a control plane signs its serving certificate.
 TrustdIssuer = Callable[[], CAView | None]
@@ -62,7 +63,7 @@ class NodeTLS:
         ctx.verify_mode = ssl.CERT_REQUIRED
         ctx.load_verify_locations(cadata=b"".join(view.os_trust).decode())
         ctx.set_alpn_protocols(["h2"])
-        load_cert_chain_from_memory(ctx, cert, private)
+        load_cert_chain_from_memory(ctx, cert, _pem.to_standard_label(private))
         desc = {"serving_issuer": _short(issuer.signer_pem), "trusted_clients": [_short(c) for c in view.os_trust]}
         self._cache = {key: (ctx, desc)}  # only the current configuration's context is kept
         return ctx, desc
