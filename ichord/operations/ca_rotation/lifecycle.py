@@ -53,6 +53,11 @@ def stage_mutations(ctx: RotationContext, inputs: Inputs, rotation: Rotation, st
         ca["certificates"] = certs
         ca.pop("step", None)  # a new stage starts at its first step
         s["machines"] = []  # emptied when the stage changes
+        if Target.ETCD in rotation.targets:
+            # The etcd roll's per-stage record starts again (ADR 0120 §3.3); etcdRestartedAt stays.
+            ca["etcdRestarted"] = []
+            ca.pop("etcdRebooting", None)
+            ca.pop("etcdRebootBootID", None)
 
     return [m, step(APPLY_STEP, ctx.now())]
 
