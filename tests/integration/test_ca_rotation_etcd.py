@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import pytest
 
 from ichord.api import names
 from ichord.api.conditions import find
+from ichord.kube.client import from_kubeconfig
+from ichord.kube.events import EventRecorder
 from ichord.operations.outcome import Blocked, Done
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.fingerprint import ca_fingerprint
@@ -181,3 +184,95 @@ async def test_an_extra_member_is_refused_at_preflight(env: SimEnvironment, driv
     assert isinstance(await driver.step(), Blocked)
     cond = find((await driver.get())["status"]["conditions"], names.CA_ROTATION)
     assert cond is not None and "stranger" in cond["message"] and "no approved control plane" in cond["message"]
+
+
+def rebooting(machine: str) -> Any:
+    return lambda o: o["status"].get("caRotation", {}).get("etcdRebooting") == machine
+
+
+async def test_a_member_that_does_not_come_back_pauses_naming_it_then_the_roll_goes_on(
+        env: SimEnvironment, driver: Driver) -> None:
+    cps = control_planes(env)
+    await driver.create(targets=["etcd"])
+    await driver.run(max_steps=600, until=rebooting(cps[1]))
+    env.node(cps[1]).faults.unreachable = True  # it goes down for the reboot and stays down
+    await driver.run(max_steps=600, until=blocked_on("did not come back"))
+    op = await driver.get()
+    cond = find(op["status"]["conditions"], names.CA_ROTATION)
+    assert op["status"]["phase"] == "Paused" and cond is not None and cps[1] in cond["message"]
+    assert not env.talos.history.of("reboot_requested", cps[2])  # the next one waits
+    await env.set_unreachable(cps[1], False)
+    assert isinstance(await driver.run(max_steps=1500), Done)
+    assert etcd_violations(env.talos.history.events, cps, rounds=3) == []
+
+
+async def test_a_refused_reboot_clears_the_marker_uncordons_and_is_asked_again(
+        env: SimEnvironment, driver: Driver) -> None:
+    cps = control_planes(env)
+    env.node(cps[0]).faults.reboot_error = "failed to acquire lock: sequence is already running"
+    await driver.create(targets=["etcd"])
+    await driver.run(max_steps=600, until=blocked_on("refused the reboot"))
+    op = await driver.get()
+    assert not op["status"]["caRotation"].get("etcdRebooting")
+    store = env.kube.store
+    assert not store.get(store.resolve("", "v1", "nodes"), None, cps[0])["spec"].get("unschedulable")
+    env.node(cps[0]).faults.reboot_error = None
+    assert isinstance(await driver.run(max_steps=1500), Done)
+    assert etcd_violations(env.talos.history.events, cps, rounds=3) == []
+
+
+async def test_a_member_joining_mid_roll_that_is_no_approved_machine_holds_the_roll(
+        env: SimEnvironment, driver: Driver, bundle: SecretsBundle) -> None:
+    cps = control_planes(env)
+    await driver.create(targets=["etcd"])
+    await driver.run(max_steps=600, until=lambda o: o["status"].get("caRotation", {}).get("etcdRestarted") == cps[:1])
+    etcd = env.talos.etcd
+    etcd.start_member("stranger", "127.9.9.9", bundle.etcd.cert_pem)
+    await driver.run(max_steps=200, until=blocked_on("stranger"))
+    reboots = len(env.talos.history.of("reboot_requested"))
+    assert isinstance(await driver.step(), Blocked)
+    assert len(env.talos.history.of("reboot_requested")) == reboots
+    etcd.remove_member("stranger")  # talosctl etcd remove-member
+    assert isinstance(await driver.run(max_steps=1500), Done)
+    assert etcd_violations(env.talos.history.events, cps, rounds=3) == []
+
+
+async def test_if_the_second_certificate_of_the_bundle_is_not_trusted_the_roll_stops_with_quorum_kept(
+        bundle: SecretsBundle) -> None:
+    """The open question of ADR 0120 §2 answered "no" by the simulator: after the Issuing apply kube-apiserver
+    presents a certificate of the new CA that no member (which loaded only the old one) trusts. The roll stops
+    before any Issuing reboot, pauses, and quorum is never lost."""
+    async with SimEnvironment(bundle=bundle, time_scale=SCALE, management_api="separate") as env, \
+            await from_kubeconfig(env.kubeconfig) as kube:
+        env.talos.etcd.trust_first_only = True
+        recorder = EventRecorder(kube)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(recorder.run)
+            driver = Driver(env, kube, recorder)
+            cps = control_planes(env)
+            await driver.create(targets=["etcd"])
+            await driver.run(max_steps=1500, until=lambda o: o["status"].get("caRotation", {}).get("stage")
+                             == "Issuing" and o["status"].get("phase") == "Paused")
+            op = await driver.get()
+            cond = find(op["status"]["conditions"], names.CA_ROTATION)
+            assert cond is not None and cond["reason"] == "Blocked", cond
+            issuing_from = next(e["seq"] for e in env.talos.history.events
+                                if e["kind"] == "apply" and e["node"] == cps[0] and e["seq"] > max(
+                                    r["seq"] for r in env.talos.history.of("reboot")))
+            assert not [e for e in env.talos.history.events if e["kind"] == "reboot_requested"
+                        and e["seq"] > issuing_from]
+            assert etcd_violations(env.talos.history.events, cps, rounds=1) == []
+            tg.cancel_scope.cancel()
+
+
+async def test_a_single_control_plane_rotates_with_its_api_away_during_each_reboot(bundle: SecretsBundle) -> None:
+    async with SimEnvironment(bundle=bundle, time_scale=SCALE, control_planes=1) as env:
+        add_clients(env)
+        async with driving(env) as driver:
+            await driver.create(targets=["etcd"])
+            assert isinstance(await driver.run(max_steps=1500), Done)
+            assert driver.snapshots[-1]["status"]["plan"]["kubernetesAPIUnavailable"] is True
+            cp = control_planes(env)
+            assert etcd_violations(env.talos.history.events, cp, rounds=3) == []
+            new_fp = ca_fp(live_bundle(env).etcd.cert_pem)
+            assert final_trust(env.talos.etcd.state()) == {cp[0]: (new_fp, [new_fp])}

@@ -84,6 +84,13 @@ class EtcdCluster:
             self.history.record("etcd_member_stopped", name)
             self.evaluate()
 
+    def remove_member(self, name: str) -> None:
+        """EtcdRemoveMemberByID: the member leaves the cluster (stopped first if it runs)."""
+        self.stop_member(name)
+        if self.members.pop(name, None) is not None:
+            self.history.record("etcd_member_removed", name)
+            self.evaluate()
+
     def set_forced_unhealthy(self, name: str, value: bool) -> None:
         if name in self.members:
             self.members[name].forced_unhealthy = value
