@@ -175,8 +175,11 @@ class EtcdGate:
         return failed(text) if self._verifier and self.faulted else closed(text)
 
 
-def leadership_hook(talos: TalosClient) -> RollHooks:
+def leadership_hook(talos: TalosClient, members: int) -> RollHooks:
+    """A leader hands leadership on before its reboot; a lone member has nobody to hand it to."""
     async def forfeit(target: RollTarget) -> None:
+        if members < 2:
+            return
         status = await talos.etcd_status(target.endpoint)
         if status.leader and status.leader == status.member_id:
             moved_to = await talos.etcd_forfeit_leadership(target.endpoint)
@@ -211,7 +214,7 @@ async def roll_step(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outco
     store = StatusMarkerStore(crds.operations(ctx.kube), inputs.op_namespace, inputs.name)
     try:
         out = await advance_roll(roll_plan(cps), store, TalosNodes(talos, inputs.cluster_inputs.contract), managed,
-                                 gates=[gate], verifiers=[verifier], hooks=leadership_hook(talos),
+                                 gates=[gate], verifiers=[verifier], hooks=leadership_hook(talos, len(cps)),
                                  timing=ctx.timing, clock=ctx.now)
         leaves = await leaf_problems(talos, cps, expected) if out.finished else []
     finally:
