@@ -76,9 +76,20 @@ def reasons(snapshots: list[Obj]) -> list[str]:
 async def test_an_etcd_rotation_reboots_each_control_plane_once_per_pass_and_never_loses_quorum(
         env: SimEnvironment, driver: Driver, bundle: SecretsBundle) -> None:
     cps = control_planes(env)
+    dialled_while_rebooting: list[str] = []
+
+    def no_config_read_of_the_rebooting_node(method: str, endpoint: str) -> None:
+        store = env.management.store
+        op = store.get(store.resolve(names.GROUP, names.VERSION, "talosoperations"), env.namespace, "rotate")
+        machine = ((op.get("status") or {}).get("caRotation") or {}).get("etcdRebooting")
+        if method == "MachineConfig" and machine and env.endpoints[machine] == endpoint:
+            dialled_while_rebooting.append(machine)
+
+    driver.inject = no_config_read_of_the_rebooting_node
     await driver.create(targets=["etcd"])
     outcome = await driver.run(max_steps=1500)
     assert isinstance(outcome, Done)
+    assert dialled_while_rebooting == []  # Amendment 1 §1.3: the pass does nothing else while a node reboots
 
     # No hand-off (neither talos nor kubernetes), the stages only forward.
     assert stages_seen(driver.snapshots) == ["Accepting", "Issuing", "Dropping", "Finalizing", "Done"]
