@@ -22,6 +22,7 @@ from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.errors import KubeError
 from ichord.operations.ca_rotation.plan import handoff_token
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
@@ -173,5 +174,35 @@ async def test_killed_around_the_reboot_call_the_daemon_resumes_with_no_double_r
             op = await _follow(kube, env, seen)
         assert op["status"]["phase"] == "Completed", (op["status"], daemon.log()[-4000:])
         _check_etcd_end_state(env, old)
+    finally:
+        assert await daemon.stop() == 0
+
+
+async def test_a_single_control_plane_rotates_its_etcd_ca_with_the_daemon_on_its_own_api(
+        make_sim_env: MakeSimEnv, kube_of: Any, tmp_path: Path) -> None:
+    """One control plane, ichord's objects on the cluster's own API: the API is gone during each of the three
+    reboots and the daemon rides them out (its lease outlives a reboot, ADR 0063's single-node case)."""
+    env = await make_sim_env(control_planes=1)
+    kube = await kube_of(env)
+    old = env.bundle
+    assert old is not None
+    daemon = Daemon(env, tmp_path, "replica-0")
+    seen: list[str] = []
+    try:
+        await _start(kube, env, ["etcd"])
+
+        async def follow() -> dict[str, Any]:
+            while True:  # the API is away during each reboot: look again
+                try:
+                    return await _follow(kube, env, seen)
+                except KubeError:  # connection refused while the only control plane reboots
+                    await anyio.sleep(0.1)
+
+        with anyio.fail_after(90):
+            op = await follow()
+        assert op["status"]["phase"] == "Completed", (op["status"], daemon.log()[-4000:])
+        assert op["status"]["plan"]["kubernetesAPIUnavailable"] is True
+        _check_etcd_end_state(env, old)
+        assert daemon.proc.poll() is None  # never exited on a refused connection
     finally:
         assert await daemon.stop() == 0
