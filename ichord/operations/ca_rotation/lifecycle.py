@@ -76,6 +76,8 @@ async def enter_finalizing(ctx: RotationContext, inputs: Inputs, first_step: str
         ca["stage"] = Stage.FINALIZING.value
         ca.pop("step", None)
         s["machines"] = []
+        if "etcdRestarted" in ca:
+            ca["etcdRestarted"] = []  # per stage, like status.machines; Finalizing reboots nothing
 
     await write(ctx, inputs, m, step(first_step, ctx.now()),
                 *in_progress(ctx, CARotationReason.IN_PROGRESS,
