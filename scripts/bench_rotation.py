@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmark a default ca-rotation (talos, kubernetes) on C clusters x M machines at once; prints one JSON object.
+"""Benchmark a ca-rotation (default talos, kubernetes; --targets) on C clusters x M machines at once; prints one JSON
+object.
 
 Every cluster is a SimEnvironment (Talos nodes + its own managed Kubernetes API, client workloads);
 ichord's objects of all of them live on ONE shared management API simulator, as in production.
@@ -24,10 +25,18 @@ that enters a stage counts in that stage; requests naming no cluster (Events, th
 under "(any)". ``apply_span_s``: per pass, first apply request to the end of the last (mean over
 clusters); ``max_concurrent_applies``: the most real applies in flight at once on one cluster.
 
-Usage: .venv/bin/python scripts/bench_rotation.py [-C 3] [-M 4|3+5] [--apply-latency 0.5]
-       [--mode inprocess|daemon] [--worker-concurrency N] [--smoke]
+With the etcd target every pass ends with a reboot roll of the control planes (ADR 0120 Amendment 1):
+``--reboot-time`` is a simulated reboot's unscaled seconds (default 60, multiplied by --time-scale like
+every other delay); ``talos_rpcs_per_control_plane`` counts the requests served by control planes only,
+and ``reboots`` compares the control-plane reboots the simulators saw with the plan's stated count
+(three per control plane).
 
---smoke: one cluster of one control plane and one worker (both roles' passes, in seconds); exits non-zero
+Usage: .venv/bin/python scripts/bench_rotation.py [-C 3] [-M 4|3+5] [--apply-latency 0.5]
+       [--mode inprocess|daemon] [--worker-concurrency N] [--targets talos,kubernetes,etcd]
+       [--reboot-time 60] [--smoke]
+
+--smoke: one cluster of one control plane and one worker, every supported target (both roles' passes and the etcd
+roll, in seconds); exits non-zero
 unless every rotation completed.
 """
 
@@ -76,7 +85,7 @@ PASSES = ("Accepting", "Issuing", "Dropping", "Finalizing")
 CLIENTS = (("daemonsets", "kube-flannel"), ("daemonsets", "kube-proxy"), ("deployments", "coredns"))
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 T = TypeVar("T")
-SMOKE = {"clusters": 1, "machines": "1+1", "within": 60.0}
+SMOKE = {"clusters": 1, "machines": "1+1", "within": 60.0, "targets": "talos,kubernetes,etcd"}
 
 
 def workload(plural: str, name: str) -> dict[str, Any]:
@@ -114,9 +123,13 @@ class Counts:
 class Bench:
     """The shared management API, C environments, and the counters hooked into them."""
 
-    def __init__(self, clusters: int, cps: int, workers: int, *, time_scale: float, apply_latency: float) -> None:
+    def __init__(self, clusters: int, cps: int, workers: int, *, time_scale: float, apply_latency: float,
+                 targets: tuple[str, ...] = (), reboot_time: float = 60.0) -> None:
         self.n, self.cps, self.workers = clusters, cps, workers
         self.time_scale, self.apply_latency = time_scale, apply_latency
+        self.targets, self.reboot_time = targets, reboot_time
+        #: Talos requests served by control planes only, by (stage, method).
+        self.cp_talos: Counter[tuple[str, str]] = Counter()
         self.mgmt = KubeSimulator(SimSettings(
             host="127.0.0.1", port=0, token=secrets.token_urlsafe(24), crd_dir=DEFAULT_CRD_DIR, window=200_000,
             watch=WatchSettings(bookmark_interval=60.0 * time_scale), behaviours=scaled_behaviours(time_scale)))
@@ -166,18 +179,27 @@ class Bench:
 
     def _hook_talos(self, env: SimEnvironment) -> None:
         cluster = env.cluster_name
-        for server in env.talos._servers.values():
+        sim = env.talos
+
+        def hook(name: str) -> None:
+            server = sim._servers[name]
+            cp = sim.nodes[name].is_control_plane
+
             async def on_request(event: RecvRequest) -> None:
                 if self.watching:
                     method = event.method_name.rsplit("/", 1)[-1]
                     if method != "ApplyConfiguration":  # split by dry run below, from the message
                         self.counts.talos[(self.stage(cluster), method)] += 1
+                        if cp:
+                            self.cp_talos[(self.stage(cluster), method)] += 1
 
             async def on_message(event: RecvMessage) -> None:
                 if self.watching and isinstance(event.message, machine_pb2.ApplyConfigurationRequest):
                     kind = "ApplyConfiguration(dry run)" if event.message.dry_run else "ApplyConfiguration"
                     stage = self.stage(cluster)
                     self.counts.talos[(stage, kind)] += 1
+                    if cp:
+                        self.cp_talos[(stage, kind)] += 1
                     now = time.perf_counter()
                     window = self.counts.apply_window.setdefault((cluster, stage), [now, now])
                     window[1] = now
@@ -185,11 +207,25 @@ class Bench:
             listen(server, RecvRequest, on_request)
             listen(server, RecvMessage, on_message)
 
+        for name in list(sim._servers):
+            hook(name)
+        listen_node = sim.listen
+
+        async def listen_hooked(node: Any) -> None:
+            # A rebooted node listens on a new server: hook it too, or the roll's RPCs after a reboot go uncounted.
+            fresh = node.name not in sim._servers
+            await listen_node(node)
+            if fresh and node.name in sim._servers:
+                hook(node.name)
+
+        sim.listen = listen_hooked  # type: ignore[method-assign]
+
     async def start(self) -> None:
         await self.mgmt.start()
         self._hook_kube(self.mgmt, None, "management")
         bundle = generate_bundle()
-        timings = replace(scaled(self.time_scale), apply_duration=self.apply_latency)
+        timings = replace(scaled(self.time_scale), apply_duration=self.apply_latency,
+                          reboot=self.reboot_time * self.time_scale)
         for i in range(self.n):
             env = SimEnvironment(control_planes=self.cps, workers=self.workers, bundle=bundle, namespace=NS,
                                  cluster_name=self.cluster_name(i), time_scale=self.time_scale, timings=timings,
@@ -209,6 +245,14 @@ class Bench:
         for env in self.envs:
             await env.stop()
         await self.mgmt.stop()
+
+    def reboots(self) -> dict[str, Any]:
+        """Control-plane reboots the simulators saw, against the plan's three per control plane with etcd."""
+        seen = sum(1 for env in self.envs for e in env.talos.history.of("reboot")
+                   if env.talos.nodes[e["node"]].is_control_plane)
+        planned = 3 * self.cps * self.n if "etcd" in self.targets else 0
+        return {"control_plane_reboots": seen, "planned": planned, "per_control_plane": round(seen / max(
+            self.cps * self.n, 1), 2), "matches_plan": seen == planned}
 
     def record_applies(self) -> None:
         for env in self.envs:
@@ -240,8 +284,10 @@ class SimThread:
 
 async def create_operations(kube: KubeClient, bench: Bench) -> None:
     for env in bench.envs:
-        await crds.operations(kube).create(NS, {"metadata": {"name": f"rotate-{env.cluster_name}"}, "spec": {
-            "clusterRef": {"name": env.cluster_name}, "kind": "ca-rotation"}})
+        spec: dict[str, Any] = {"clusterRef": {"name": env.cluster_name}, "kind": "ca-rotation"}
+        if bench.targets:
+            spec["caRotation"] = {"targets": list(bench.targets)}
+        await crds.operations(kube).create(NS, {"metadata": {"name": f"rotate-{env.cluster_name}"}, "spec": spec})
 
 
 async def hand_off(kube: KubeClient, op: dict[str, Any]) -> bool:
@@ -437,13 +483,22 @@ def main() -> None:
     ap.add_argument("--worker-concurrency", type=int, default=None,
                     help="Timing.ca_worker_apply_concurrency (default: the setting's default)")
     ap.add_argument("--within", type=float, default=300.0, help="give up after this many seconds")
+    ap.add_argument("--targets", default="",
+                    help="spec.caRotation.targets, comma-separated (default: talos,kubernetes)")
+    ap.add_argument("--reboot-time", type=float, default=60.0,
+                    help="a simulated reboot's seconds before --time-scale (the etcd target's roll)")
     args = benchkit.parse_args(ap, SMOKE)
     cps, workers = args.machines
-    bench = Bench(args.clusters, cps, workers, time_scale=args.time_scale, apply_latency=args.apply_latency)
+    targets = tuple(t.strip() for t in args.targets.split(",") if t.strip())
+    bench = Bench(args.clusters, cps, workers, time_scale=args.time_scale, apply_latency=args.apply_latency,
+                  targets=targets, reboot_time=args.reboot_time)
     timing = Timing().scaled(args.time_scale)
     # The restart bound stays above the condition timestamps' one-second resolution (as the tests do).
     timing = replace(timing, ca_client_restart_timeout=30.0, kube_request_timeout=30.0, min_call_timeout=5.0,
-                     renew_deadline=60.0, cluster_lock_duration=60.0)
+                     renew_deadline=60.0, cluster_lock_duration=60.0,
+                     # The roll's bounds stay above a scaled reboot: a count of reboots, not of re-requests.
+                     reboot_retry=max(timing.reboot_retry, 30.0), node_action_timeout=max(timing.node_action_timeout,
+                                                                                          120.0))
     if args.worker_concurrency is not None:
         timing = replace(timing, ca_worker_apply_concurrency=args.worker_concurrency)
     setup = time.perf_counter()
@@ -471,6 +526,8 @@ def main() -> None:
                     proc.wait(timeout=10)
         b.record_applies()
         talos = per_pass(b.counts.talos, b.machines)
+        cp_talos = per_pass(b.cp_talos, b.cps * b.n)
+        reboots = b.reboots()
         kube = per_pass(b.counts.kube, b.machines)
         applies = len(b.counts.applies)
         spans = apply_spans(b.counts.apply_window, args.apply_latency)
@@ -482,12 +539,14 @@ def main() -> None:
         "max_concurrent_applies": {
             "control_planes": overlap(b.counts.applies, lambda n: "-cp-" in n),
             "workers": overlap(b.counts.applies, lambda n: "-worker-" in n)} if args.apply_latency else None,
+        "targets": list(targets) or ["talos", "kubernetes"], "reboot_time_s": args.reboot_time,
+        "reboots": reboots, "talos_rpcs_per_control_plane": cp_talos,
         "talos_rpcs_per_machine": talos, "kube_requests_per_machine": kube,
         "python": sys.version.split()[0]}
     print(json.dumps(figures, indent=1))
     # A rotation that did not complete (out of steps, Failed) leaves figures of half a rotation.
     benchkit.require({**figures, "passes_counted": len(talos)}, ("wall_s", "applies_total", "passes_counted"),
-                     equal={"phases": {"Completed": args.clusters}})
+                     equal={"phases": {"Completed": args.clusters}, "reboots.matches_plan": True})
 
 
 if __name__ == "__main__":

@@ -126,6 +126,7 @@ class CARotationReason:
     RESTARTING_CLIENTS = "RestartingClients"
     IN_PROGRESS = "InProgress"
     VERIFYING_PASS = "VerifyingPass"  # noqa: S105 - a reason, not a secret: waiting for machines to answer
+    REBOOTING_ETCD = "RebootingEtcd"  # the etcd roll of a pass: a control plane reboots to load the etcd CA
     PLANNED = "Planned"
     PAUSED = "Paused"  # spec.paused set while the rotation is under way (held at a step boundary)
     UNSUPPORTED_TARGET = "UnsupportedTarget"

@@ -13,6 +13,7 @@ import contextlib
 import json
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--pod-start-delay", type=float, default=None, help="seconds a pod takes to become Ready")
     p.add_argument("--kubelet-restart-lag", type=float, default=None,
                    help="seconds a Kubernetes CA change takes to restart the kubelet (the Node reads Ready meanwhile)")
+    p.add_argument("--reboot-time", type=float, default=None,
+                   help="seconds a node is away for a reboot, before --time-scale (default 2; the etcd roll's)")
     p.set_defaults(func=run)
 
 
@@ -88,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve(args: argparse.Namespace, bundle: SecretsBundle | None) -> None:
     from ichord.sim.combined import SimEnvironment  # noqa: PLC0415 - keep `ichord --help` light
+    from ichord.sim.talos.run import scaled  # noqa: PLC0415
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -99,7 +103,9 @@ async def _serve(args: argparse.Namespace, bundle: SecretsBundle | None) -> None
         management_api=args.management_api, ip_prefix=args.ip_prefix, first=args.first_address,
         talos_port=args.talos_port, api_port=args.api_port, state_port=args.state_port,
         kubeconfig=args.kubeconfig.resolve(), cni=args.cni, addons=args.addons,
-        pod_start_delay=args.pod_start_delay, kubelet_restart_lag=args.kubelet_restart_lag)
+        pod_start_delay=args.pod_start_delay, kubelet_restart_lag=args.kubelet_restart_lag,
+        timings=None if args.reboot_time is None else replace(scaled(args.time_scale),
+                                                              reboot=args.reboot_time * args.time_scale))
     async with env:
         for line in env.summary():
             print(json.dumps(line), flush=True)

@@ -134,12 +134,12 @@ async def test_a_default_rotation_runs_from_start_to_done(env: SimEnvironment, d
 
 async def test_unsupported_target_fails_before_anything_is_written(env: SimEnvironment, driver: Driver) -> None:
     before = secret_data(env)
-    await driver.create(targets=["talos", "etcd"])
+    await driver.create(targets=["talos", "kubernetes-aggregator"])
     outcome = await driver.run()
     assert isinstance(outcome, Failed) and outcome.reason == "UnsupportedTarget"
     op = await driver.get()
     assert op["status"]["phase"] == "Failed"
-    assert "etcd" in op["status"]["message"]
+    assert "kubernetes-aggregator" in op["status"]["message"]
     assert secret_data(env) == before
     assert not op["metadata"].get("finalizers")
     assert driver.applies == []

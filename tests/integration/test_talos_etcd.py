@@ -121,3 +121,55 @@ async def test_member_that_stays_unhealthy(cluster: SimCluster, client: TalosCli
     assert cluster.history.of("etcd_member_health", "cp-2")[-1]["healthy"] is False
     cp2.set_etcd_unhealthy(False)
     assert await healthy(client, cp2)
+
+
+async def test_the_etcd_service_health_and_kube_apiserver_follow_the_member(cluster: SimCluster,
+                                                                            client: TalosClient) -> None:
+    """Talos reports the etcd service unhealthy while its member is, and kube-apiserver (pointed at its node's own
+    member) not ready; the other control planes are unaffected."""
+    cp1, cp2 = cluster.nodes["cp-1"], cluster.nodes["cp-2"]
+
+    async def state(node: SimNode) -> tuple[bool, bool, bool]:
+        svc = (await client.services(node.endpoint))["etcd"]
+        listed = {s.id: s.health.healthy for s in await client.service_list(node.endpoint)}
+        pods = [p for p in await client.static_pod_statuses(node.endpoint) if "kube-apiserver" in p.id]
+        return svc.healthy, listed["etcd"], all(p.ready for p in pods) and bool(pods)
+
+    assert await state(cp2) == (True, True, True)
+    cp2.set_etcd_unhealthy(True)
+    assert await state(cp2) == (False, False, False)
+    assert await state(cp1) == (True, True, True)
+    cp2.set_etcd_unhealthy(False)
+    assert await state(cp2) == (True, True, True)
+
+
+async def test_alarms_are_listed_per_member_until_disarmed(cluster: SimCluster, client: TalosClient) -> None:
+    cp3 = cluster.nodes["cp-3"]
+    assert await client.etcd_alarms(cp3.endpoint) == []
+    cp3.raise_etcd_alarm(m.EtcdMemberAlarm.NOSPACE)
+    alarms = await client.etcd_alarms(cp3.endpoint)
+    assert [a.alarm for a in alarms] == [m.EtcdMemberAlarm.NOSPACE]
+    assert alarms[0].member_id == cluster.etcd.members["cp-3"].member_id
+    assert await client.etcd_alarms(cluster.nodes["cp-1"].endpoint) == []  # EtcdAlarmList is local
+    cluster.etcd.disarm("cp-3")
+    assert await client.etcd_alarms(cp3.endpoint) == []
+
+
+async def test_a_second_certificate_that_is_not_trusted_keeps_a_rebooted_member_out(
+        cluster: SimCluster, client: TalosClient) -> None:
+    """The fault for ADR 0120 §2's open question: members trust only the first certificate of the bundle. The
+    two-certificate roll then breaks where the signer changes: the Issuing reboot."""
+    cluster.etcd.trust_first_only = True
+    old = cluster.nodes["cp-1"].view.etcd_ca
+    assert old is not None and old.key_pem is not None
+    old_ca = CertificateAuthority(old.cert_pem, old.key_pem)
+    new = generate_ca(CAKind.ETCD)
+    nodes = [cluster.nodes[f"cp-{i}"] for i in (1, 2, 3)]
+    for node in nodes:  # Accepting: old first, still signing; the members keep talking
+        await apply_and_reboot(client, cluster, node, with_etcd_ca(node.running, [old_ca, new], old_ca))
+        assert await healthy(client, node)
+    cp1 = nodes[0]
+    await apply_and_reboot(client, cluster, cp1, with_etcd_ca(cp1.running, [new, old_ca], new))
+    status = await client.etcd_status(cp1.endpoint)
+    assert any("unknown authority" in e for e in status.errors)
+    assert cluster.etcd.has_quorum and all([await healthy(client, n) for n in nodes[1:]])

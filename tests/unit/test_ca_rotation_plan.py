@@ -61,10 +61,28 @@ def test_spec_targets(targets: list[str] | None, want: tuple[Target, ...]) -> No
     assert spec_targets(op(targets)) == want
 
 
-@pytest.mark.parametrize("targets", [["etcd"], ["talos", "kubernetes-aggregator"], ["kubernetes", "etcd"]])
-def test_etcd_and_aggregator_are_refused_until_the_next_issue(targets: list[str]) -> None:
-    with pytest.raises(UnsupportedTargetError, match="talos and kubernetes"):
+@pytest.mark.parametrize("targets", [["kubernetes-aggregator"], ["talos", "kubernetes-aggregator"]])
+def test_the_aggregator_is_refused_until_its_issue(targets: list[str]) -> None:
+    with pytest.raises(UnsupportedTargetError, match="talos, kubernetes, etcd"):
         spec_targets(op(targets))
+
+
+def test_etcd_is_accepted() -> None:
+    assert spec_targets(op(["kubernetes", "etcd"])) == (K, Target.ETCD)
+
+
+def test_an_etcd_plan_reboots_the_control_planes_and_says_how_often() -> None:
+    machines = [PlannedMachine("w-1", "worker"), *(PlannedMachine(f"cp-{i}", "controlplane") for i in (1, 2, 3))]
+    plan = plan_status((Target.ETCD,), machines)
+    assert [(m["name"], m["reboots"]) for m in plan["machines"]] == [
+        ("cp-1", True), ("cp-2", True), ("cp-3", True), ("w-1", False)]
+    assert any("three reboots per control plane, 9 for 3" in w for w in plan["warnings"])
+    assert any("etcd snapshot" in w and "ichord etcd backup now" in w for w in plan["warnings"])
+    assert not any("AwaitingCredentials" in w for w in plan["warnings"])
+    assert plan["kubernetesAPIUnavailable"] is False
+    for targets in ((Target.ETCD,), (Target.KUBERNETES_AGGREGATOR,), (K,)):
+        lone = plan_status(targets, [PlannedMachine("cp-1", "controlplane"), PlannedMachine("w-1", "worker")])
+        assert lone["kubernetesAPIUnavailable"] is True, targets
 
 
 @pytest.mark.parametrize("targets", [["vault"], ["talos", "talos"]])

@@ -53,6 +53,11 @@ def stage_mutations(ctx: RotationContext, inputs: Inputs, rotation: Rotation, st
         ca["certificates"] = certs
         ca.pop("step", None)  # a new stage starts at its first step
         s["machines"] = []  # emptied when the stage changes
+        if Target.ETCD in rotation.targets:
+            # The etcd roll's per-stage record starts again (ADR 0120 §3.3); etcdRestartedAt stays.
+            ca["etcdRestarted"] = []
+            ca.pop("etcdRebooting", None)
+            ca.pop("etcdRebootBootID", None)
 
     return [m, step(APPLY_STEP, ctx.now())]
 
@@ -71,6 +76,8 @@ async def enter_finalizing(ctx: RotationContext, inputs: Inputs, first_step: str
         ca["stage"] = Stage.FINALIZING.value
         ca.pop("step", None)
         s["machines"] = []
+        if "etcdRestarted" in ca:
+            ca["etcdRestarted"] = []  # per stage, like status.machines; Finalizing reboots nothing
 
     await write(ctx, inputs, m, step(first_step, ctx.now()),
                 *in_progress(ctx, CARotationReason.IN_PROGRESS,

@@ -23,11 +23,14 @@ from ichord.api.carotation import Stage
 from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
-from ichord.pki.rotation import Rotation, RotationError, Target, parse_targets
+from ichord.pki.rotation import TARGET_ORDER, Rotation, RotationError, Target, parse_targets
 from ichord.talos.dial import DialBundle
 
-#: Targets this executor rotates; etcd and kubernetes-aggregator belong to the next issue (ADR 0120).
-SUPPORTED_TARGETS = frozenset({Target.TALOS, Target.KUBERNETES})
+#: Targets this executor rotates (ADR 0120).
+SUPPORTED_TARGETS = frozenset({Target.TALOS, Target.KUBERNETES, Target.ETCD})
+
+#: Targets whose passes restart or reboot kube-apiserver: with one control plane the API is away meanwhile.
+API_DISRUPTING_TARGETS = frozenset({Target.KUBERNETES, Target.ETCD, Target.KUBERNETES_AGGREGATOR})
 
 #: The stages that apply a configuration to every machine and verify it.
 PASS_STAGES = (Stage.ACCEPTING, Stage.ISSUING, Stage.DROPPING)
@@ -55,7 +58,8 @@ def spec_targets(op: dict[str, Any]) -> tuple[Target, ...]:
     if unsupported:
         raise UnsupportedTargetError(
             f"target(s) {', '.join(unsupported)} are not rotated by this version of ichord yet; create the "
-            "operation with spec.caRotation.targets limited to talos and kubernetes")
+            "operation with spec.caRotation.targets limited to "
+            f"{', '.join(t.value for t in sorted(SUPPORTED_TARGETS, key=TARGET_ORDER.index))}")
     return targets
 
 
@@ -102,15 +106,24 @@ def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine]) -
     if hands_off(targets):
         warnings.append("the rotation waits in AwaitingCredentials until the operator holds a talosconfig and a "
                         "kubeconfig from the new CAs (ichord cluster credentials NAME --acknowledge)")
+    etcd = Target.ETCD in targets
+    if etcd:
+        # ADR 0120 Amendment 1 §1 "Cost and risk"; the lane E wording: the control planes reboot in each pass.
+        warnings.append(f"the etcd CA is loaded only at boot: every control plane reboots once in each of the three "
+                        f"passes, one at a time, with etcd checked whole before and after each reboot (three reboots "
+                        f"per control plane, {3 * len(cps)} for {len(cps)}); the workers do not reboot")
+        warnings.append("take a fresh etcd snapshot before starting (ichord etcd backup now NAME); ichord does not "
+                        "require one")
     warnings.append("after the rotation the exported secrets bundle is stale: run ichord cluster bundle-export NAME")
     return {
         "targets": [t.value for t in targets],
         "stages": [s.value for s in stages(targets)],
-        "machines": [{"name": m.name, "role": m.role, "order": i + 1, "reboots": False}
-                     for i, m in enumerate(ordered)],
+        "machines": [{"name": m.name, "role": m.role, "order": i + 1,
+                      "reboots": etcd and m.role == "controlplane"} for i, m in enumerate(ordered)],
         "warnings": warnings,
-        # A Kubernetes CA change restarts kube-apiserver; with one control plane the API is briefly gone.
-        "kubernetesAPIUnavailable": len(cps) == 1 and Target.KUBERNETES in targets,
+        # kube-apiserver restarts (Kubernetes, aggregator CA) or its node reboots (etcd CA): with one control plane
+        # the API is gone meanwhile.
+        "kubernetesAPIUnavailable": len(cps) == 1 and bool(API_DISRUPTING_TARGETS & set(targets)),
     }
 
 

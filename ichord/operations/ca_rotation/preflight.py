@@ -1,15 +1,20 @@
 """Preflight (stage empty): nothing is written, not even a CA, unless the cluster is whole (ADR 0063 step 1).
 
 Every approved machine answers ichord, runs exactly what ichord renders for it (no unrelated pending
-change is swept into the rotation), and every Kubernetes Node is Ready. A machine that is down when
+change is swept into the rotation), and every Kubernetes Node is Ready; an etcd rotation also needs
+etcd whole (etcd_health.py). A machine that is down when
 the old CA is dropped could never be reached again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ichord.api.views import MachineView
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
+from ichord.operations.ca_rotation.etcd_health import etcd_problems
 from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, not_ready_nodes
+from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.config import ConfigParseError, MachineConfig
 from ichord.render.errors import RenderError
@@ -35,7 +40,7 @@ async def _machine_problem(talos: TalosClient, inputs: Inputs, m: MachineView) -
     return None
 
 
-async def preflight(ctx: RotationContext, inputs: Inputs) -> list[str]:
+async def preflight(ctx: RotationContext, inputs: Inputs, targets: Iterable[Target] = ()) -> list[str]:
     """The reasons the rotation may not start (empty: it may)."""
     if not inputs.machines:
         return [f"cluster {inputs.cluster_name} has no approved machine"]
@@ -57,6 +62,9 @@ async def preflight(ctx: RotationContext, inputs: Inputs) -> list[str]:
             return [str(exc)]
         if not_ready:
             problems.append(f"Node(s) not Ready: {', '.join(not_ready)}")
+        if Target.ETCD in targets and not problems:
+            # ADR 0120 §2: an etcd rotation starts only on a whole etcd.
+            problems += [p.text for p in await etcd_problems(talos, inputs.control_planes)]
         return problems
     finally:
         talos.close()

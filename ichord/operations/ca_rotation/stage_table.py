@@ -13,7 +13,8 @@ stages (plan only, pause/resume, lock, finalizer, blocked, fail) is the backbone
     Finalizing           replaced bundle verified, Nodes settled, clients restarted -> Done (Completed)
 
 ``STAGES`` maps each stage to its step function; a pass stage's steps are ``apply`` then ``verify``
-(status.caRotation.step), Finalizing's are in ``finalizing.STEPS``.
+(status.caRotation.step), with ``roll`` between them when etcd is a target (etcd_roll.py: the control
+planes rebooted one at a time); Finalizing's are in ``finalizing.STEPS``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ichord.api.views import OperationView
 from ichord.failpoints import failpoint
 from ichord.kube.errors import KubeError
 from ichord.operations import backbone
-from ichord.operations.ca_rotation import cluster_conditions, finalizing, handoff
+from ichord.operations.ca_rotation import cluster_conditions, etcd_roll, finalizing, handoff
 from ichord.operations.ca_rotation.bundle_secret import BundleSecretError, replace_bundle, save_rotation
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.lifecycle import (
@@ -146,7 +147,7 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
         untrusted = ctx.trust_refusal(inputs.bundle.k8s.cert_pem)
         if untrusted is not None:
             return await blocked(ctx, inputs, untrusted)
-    problems = await preflight(ctx, inputs)
+    problems = await preflight(ctx, inputs, targets)
     if problems:
         return await blocked(ctx, inputs, "preflight: " + "; ".join(problems))
     failpoint("ca-rotation.save.before")
@@ -194,6 +195,10 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
     refusal = await lock(ctx, inputs)
     if refusal is not None:
         return refusal
+    rolls = etcd_roll.rolls(rotation.targets)
+    if rolls and etcd_roll.rolling(inputs):
+        # ADR 0120 Amendment 1 §1.3: while the roll runs the pass does nothing else (no configuration read).
+        return await etcd_roll.roll_step(ctx, inputs, stage)
     result = await apply_pass(ctx, inputs, rotation, stage)
     if result.problem is not None:
         if result.waiting:  # a machine that does not answer: a wait within the bound, not a fault yet
@@ -201,11 +206,17 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
                                            machines=result.machines)
         return await blocked(ctx, inputs, result.problem, machines=result.machines)
     if result.applied:
-        message = f"{stage.value}: applied to {', '.join(result.applied)}; verifying in the next step"
+        then = "rebooting the control planes for etcd next" if rolls else "verifying in the next step"
+        message = f"{stage.value}: applied to {', '.join(result.applied)}; {then}"
         await write(ctx, inputs, lambda s: s.__setitem__("machines", result.machines),
-                    step(VERIFY_STEP, ctx.now()), *in_progress(ctx, CARotationReason.VERIFYING_PASS, message))
+                    step(etcd_roll.ROLL_STEP if rolls else VERIFY_STEP, ctx.now()),
+                    *in_progress(ctx, CARotationReason.VERIFYING_PASS, message))
         event(ctx, inputs, "Normal", EventReason.STAGE_APPLIED, message)
         return Requeue(ctx.timing.ca_pass_verify_delay, f"verify {stage.value}")
+    if rolls and inputs.ca_status.get("step") != VERIFY_STEP:
+        # Every machine runs the stage (the apply and the roll are separate steps); the roll comes first.
+        await write(ctx, inputs, step(etcd_roll.ROLL_STEP, ctx.now()))
+        return Requeue(0.0, f"etcd roll of {stage.value}")
     wait = await verify_pass(ctx, inputs, rotation, stage)
     if wait is not None:
         return await wait_within_bound(ctx, inputs, wait.reason, wait.message, machines=result.machines)

@@ -9,7 +9,8 @@ CAs: each control plane's kube-apiserver loads its CAs when it (re)starts. The s
 is all of them behind one endpoint: it accepts a client certificate only if every running control
 plane's API server would (a request may reach any of them), and serves with the issuing CA of the
 API server that restarted last. While no control plane runs a ready API server (a lone control
-plane rebooting or restarting kube-apiserver) the endpoint is down: connections are refused. A
+plane rebooting or restarting kube-apiserver, or none whose own etcd member is healthy and trusts it
+each way) the endpoint is down: connections are refused. A
 change of serving CA restarts the simulated server (watches drop), re-publishes kube-root-ca.crt
 like kube-controller-manager after its restart, and merges a new aggregator CA into
 extension-apiserver-authentication.
@@ -73,6 +74,8 @@ class Follower:
             self._task = None
 
     def on_event(self, event: dict[str, Any]) -> None:
+        if event["kind"].startswith("etcd_"):
+            self._dirty.set()  # kube-apiserver needs its etcd member: health and quorum change who serves
         node = self.talos.nodes.get(event.get("node") or "")
         if node is None:
             return
@@ -81,7 +84,7 @@ class Follower:
             self.apiservers[node.name] = APIServerCAs(event["seq"], v.k8s_issuing, v.k8s_accepted,
                                                       v.aggregator_issuing)
             self._dirty.set()
-        elif event["kind"] in ("down", "up", "apiserver_ready"):
+        elif event["kind"] in ("down", "up", "apiserver_ready", "shutting_down"):
             self._dirty.set()  # the set of running API servers changed
         self.update_node(node)
 
@@ -132,7 +135,7 @@ class Follower:
 
     def serving(self) -> bool:
         """True while at least one control plane runs a ready kube-apiserver."""
-        return any(n.is_control_plane and n.up and n.apiserver_ready for n in self.talos.nodes.values())
+        return any(n.apiserver_serving for n in self.talos.nodes.values())
 
     async def _follow_availability(self) -> None:
         # With every control plane down or restarting its API server, the endpoint refuses connections.

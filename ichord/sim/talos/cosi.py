@@ -149,7 +149,7 @@ def _static_pod(node: SimNode, rid: str) -> tuple[Message, Any] | None:
     if rid not in _static_pod_ids(node):
         return None
     apiserver = rid.startswith("kube-system/kube-apiserver-")
-    ready = node.apiserver_ready if apiserver else True
+    ready = node.apiserver_serving if apiserver else True
     container = node.apiserver_container if apiserver else f"containerd://{rid.split('/')[1]}-{node.boot_id[:8]}"
     name = rid.split("/")[1].removesuffix("-" + node.nodename)
     status: dict[str, Any] = {
@@ -168,8 +168,9 @@ def _service(node: SimNode, rid: str) -> tuple[Message, Any] | None:
     svc = node.services.get(rid)
     if svc is None or svc.state not in ("Running",):
         return None
-    return (v1alpha1_pb2.ServiceSpec(running=True, healthy=svc.healthy, unknown=False),
-            {"running": True, "healthy": svc.healthy, "unknown": False})
+    healthy = node.service_healthy(rid)
+    return (v1alpha1_pb2.ServiceSpec(running=True, healthy=healthy, unknown=False),
+            {"running": True, "healthy": healthy, "unknown": False})
 
 
 TYPES: dict[str, ResourceType] = {t.type.lower(): t for t in (

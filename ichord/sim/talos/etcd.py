@@ -5,6 +5,10 @@ a peer certificate signed by the bundle's first certificate and trusts every cer
 bundle (ADR 0120 §2). Two members talk only if each trusts the other's signer. A member is healthy
 when it runs and reaches a majority of the cluster (itself included); the cluster has quorum when
 some member is healthy. Every change of health, leader or quorum goes to the history.
+
+Faults: ``trust_first_only`` makes a member that starts trust only its bundle's first certificate (the
+open question of ADR 0120 §2: is the second certificate of ``cluster.etcd.ca.crt`` trusted?); alarms
+(NOSPACE, CORRUPT) are raised per member and listed by EtcdAlarmList.
 """
 
 from __future__ import annotations
@@ -38,10 +42,9 @@ class EtcdMember:
         return f"https://{self.ip}:2379"
 
 
-def _fp(pem: bytes) -> str:
+def fingerprint(pem: bytes) -> str:
+    """The short fingerprint a member's signer and trust set are recorded with (history, state)."""
     return hashlib.sha256(_pem.load_certificate(pem).public_bytes(Encoding.DER)).hexdigest()[:16]
-
-
 
 
 class EtcdCluster:
@@ -53,6 +56,8 @@ class EtcdCluster:
         self.raft_index = 1
         self._healthy: dict[str, bool] = {}
         self._quorum = False
+        #: Fault: a starting member trusts only the first certificate of its CA bundle.
+        self.trust_first_only = False
 
     # ---- membership and lifecycle -----------------------------------------------------------
 
@@ -64,8 +69,8 @@ class EtcdCluster:
             member_id = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
             member = self.members[name] = EtcdMember(name, member_id, ip)
             self.history.record("etcd_member_added", name, member_id=member_id)
-        member.signer = _fp(certs[0])
-        member.trusted = frozenset(_fp(c) for c in certs)
+        member.signer = fingerprint(certs[0])
+        member.trusted = frozenset(fingerprint(c) for c in (certs[:1] if self.trust_first_only else certs))
         member.running = True
         member.forced_unhealthy = forced_unhealthy
         self.history.record("etcd_member_started", name, signer=member.signer, trusted=sorted(member.trusted))
@@ -79,10 +84,30 @@ class EtcdCluster:
             self.history.record("etcd_member_stopped", name)
             self.evaluate()
 
+    def remove_member(self, name: str) -> None:
+        """EtcdRemoveMemberByID: the member leaves the cluster (stopped first if it runs)."""
+        self.stop_member(name)
+        if self.members.pop(name, None) is not None:
+            self.history.record("etcd_member_removed", name)
+            self.evaluate()
+
     def set_forced_unhealthy(self, name: str, value: bool) -> None:
         if name in self.members:
             self.members[name].forced_unhealthy = value
             self.evaluate()
+
+    def raise_alarm(self, name: str, alarm: int) -> None:
+        """Raise an alarm (1 NOSPACE, 2 CORRUPT) on member ``name``."""
+        member = self.members[name]
+        if alarm not in member.alarms:
+            member.alarms.append(alarm)
+            self.history.record("etcd_alarm", name, alarm=alarm)
+
+    def disarm(self, name: str) -> None:
+        member = self.members[name]
+        if member.alarms:
+            member.alarms.clear()
+            self.history.record("etcd_alarm_disarmed", name)
 
     # ---- connectivity -----------------------------------------------------------------------
 
@@ -101,6 +126,14 @@ class EtcdCluster:
     @property
     def has_quorum(self) -> bool:
         return self._quorum
+
+    def serves_apiserver(self, name: str, trusted: frozenset[str], client_signer: str) -> bool:
+        """Talos points kube-apiserver at its node's own member (https://localhost:2379): it reaches etcd when
+        that member is healthy, presents a certificate the API server trusts (``trusted``, its etcd CA bundle)
+        and trusts the API server's client certificate (signed by ``client_signer``)."""
+        member = self.members.get(name)
+        return (member is not None and self._healthy.get(name, False) and member.signer in trusted
+                and client_signer in member.trusted)
 
     def peer_errors(self, name: str) -> list[str]:
         member = self.members[name]

@@ -20,6 +20,7 @@ from grpclib.exceptions import GRPCError
 from ichord.contract import V1_14, VersionContract
 from ichord.render.config import ConfigParseError, MachineConfig
 from ichord.sim.talos.config_view import ConfigInvalidError, ConfigView, read_config
+from ichord.sim.talos.etcd import fingerprint as etcd_fingerprint
 
 if TYPE_CHECKING:
     from ichord.sim.talos.cluster import SimCluster
@@ -112,6 +113,9 @@ class SimNode:
         self.apiserver_container = ""
         self.apiserver_ready = False
         self.apiserver_restarts = 0
+        #: What kube-apiserver loaded for etcd when it last started: the trusted CAs and its client cert's signer.
+        self.apiserver_etcd_trust: frozenset[str] = frozenset()
+        self.apiserver_etcd_signer = ""
         #: Kubelet restarts decided (a Kubernetes CA change) but not begun yet (``kubelet_restart_lag``).
         self.kubelet_restarts_pending = 0
         #: The running/persistent configurations' encodings, by object (what COSI Get returns; see cosi.py).
@@ -185,9 +189,36 @@ class SimNode:
                                            forced_unhealthy=self.faults.etcd_unhealthy)
             self.apiserver_container = f"containerd://{uuid.uuid4().hex}"
             self.apiserver_ready = True
+            self._load_apiserver_etcd()
         self.stage = "MACHINE_STAGE_RUNNING"
         self.history.record("boot", self.name, boot_id=self.boot_id, config_hash=self.running.hash(),
                             cas=self.view.fingerprints())
+
+    def _load_apiserver_etcd(self) -> None:
+        ca = self.view.etcd_ca
+        certs = ca.certificates if ca is not None else ()
+        self.apiserver_etcd_trust = frozenset(etcd_fingerprint(c) for c in certs)
+        self.apiserver_etcd_signer = etcd_fingerprint(ca.signer_pem) if ca is not None else ""
+
+    @property
+    def apiserver_serving(self) -> bool:
+        """kube-apiserver runs, is ready and reaches its node's etcd member (healthy, trusted each way)."""
+        etcd = self.cluster.etcd
+        return (self.is_control_plane and self.up and self.apiserver_ready
+                and etcd.serves_apiserver(self.name, self.apiserver_etcd_trust, self.apiserver_etcd_signer))
+
+    def service_healthy(self, service: str) -> bool:
+        """A service's health as Talos reports it; etcd's follows its member (healthy = reaches a majority)."""
+        svc = self.services.get(service)
+        if svc is None:
+            return False
+        if service == "etcd":
+            return svc.healthy and self.cluster.etcd.healthy(self.name)
+        return svc.healthy
+
+    def raise_etcd_alarm(self, alarm: int) -> None:
+        """Fault: the local etcd member raises an alarm (1 NOSPACE, 2 CORRUPT)."""
+        self.cluster.etcd.raise_alarm(self.name, alarm)
 
     async def start(self) -> None:
         self.boot()
@@ -239,6 +270,11 @@ class SimNode:
     async def _reboot(self) -> None:
         await asyncio.sleep(0)  # let the RPC answer before the node goes away
         self.stage = "MACHINE_STAGE_REBOOTING"
+        # Shutting down stops the pods and the kubelet first: the Node goes NotReady before the node goes away.
+        kubelet = self.services.get("kubelet")
+        if kubelet is not None:
+            kubelet.state, kubelet.healthy = "Stopping", False
+        self.history.record("shutting_down", self.name, boot_id=self.boot_id)
         if self.timings.reboot_shutdown:
             await asyncio.sleep(self.timings.reboot_shutdown)
         old = self.boot_id
@@ -387,6 +423,7 @@ class SimNode:
         self.apiserver_container = f"containerd://{uuid.uuid4().hex}"
         self.apiserver_ready = False
         self.apiserver_restarts += 1
+        self._load_apiserver_etcd()
         pod = f"kube-system/kube-apiserver-{self.nodename}"
         self.publish("UPDATED", "k8s", "StaticPodStatuses.kubernetes.talos.dev", pod)
         self.history.record("apiserver_restart", self.name, old_container=old, container=self.apiserver_container)

@@ -167,7 +167,7 @@ class MachineService(_Base, machine_grpc.MachineServiceBase):
     async def ServiceList(self, stream: Stream[Any, Any]) -> None:
         async def run(node: SimNode, req: Any, roles: tuple[str, ...]) -> Any:
             infos = [m.ServiceInfo(id=s.id, state=s.state,
-                                   health=m.ServiceHealth(healthy=s.healthy, unknown=False))
+                                   health=m.ServiceHealth(healthy=node.service_healthy(s.id), unknown=False))
                      for s in node.services.values()]
             return m.ServiceListResponse(messages=[m.ServiceList(services=infos)])
         await self.unary(stream, READER, run)
