@@ -29,7 +29,7 @@ from ichord.api.views import OperationView
 from ichord.failpoints import failpoint
 from ichord.kube.errors import KubeError
 from ichord.operations import backbone
-from ichord.operations.ca_rotation import cluster_conditions, finalizing, handoff
+from ichord.operations.ca_rotation import abandon, cluster_conditions, finalizing, handoff
 from ichord.operations.ca_rotation.bundle_secret import BundleSecretError, replace_bundle, save_rotation
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.lifecycle import (
@@ -114,8 +114,12 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
         inputs = await load_inputs(ctx, op)
     except InputsError as exc:
         return await blocked_without_inputs(ctx, op, f"{exc.reason}: {exc.message}")
+    if abandon.must_abandon(inputs):  # deleted before its point of no return (ADR 0120 Amendment 2)
+        return await abandon.abandon(ctx, inputs, stage)
     if stage is None:
         return await _start(ctx, inputs)
+    if OperationView.of(op).deleting and stage is not Stage.DONE:
+        await abandon.hold(ctx, inputs, stage)
     if stage is not Stage.DONE and (op.get("spec") or {}).get("paused"):
         return await _held_by_spec(ctx, inputs, stage)
     await backbone.resume_if_paused(ctx, CA_ROTATION, inputs, stage.value)
@@ -129,10 +133,6 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     targets = spec_targets(inputs.op)
     plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines])
     spec = inputs.op.get("spec") or {}
-    meta = inputs.op.get("metadata") or {}
-    if meta.get("deletionTimestamp") and inputs.rotation is None:
-        await let_go(ctx, inputs.op)  # deleted before anything was written: nothing to hold
-        return Done()
     if spec.get("paused"):
         await backbone.plan_only(ctx, CA_ROTATION, inputs, plan)
         return Done()
