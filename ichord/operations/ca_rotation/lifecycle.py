@@ -52,6 +52,7 @@ def stage_mutations(ctx: RotationContext, inputs: Inputs, rotation: Rotation, st
         ca["targets"] = [t.value for t in rotation.targets]
         ca["certificates"] = certs
         ca.pop("step", None)  # a new stage starts at its first step
+        ca.pop("apiServerInstances", None)  # per stage, like status.machines
         s["machines"] = []  # emptied when the stage changes
 
     return [m, step(APPLY_STEP, ctx.now())]
@@ -70,6 +71,7 @@ async def enter_finalizing(ctx: RotationContext, inputs: Inputs, first_step: str
         ca = s.setdefault("caRotation", {})
         ca["stage"] = Stage.FINALIZING.value
         ca.pop("step", None)
+        ca.pop("apiServerInstances", None)
         s["machines"] = []
 
     await write(ctx, inputs, m, step(first_step, ctx.now()),

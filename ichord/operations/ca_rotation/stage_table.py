@@ -29,7 +29,7 @@ from ichord.api.views import OperationView
 from ichord.failpoints import failpoint
 from ichord.kube.errors import KubeError
 from ichord.operations import backbone
-from ichord.operations.ca_rotation import abandon, cluster_conditions, finalizing, handoff
+from ichord.operations.ca_rotation import abandon, apiserver_instances, cluster_conditions, finalizing, handoff
 from ichord.operations.ca_rotation.bundle_secret import BundleSecretError, replace_bundle, save_rotation
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.lifecycle import (
@@ -196,6 +196,8 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
         return refusal
     result = await apply_pass(ctx, inputs, rotation, stage)
     if result.problem is not None:
+        if result.restarting and result.waiting:  # one kube-apiserver restart at a time
+            return await apiserver_instances.report(ctx, inputs, result.problem, result.machines)
         if result.waiting:  # a machine that does not answer: a wait within the bound, not a fault yet
             return await wait_within_bound(ctx, inputs, CARotationReason.VERIFYING_PASS, result.problem,
                                            machines=result.machines)

@@ -66,6 +66,9 @@ class KubeSimulator:
         self.behaviours = ClusterBehaviours(self.store, self.settings.behaviours, self.ca)
         self.port = self.settings.port
         self.down = False
+        #: Set when this server stands for one control plane's own address: anonymous /readyz answers its status
+        #: (sim/combined/readyz.py); None answers nothing special.
+        self.readyz: Callable[[], int | None] | None = None
         self.client_auth = ClientCertAuth(self.settings.client_cas) if self.settings.client_cas is not None else None
         #: Client certificates refused (401): when, why, the certificate's subject.
         self.x509_failures: list[dict[str, object]] = []
@@ -229,6 +232,11 @@ class KubeSimulator:
             if request.transport is not None:
                 request.transport.close()
             raise ConnectionResetError("simulated API server is down")
+        if request.path == "/readyz" and self.readyz is not None:
+            status = self.readyz()
+            if status is None:  # a /readyz that never answers
+                await asyncio.sleep(3600)
+            return web.Response(status=status or 500, text="ok" if status == 200 else "[-]poststarthook failed")
         try:
             if self.faults.latency > 0:
                 await asyncio.sleep(self.faults.latency)
