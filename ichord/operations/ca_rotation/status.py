@@ -39,11 +39,13 @@ APPLY_STEP = "apply"
 VERIFY_STEP = "verify"
 #: Finalizing's steps, in order (explicit, not inferred from a condition reason).
 FINALIZING_VERIFY = "verify-replaced"
+FINALIZING_AGGREGATOR = "reset-aggregator"
 FINALIZING_SETTLE = "settle-nodes"
 FINALIZING_RESTART = "restart-clients"
 
-__all__ = ["APPLY_STEP", "CA_ROTATION", "FINALIZING_RESTART", "FINALIZING_SETTLE", "FINALIZING_VERIFY",
-           "VERIFY_STEP", "Mutation", "blocked", "condition", "event", "in_progress", "log_transition", "phase",
+__all__ = ["APPLY_STEP", "CA_ROTATION", "FINALIZING_AGGREGATOR", "FINALIZING_RESTART", "FINALIZING_SETTLE",
+           "FINALIZING_VERIFY", "VERIFY_STEP", "Mutation", "blocked", "condition", "event", "in_progress",
+           "log_transition", "phase",
            "set_ca_condition", "since_transition", "started", "step", "step_since", "wait_within_bound", "write"]
 
 phase = backbone.phase
