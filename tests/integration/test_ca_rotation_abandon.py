@@ -11,14 +11,18 @@ import pytest
 
 from ichord.api import names
 from ichord.api.conditions import find
+from ichord.api.views import MachineView
 from ichord.kube import crds
 from ichord.kube.errors import NotFound
+from ichord.machines.reconciler import reconcile_machine
 from ichord.operations.ca_rotation import abandon as abandon_module
 from ichord.operations.lock import lock_holder
 from ichord.operations.outcome import Done
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
+from ichord.talos.client import TalosClient
+from ichord.talos.dial import DialBundle
 from tests.integration._ca_rotation_driver import Crash, Driver, at, driving, live_bundle, secret_data, stages_seen
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -134,3 +138,31 @@ async def test_killed_after_rotation_yaml_went_the_abandon_finishes_on_the_next_
     assert isinstance(await driver.step(), Done)
     assert await _gone(driver)
     assert await lock_holder(driver.kube, env.namespace, env.cluster_name) is None
+
+
+async def test_after_an_abandon_the_machine_reconciler_reports_the_leftover_cas_on_control_planes(
+        env: SimEnvironment, driver: Driver) -> None:
+    await driver.create()
+    await driver.run(until=at("AwaitingCredentials"))
+    driver.acknowledge = False
+    await crds.operations(driver.kube).delete(env.namespace, driver.op_name)
+    assert isinstance(await driver.step(), Done)
+
+    bundle = live_bundle(env)  # the old CAs: the Secret was never replaced
+    async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=1, rpc_timeout=5) as talos:
+        for name in env.machine_names:
+            role = env.machine_specs[name]["role"]
+            spec = {"clusterRef": {"name": env.cluster_name}, "role": role, "address": env.endpoints[name],
+                    "approved": True}
+            machine = MachineView.of({"metadata": {"namespace": env.namespace, "name": name}, "spec": spec})
+            applies = len(env.applies(name))
+            result = await reconcile_machine(talos, bundle, env.cluster_inputs(), machine, rotation_in_progress=False,
+                                             retry_after=30.0, resync_after=300.0)
+            if role == "controlplane":
+                # Reverting the new Kubernetes CA restarts kube-apiserver: reported, never applied to every
+                # control plane at once (a config operation rolls it one at a time).
+                assert (result.ready.status, result.ready.reason) == ("False", "APIServerRestartRequired"), name
+                assert any("KubeAPIServerCAConfig" in p for p in result.fields["apiServerRestartPaths"])
+                assert len(env.applies(name)) == applies and not result.applied
+            else:
+                assert result.ready.reason == "Applied"  # a worker runs no kube-apiserver
