@@ -18,6 +18,7 @@ from ichord.operations.ca_rotation import aggregator
 from ichord.operations.outcome import Done, Failed
 from ichord.pki import pem as _pem
 from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
 from ichord.sim.kube.behaviours import EXT_AUTH
 from tests.integration._apiserver_history import overlapping_restarts
@@ -131,3 +132,27 @@ async def test_a_missing_config_map_is_not_settled(env: SimEnvironment, driver: 
     store.delete(store.resolve("", "v1", "configmaps"), EXT_AUTH[0], EXT_AUTH[1])
     step = await aggregator.reset_step(driver.kube, live_bundle(env).k8s_aggregator.cert_pem)
     assert not step.settled and "recreate" in step.message
+
+
+async def test_status_machines_show_each_nodes_cas_read_from_the_node(env: SimEnvironment, driver: Driver) -> None:
+    old = live_bundle(env)
+    await driver.create(targets=["talos", "kubernetes-aggregator"])
+
+    def issuing(o: dict[str, Any]) -> bool:
+        return ((o.get("status") or {}).get("caRotation") or {}).get("stage") == "Issuing" and len(
+            (o.get("status") or {}).get("machines") or []) == len(env.machine_names)
+
+    await driver.run(until=issuing, max_steps=800)
+    certs = {c["name"]: c for c in driver.snapshots[-1]["status"]["caRotation"]["certificates"]}
+    machines = {m["name"]: m for m in driver.snapshots[-1]["status"]["machines"]}
+    for name in env.machine_names:
+        cas = machines[name].get("cas") or {}
+        assert set(cas["talos"]["trusted"]) == {certs["talos"]["previous"], certs["talos"]["next"]}, name
+        if env.node(name).is_control_plane:
+            agg = cas["kubernetes-aggregator"]
+            assert agg["trusted"][0] == agg["issuing"]
+            assert set(agg["trusted"]) == {certs["kubernetes-aggregator"]["previous"],
+                                           certs["kubernetes-aggregator"]["next"]}
+        else:
+            assert "kubernetes-aggregator" not in cas  # a worker runs no kube-apiserver
+    assert certs["talos"]["previous"] == ca_fingerprint(old.os)

@@ -23,7 +23,7 @@ from ichord.api.carotation import Stage
 from ichord.api.names import CARotationReason
 from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
-from ichord.operations.ca_rotation import apiserver_instances
+from ichord.operations.ca_rotation import apiserver_instances, ca_view
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
 from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, not_ready_nodes
 from ichord.operations.ca_rotation.plan import apply_dial, verify_dial
@@ -171,7 +171,13 @@ async def apply_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, s
         else:
             if limit > 1 and workers:
                 visits += await _visit_concurrently(talos, inputs, rotation, stage, workers, limit)
+        by_name = {m.name: m for m in inputs.machines}
         for visit in visits:
+            seen = by_name.get(str(visit.entry["name"]))
+            if seen is not None and visit.entry.get("state") != UNREACHABLE:
+                cas = await ca_view.node_cas(talos, seen, rotation.targets)
+                if cas:
+                    visit.entry["cas"] = cas
             result.machines.append(visit.entry)
             if visit.applied:
                 result.applied.append(str(visit.entry["name"]))
