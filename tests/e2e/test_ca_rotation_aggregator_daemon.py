@@ -210,3 +210,29 @@ async def _gone(kube: KubeClient, env: SimEnvironment, name: str) -> bool:
     except NotFound:
         return True
     return False
+
+
+async def test_killed_between_the_apiserver_record_and_the_apply_the_daemon_resumes_one_at_a_time(
+        env: SimEnvironment, kube: KubeClient, tmp_path: Path) -> None:
+    """Exit 137 after a control plane's kube-apiserver was recorded and before its apply, twice; restarted."""
+    await crds.operations(kube).create(env.namespace, {"metadata": {"name": "rotate"}, "spec": {
+        "clusterRef": {"name": env.cluster_name}, "kind": "ca-rotation",
+        "caRotation": {"targets": ["kubernetes-aggregator"]}}})
+    seen: list[str] = []
+    for i, point in enumerate(["ca-rotation.apiserver.recorded:2", "ca-rotation.apiserver.recorded:3"]):
+        daemon = Daemon(env, tmp_path, f"replica-{i}", extra_env={"ICHORD_FAILPOINTS": point})
+        with anyio.fail_after(60):
+            await _follow(kube, env, seen, stop=lambda _op, d=daemon: d.proc.poll() is not None)
+        assert await daemon.stop() == 137, (point, daemon.log()[-3000:])
+    daemon = Daemon(env, tmp_path, "replica-last")
+    try:
+        with anyio.fail_after(90):
+            op = await _follow(kube, env, seen)
+        assert op["status"]["phase"] == "Completed", op["status"]
+        for m in env.machine_names:  # killed before the apply: never applied twice (a worker has no aggregator CA)
+            assert len(env.applies(m)) == (3 if env.node(m).is_control_plane else 0), (m, env.applies(m))
+        assert overlapping_restarts(env.talos.history.events) == []
+        new = SecretsBundle.from_yaml(_secret(env)[names.SECRETS_KEY])
+        assert _ext_auth(env) == _pem.pem_blocks(new.k8s_aggregator.cert_pem)
+    finally:
+        assert await daemon.stop() == 0

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ichord.api import names
+from ichord.api.abandonable import rotation_abandonable
 from ichord.api.conditions import find
 from ichord.api.views import MachineView
 from ichord.kube import crds
@@ -166,3 +167,31 @@ async def test_after_an_abandon_the_machine_reconciler_reports_the_leftover_cas_
                 assert len(env.applies(name)) == applies and not result.applied
             else:
                 assert result.ready.reason == "Applied"  # a worker runs no kube-apiserver
+
+
+CASES = [(targets, stage) for targets, stages in (
+    (["talos"], ["Accepting", "AwaitingCredentials", "Issuing", "Dropping", "Finalizing"]),
+    (["kubernetes-aggregator"], ["Accepting", "Issuing", "Dropping"]),
+    (["talos", "kubernetes", "kubernetes-aggregator"], ["AwaitingCredentials", "Issuing", "Finalizing"]),
+) for stage in stages]
+
+
+@pytest.mark.parametrize(("targets", "stage"), CASES, ids=[f"{'+'.join(t)}-{s}" for t, s in CASES])
+async def test_deleted_in_every_stage_is_abandoned_or_held_never_half(
+        env: SimEnvironment, driver: Driver, targets: list[str], stage: str) -> None:
+    await driver.create(targets=targets)
+    await driver.run(until=at(stage), max_steps=800)
+    driver.acknowledge = True
+    await crds.operations(driver.kube).delete(env.namespace, driver.op_name)
+    await driver.step()
+    if rotation_abandonable(stage, targets):
+        assert await _gone(driver)
+        assert names.ROTATION_KEY not in secret_data(env)
+        assert await lock_holder(driver.kube, env.namespace, env.cluster_name) is None
+        return
+    op = await driver.get()
+    held = find(op["status"]["conditions"], names.DELETION_HELD)
+    assert held is not None and held["status"] == "True"
+    assert isinstance(await driver.run(max_steps=800), Done)
+    assert await _gone(driver)
+    assert set(secret_data(env)) == {names.SECRETS_KEY}  # completed: the Secret replaced, rotation.yaml gone
