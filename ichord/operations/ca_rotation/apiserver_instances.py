@@ -27,7 +27,7 @@ from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.operations.backbone import Mutation
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
-from ichord.operations.ca_rotation.status import in_progress, write
+from ichord.operations.ca_rotation.status import APPLY_STEP, VERIFY_STEP, in_progress, step_since, write
 from ichord.operations.outcome import Requeue
 from ichord.pki import pem as _pem
 from ichord.pki.rotation import Target
@@ -123,7 +123,10 @@ async def awaited(ctx: RotationContext, inputs: Inputs, talos: TalosClient, m: M
     """None once ``m``'s kube-apiserver restarted (or was given the minute) and answers /readyz."""
     inst = recorded(inputs.ca_status).get(m.name)
     now = ctx.now()
-    elapsed = (now - inst.applied_at).total_seconds() if inst is not None else 0.0
+    # Without a record (an older controller applied it) the bound runs from when the pass's step began.
+    since = inst.applied_at if inst is not None else (
+        step_since(inputs.status, VERIFY_STEP) or step_since(inputs.status, APPLY_STEP) or now)
+    elapsed = (now - since).total_seconds()
     unchanged_after, bound = ctx.timing.ca_apiserver_unchanged, ctx.timing.ca_apiserver_ready_bound
     overdue = elapsed >= bound
     if inst is not None and inst.container_id and elapsed < unchanged_after:
