@@ -77,14 +77,16 @@ async def test_kube_apiservers_restart_one_at_a_time_and_every_stage_waits_for_t
     assert not _not_ready(env)
 
 
-async def test_a_readyz_that_answers_500_holds_the_next_control_plane(env: SimEnvironment, driver: Driver) -> None:
+@pytest.mark.parametrize(("fault", "shown"), [("500", "/readyz answered 500"), ("hang", "/readyz did not answer")])
+async def test_a_readyz_that_fails_holds_the_next_control_plane(env: SimEnvironment, driver: Driver, fault: str,
+                                                                shown: str) -> None:
     cps = _control_planes(env)
     assert env.readyz is not None
-    env.readyz.faults[cps[0]] = "500"
+    env.readyz.faults[cps[0]] = fault  # "hang": never answers, the probe times out
     await driver.create()
 
     def held(op: dict[str, Any]) -> bool:
-        return any(m.get("state") == "APIServerRestarting" and "/readyz answered 500" in m.get("message", "")
+        return any(m.get("state") == "APIServerRestarting" and shown in m.get("message", "")
                    for m in (op.get("status") or {}).get("machines") or [])
 
     await driver.run(until=held)
