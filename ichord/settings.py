@@ -60,6 +60,10 @@ class Timing:
     # How long a pass may wait for its machines to answer and its Nodes to be Ready again (a normal wait,
     # phase InProgress) before the stage is held as Blocked (phase Paused, a Warning Event): issue 12.
     ca_pass_wait_bound: float = 300.0
+    # One kube-apiserver restart at a time (ADR 0120 lane E 3, ADR 0080): a container unchanged this long after
+    # the apply counts as not restarted; past the bound a control plane's restart holds the stage (Blocked).
+    ca_apiserver_unchanged: float = 60.0
+    ca_apiserver_ready_bound: float = 180.0
     # A cluster actor that will not step again for this long closes its Talos channels (each holds ~0.3 MiB
     # and an fd per machine at idle); the next step dials again (one TLS handshake per machine).
     talos_channel_keep: float = 60.0

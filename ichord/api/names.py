@@ -95,6 +95,8 @@ class EventReason:
     API_SERVER_RESTART_REQUIRED = "APIServerRestartRequired"
     MACHINE_UNREACHABLE = "MachineUnreachable"
     RENDER_FAILED = "RenderFailed"
+    OPERATION_ABANDONED = "OperationAbandoned"  # on the cluster: a deleted rotation was abandoned (ADR 0120 Am. 2)
+    DELETION_HELD = "DeletionHeld"  # a deleted rotation past its point of no return runs on to Done
 
 
 class CertificatesExpiringReason:
@@ -131,6 +133,9 @@ class CARotationReason:
     PAUSED = "Paused"  # spec.paused set while the rotation is under way (held at a step boundary)
     UNSUPPORTED_TARGET = "UnsupportedTarget"
     INVALID_SPEC = "InvalidSpec"
+    AWAITING_AGGREGATOR_CA = "AwaitingAggregatorCA"  # extension-apiserver-authentication lacks the new CA (ADR 0120 §4)
+    SETTLING_AGGREGATOR = "SettlingAggregator"  # AggregatorAuthReset in Finalizing (ADR 0120 Amendment 3)
+    PAST_POINT_OF_NO_RETURN = "PastPointOfNoReturn"  # the DeletionHeld condition's reason (ADR 0120 Amendment 2)
 
 
 class CAClientsNotRestartedReason:
@@ -150,6 +155,9 @@ class Phase:
     FAILED = "Failed"
 
 
+#: kube-system/extension-apiserver-authentication: kube-apiserver publishes the aggregator's accepted CAs there.
+EXTENSION_AUTH_CONFIGMAP = "extension-apiserver-authentication"
+EXTENSION_AUTH_CA_KEY = "requestheader-client-ca-file"
 #: kube-root-ca.crt, the ConfigMap every pod's projected ca.crt is made from.
 ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 #: The pod-template annotation of a rollout restart (kubectl rollout restart).

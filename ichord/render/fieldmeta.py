@@ -182,6 +182,9 @@ _ETCD = "etcd reads its image, arguments, addresses and CA only when it starts, 
 _APISERVER = "re-renders the kube-apiserver static pod: kube-apiserver restarts (15-45 s without /readyz)"
 _K8S_SECRETS = "feeds the Kubernetes secrets kube-apiserver loads (talos.dev/secrets-version): kube-apiserver restarts"
 _CA = "CA material: applied on purpose by the CA rotation, which verifies its effect"
+_K8S_CA = ("a Kubernetes or aggregator CA: kube-apiserver restarts to load it (the CA rotation applies it one control "
+           "plane at a time; otherwise a config operation does)")
+_K8S_CA_WORKER = "a worker runs no kube-apiserver (its kubelet restarts): applied like a safe change"
 _INSTALLER = "read only by the installer: no effect on an installed node, not even after a reboot"
 _IDENTITY = (
     "the discovery identity (cluster ID and secret) changed: that is another cluster; reset the machine "
@@ -228,16 +231,18 @@ _COMMON: tuple[Rule, ...] = (
         "volume encryption keys are used when a volume is opened at boot",
         prefix="encryption",
     ),
-    # CA material. Talos restarts the kubelet on a Kubernetes CA change and kube-apiserver on any change
-    # of the secrets it loads; apid reloads its certificates. SAFE on purpose: only the CA rotation
-    # changes these, stage by stage with its own verification (ADR 0063, 0120), and the machine
-    # reconciler stands aside meanwhile.
+    # CA material. apid reloads its certificates: the Talos CA is SAFE. The Kubernetes and aggregator CAs
+    # re-render kube-apiserver's secrets, so on a control plane they restart it: outside a rotation (an
+    # abandoned one leaves the new CAs accepted on the nodes) the machine reconciler reports them and a
+    # `config` operation applies them one control plane at a time (issue 17). The CA rotation applies them
+    # itself, stage by stage, one kube-apiserver restart at a time (ADR 0063, 0120), while the reconciler
+    # stands aside.
     _v1(".machine.ca", _SAFE, _CA),
     _v1(".machine.acceptedCAs", _SAFE, _CA),
-    _v1(".cluster.ca", _SAFE, _CA),
-    _v1(".cluster.acceptedCAs", _SAFE, _CA),
-    _v1(".cluster.aggregatorCA", _SAFE, _CA),
-    _docs("KubeAPIServerCAConfig KubeAggregatorCAConfig", _SAFE, _CA),
+    _v1(".cluster.ca", _API, _K8S_CA, worker_reason=_K8S_CA_WORKER),
+    _v1(".cluster.acceptedCAs", _API, _K8S_CA, worker_reason=_K8S_CA_WORKER),
+    _v1(".cluster.aggregatorCA", _API, _K8S_CA, worker_reason=_K8S_CA_WORKER),
+    _docs("KubeAPIServerCAConfig KubeAggregatorCAConfig", _API, _K8S_CA, worker_reason=_K8S_CA_WORKER),
     # ADR 0080's amendment: kube-apiserver's static pod and the config files it sums into its version.
     _v1(".cluster.apiServer", _API, _APISERVER, worker_reason=_NO_APISERVER),
     _docs(

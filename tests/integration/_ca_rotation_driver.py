@@ -29,8 +29,10 @@ from ichord.talos.dial import DialBundle
 
 Obj = dict[str, Any]
 # retry 60 ms, client settle 240 ms, kubelet settle 180 ms; the restart bound stays above the condition
-# timestamps' one-second resolution.
-TIMING = replace(Timing().scaled(0.002), ca_client_restart_timeout=30.0)
+# timestamps' one-second resolution, and so do the kube-apiserver restart's "unchanged" window and bound (the
+# simulators run at their own scale: a restart begins some tens of ms after the apply).
+TIMING = replace(Timing().scaled(0.002), ca_client_restart_timeout=30.0, ca_apiserver_unchanged=2.0,
+                 ca_apiserver_ready_bound=30.0)
 
 
 class Crash(Exception):

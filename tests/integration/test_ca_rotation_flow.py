@@ -14,7 +14,7 @@ from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
 from ichord.operations.lock import lock_holder
-from ichord.operations.outcome import Blocked, Done, Failed
+from ichord.operations.outcome import Blocked, Done
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.pki.rotation import Target
@@ -130,19 +130,6 @@ async def test_a_default_rotation_runs_from_start_to_done(env: SimEnvironment, d
         assert names.RESTARTED_AT_ANNOTATION in ann
     # The trust seam got the new Kubernetes CA certificate (never a key).
     assert driver.trusted and set(driver.trusted) == {new.k8s.cert_pem}
-
-
-async def test_unsupported_target_fails_before_anything_is_written(env: SimEnvironment, driver: Driver) -> None:
-    before = secret_data(env)
-    await driver.create(targets=["talos", "kubernetes-aggregator"])
-    outcome = await driver.run()
-    assert isinstance(outcome, Failed) and outcome.reason == "UnsupportedTarget"
-    op = await driver.get()
-    assert op["status"]["phase"] == "Failed"
-    assert "kubernetes-aggregator" in op["status"]["message"]
-    assert secret_data(env) == before
-    assert not op["metadata"].get("finalizers")
-    assert driver.applies == []
 
 
 async def test_paused_at_creation_writes_the_plan_only(env: SimEnvironment, driver: Driver) -> None:

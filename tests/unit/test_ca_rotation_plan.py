@@ -10,14 +10,15 @@ import pytest
 from ichord.api.carotation import Stage
 from ichord.api.conditions import Condition, find
 from ichord.api.names import CA_ROTATION_TEMPLATE_ANNOTATION
+from ichord.contract import V1_13, V1_14
 from ichord.operations.ca_rotation import clients
 from ichord.operations.ca_rotation.handoff import acknowledged
 from ichord.operations.ca_rotation.plan import (
     PlannedMachine,
     TargetSpecError,
-    UnsupportedTargetError,
     apply_dial,
     certificates_status,
+    contract_refusal,
     handoff_token,
     next_stage,
     plan_status,
@@ -61,12 +62,6 @@ def test_spec_targets(targets: list[str] | None, want: tuple[Target, ...]) -> No
     assert spec_targets(op(targets)) == want
 
 
-@pytest.mark.parametrize("targets", [["kubernetes-aggregator"], ["talos", "kubernetes-aggregator"]])
-def test_the_aggregator_is_refused_until_its_issue(targets: list[str]) -> None:
-    with pytest.raises(UnsupportedTargetError, match="talos, kubernetes, etcd"):
-        spec_targets(op(targets))
-
-
 def test_etcd_is_accepted() -> None:
     assert spec_targets(op(["kubernetes", "etcd"])) == (K, Target.ETCD)
 
@@ -83,6 +78,21 @@ def test_an_etcd_plan_reboots_the_control_planes_and_says_how_often() -> None:
     for targets in ((Target.ETCD,), (Target.KUBERNETES_AGGREGATOR,), (K,)):
         lone = plan_status(targets, [PlannedMachine("cp-1", "controlplane"), PlannedMachine("w-1", "worker")])
         assert lone["kubernetesAPIUnavailable"] is True, targets
+
+
+def test_the_aggregator_is_refused_on_a_contract_older_than_v1_14() -> None:
+    targets = spec_targets(op(["talos", "kubernetes-aggregator"]))
+    assert contract_refusal(targets, V1_14) is None
+    refusal = contract_refusal(targets, V1_13)
+    assert refusal is not None and "v1.14" in refusal
+    assert contract_refusal(spec_targets(op(["talos"])), V1_13) is None
+
+
+def test_the_plan_of_an_aggregator_rotation_says_extension_api_servers_are_the_owners_to_restart() -> None:
+    plan = plan_status((Target.KUBERNETES_AGGREGATOR,), [PlannedMachine("cp", "controlplane")])
+    assert any("metrics-server" in w and "owners" in w for w in plan["warnings"])
+    assert not any("metrics-server" in w for w in plan_status((T, K), [PlannedMachine("cp", "controlplane")])[
+        "warnings"])
 
 
 @pytest.mark.parametrize("targets", [["vault"], ["talos", "talos"]])

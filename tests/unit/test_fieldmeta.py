@@ -225,23 +225,27 @@ ROWS = [
     Row(".cluster.token", setter(V1, ("cluster", "token"), "abcdef.0123456789abcdef"), SAFE, SAFE),
     Row(".cluster.etcd.image", setter(V1, ("cluster", "etcd", "image"), "etcd:v2"), REBOOT, REBOOT, worker=SAFE),
     Row(".cluster.etcd.ca.crt", setter(V1, ("cluster", "etcd", "ca", "crt"), "bmV3"), REBOOT, REBOOT, worker=SAFE),
-    # CA material: the CA rotation applies it on purpose.
+    # CA material. The Talos CA: apid reloads it. The Kubernetes and aggregator CAs restart kube-apiserver on a
+    # control plane (issue 17: never applied to every control plane at once outside a rotation).
     Row(".machine.ca.crt", setter(V1, ("machine", "ca", "crt"), "bmV3"), SAFE, SAFE),
     Row(".machine.acceptedCAs[0].crt", setter(V1, ("machine", "acceptedCAs"), [{"crt": "bmV3"}]), SAFE, SAFE),
-    Row(".cluster.ca.crt", setter(V1, ("cluster", "ca", "crt"), "bmV3"), SAFE, SAFE),
-    Row(".cluster.acceptedCAs[0].crt", setter(V1, ("cluster", "acceptedCAs"), [{"crt": "bmV3"}]), SAFE, SAFE),
-    Row(".cluster.aggregatorCA.crt", setter(V1, ("cluster", "aggregatorCA", "crt"), "bmV3"), SAFE, SAFE),
+    Row(".cluster.ca.crt", setter(V1, ("cluster", "ca", "crt"), "bmV3"), API, API, worker=SAFE),
+    Row(".cluster.acceptedCAs[0].crt", setter(V1, ("cluster", "acceptedCAs"), [{"crt": "bmV3"}]), API, API,
+        worker=SAFE),
+    Row(".cluster.aggregatorCA.crt", setter(V1, ("cluster", "aggregatorCA", "crt"), "bmV3"), API, API, worker=SAFE),
     Row(
         "KubeAPIServerCAConfig.acceptedCAs[1]",
         setter("KubeAPIServerCAConfig", ("acceptedCAs",), ["c", "d"]),
-        SAFE,
-        SAFE,
+        API,
+        API,
+        worker=SAFE,
     ),
     Row(
         "KubeAggregatorCAConfig.issuingCA.cert",
         setter("KubeAggregatorCAConfig", ("issuingCA", "cert"), "d"),
-        SAFE,
-        SAFE,
+        API,
+        API,
+        worker=SAFE,
     ),
     # The APIServerRestart class (ADR 0080 amendment): a worker has no kube-apiserver.
     Row(

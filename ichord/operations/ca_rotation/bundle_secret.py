@@ -4,6 +4,7 @@
    a rotation.yaml already there is adopted, never overwritten (a start that died after the save).
 2. ``replace_bundle``: in Finalizing, the new CAs go into secrets.yaml and rotation.yaml is removed,
    in one update.
+3. ``remove_rotation``: an abandoned rotation (ADR 0120 Amendment 2) takes rotation.yaml out, nothing else.
 
 Both PUT the object as read, carrying its resourceVersion, so a concurrent change makes the server
 refuse (409) instead of one write silently undoing another. Only the Secret ``spec.secretsRef``
@@ -93,3 +94,18 @@ async def replace_bundle(kube: KubeClient, namespace: str, name: str, bundle: Se
     data.pop(names.ROTATION_KEY, None)
     await _put(kube, namespace, name, body)
     return replaced
+
+
+async def remove_rotation(kube: KubeClient, namespace: str, name: str, resource_version: str) -> bool:
+    """Abandon (ADR 0120 Amendment 2): rotation.yaml removed, secrets.yaml untouched; one update, refused if the
+    Secret changed since ``resource_version``. False when there was none to remove."""
+    obj = await _get(kube, namespace, name)
+    if names.ROTATION_KEY not in (obj.get("data") or {}):
+        return False
+    if str(obj["metadata"].get("resourceVersion")) != resource_version:
+        raise BundleSecretError(f"the bundle Secret {namespace}/{name} changed since it was read; "
+                                "the step runs again on a fresh read")
+    body = copy.deepcopy(obj)
+    body["data"].pop(names.ROTATION_KEY, None)
+    await _put(kube, namespace, name, body)
+    return True

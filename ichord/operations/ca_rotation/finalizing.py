@@ -2,6 +2,7 @@
 (``status.caRotation.step``, with ``stepSince``), each a row of ``STEPS``:
 
     verify-replaced   the replaced bundle on every machine (plain dial, configuration equal to its render)
+    reset-aggregator  AggregatorAuthReset, when the aggregator CA was rotated (aggregator.py; SettlingAggregator)
     settle-nodes      Nodes read live, Ready continuously for caKubeletSettleDelay (AwaitingNodes / SettlingNodes)
     restart-clients   clients restarted one at a time, bounded by caClientRestartTimeout (RestartingClients)
     -> Done: Completed (Rotated or RotatedClientsNotBack), CAClientsNotRestarted, lock and finalizer let go
@@ -18,12 +19,13 @@ from ichord.api.conditions import now_rfc3339
 from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.failpoints import failpoint
 from ichord.kube.client import KubeClient
-from ichord.operations.ca_rotation import clients, cluster_conditions
+from ichord.operations.ca_rotation import aggregator, clients, cluster_conditions
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.lifecycle import ca_reason, let_go, lock
 from ichord.operations.ca_rotation.managed import admin_client, not_ready_nodes
-from ichord.operations.ca_rotation.plan import replaced_by
+from ichord.operations.ca_rotation.plan import EXTENSION_APISERVERS_NOTE, replaced_by
 from ichord.operations.ca_rotation.status import (
+    FINALIZING_AGGREGATOR,
     FINALIZING_RESTART,
     FINALIZING_SETTLE,
     FINALIZING_VERIFY,
@@ -38,6 +40,7 @@ from ichord.operations.ca_rotation.status import (
 )
 from ichord.operations.ca_rotation.status import step as status_step
 from ichord.operations.outcome import Done, Outcome, Requeue
+from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.config import ConfigParseError, MachineConfig
 from ichord.render.errors import RenderError
@@ -75,6 +78,26 @@ async def _verify(ctx: RotationContext, inputs: Inputs) -> Outcome:
     problem = await verify_replaced(ctx, inputs)
     if problem is not None:
         return await blocked(ctx, inputs, problem)
+    if _rotated_aggregator(inputs):
+        await write(ctx, inputs, status_step(FINALIZING_AGGREGATOR, ctx.now()))
+        return await _reset_aggregator(ctx, inputs)
+    await write(ctx, inputs, status_step(FINALIZING_SETTLE, ctx.now()))
+    return await _settle(ctx, inputs)
+
+
+def _rotated_aggregator(inputs: Inputs) -> bool:
+    return Target.KUBERNETES_AGGREGATOR.value in (inputs.ca_status.get("targets") or [])
+
+
+async def _reset_aggregator(ctx: RotationContext, inputs: Inputs) -> Outcome:
+    """AggregatorAuthReset (ADR 0120 Amendment 3): checked every Timing.retry until the ConfigMap holds the new
+    aggregator CA alone; then the Nodes settle."""
+    async with _managed(ctx, inputs) as kc:
+        result = await aggregator.reset_step(kc, inputs.bundle.k8s_aggregator.cert_pem)
+    if not result.settled:
+        await write(ctx, inputs, *in_progress(ctx, CARotationReason.SETTLING_AGGREGATOR, result.message))
+        return Requeue(ctx.timing.retry, "settling the aggregator")
+    event(ctx, inputs, "Normal", EventReason.STAGE_VERIFIED, result.message)
     await write(ctx, inputs, status_step(FINALIZING_SETTLE, ctx.now()))
     return await _settle(ctx, inputs)
 
@@ -102,6 +125,7 @@ async def _managed(ctx: RotationContext, inputs: Inputs) -> AsyncIterator[KubeCl
 
 STEPS: dict[str, Callable[[RotationContext, Inputs], Awaitable[Outcome]]] = {
     FINALIZING_VERIFY: _verify,
+    FINALIZING_AGGREGATOR: _reset_aggregator,
     FINALIZING_SETTLE: _settle,
     FINALIZING_RESTART: _restart,
 }
@@ -152,6 +176,8 @@ async def complete(ctx: RotationContext, inputs: Inputs, not_back: list[str]) ->
     preset = str(((inputs.cluster.get("spec") or {}).get("cni") or {}).get("preset") or "flannel")
     note = "" if clients.cni_restarted(preset) else (
         " The CNI is unmanaged and was not restarted: restart its pods if they report x509 errors.")
+    if _rotated_aggregator(inputs):
+        note += f" Note: {EXTENSION_APISERVERS_NOTE}."
     if not_back:
         reason = CARotationReason.ROTATED_CLIENTS_NOT_BACK
         message = (f"the CAs were rotated, but these clients were not available again within "

@@ -52,6 +52,7 @@ def stage_mutations(ctx: RotationContext, inputs: Inputs, rotation: Rotation, st
         ca["targets"] = [t.value for t in rotation.targets]
         ca["certificates"] = certs
         ca.pop("step", None)  # a new stage starts at its first step
+        ca.pop("apiServerInstances", None)  # per stage, like status.machines
         s["machines"] = []  # emptied when the stage changes
         if Target.ETCD in rotation.targets:
             # The etcd roll's per-stage record starts again (ADR 0120 §3.3); etcdRestartedAt stays.
@@ -75,6 +76,7 @@ async def enter_finalizing(ctx: RotationContext, inputs: Inputs, first_step: str
         ca = s.setdefault("caRotation", {})
         ca["stage"] = Stage.FINALIZING.value
         ca.pop("step", None)
+        ca.pop("apiServerInstances", None)
         s["machines"] = []
         if "etcdRestarted" in ca:
             ca["etcdRestarted"] = []  # per stage, like status.machines; Finalizing reboots nothing

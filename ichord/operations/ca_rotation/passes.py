@@ -4,11 +4,15 @@ Which machines a pass still has to visit is never stored: it is re-derived from 
 running configuration against the stage's render), so a pass killed after any apply resumes with
 no apply repeated (ADR 0063 step 3). Control planes first, then workers; dry run, then NO_REBOOT.
 Verification is a separate step from applying, so a CA change's kubelet restart has begun first.
-Workers may be applied a few at a time (``Timing.ca_worker_apply_concurrency``); control planes never are.
+Workers may be applied a few at a time (``Timing.ca_worker_apply_concurrency``); control planes never are,
+and when the pass restarts kube-apiserver one control plane is applied only once the one before it runs a new
+kube-apiserver that answers /readyz (apiserver_instances).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +23,7 @@ from ichord.api.carotation import Stage
 from ichord.api.names import CARotationReason
 from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
+from ichord.operations.ca_rotation import apiserver_instances, ca_view
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
 from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, not_ready_nodes
 from ichord.operations.ca_rotation.plan import apply_dial, verify_dial
@@ -43,6 +48,8 @@ class PassResult:
     #: The problem is a machine that does not answer (yet): a wait within the bound, not a fault (issue 12).
     waiting: bool = False
     machines: list[dict[str, Any]] = field(default_factory=list)  # status.machines
+    #: The problem is a control plane's kube-apiserver restarting (apiserver_instances): one at a time.
+    restarting: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,8 @@ class _Visit:
     applied: bool = False
 
 
-async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: Stage, m: MachineView) -> _Visit:
+async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: Stage, m: MachineView,
+                 before_apply: Callable[[], Awaitable[None]] | None = None) -> _Visit:
     """One machine: render the stage, read what it runs, and where they differ dry run then apply."""
     try:
         desired = stage_render(inputs, rotation, stage, m)
@@ -87,6 +95,8 @@ async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: 
     data = desired.to_bytes()
     try:
         await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT, dry_run=True)
+        if before_apply is not None:
+            await before_apply()
         failpoint(f"ca-rotation.apply.before.{stage.value.lower()}")
         await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT)
     except TalosError as exc:
@@ -141,22 +151,39 @@ async def apply_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, s
     workers = [m for m in inputs.machines if not m.is_control_plane]
     limit = max(1, int(ctx.timing.ca_worker_apply_concurrency))
     serial = [m for m in inputs.machines if m.is_control_plane or limit == 1]
+    one_apiserver = apiserver_instances.restarts_apiserver(rotation.targets)
     try:
         visits: list[_Visit] = []
         for m in serial:
-            visits.append(await _visit(talos, inputs, rotation, stage, m))
+            gated = one_apiserver and m.is_control_plane
+            record = functools.partial(apiserver_instances.record_before_apply, ctx, inputs, talos, m)
+            visits.append(await _visit(talos, inputs, rotation, stage, m, record if gated else None))
             if visits[-1].problem is not None:
+                break
+            if gated and visits[-1].applied:
+                break  # the next control plane waits for this one's kube-apiserver (apiserver_instances)
+            if gated and (wait := await apiserver_instances.awaited(ctx, inputs, talos, m,
+                                                                     kubernetes_cas(inputs, rotation))):
+                visits[-1] = _Visit({"name": m.name, "state": "APIServerRestarting", "message": wait.message},
+                                    wait.message)
+                result.restarting, result.waiting = True, not wait.overdue
                 break
         else:
             if limit > 1 and workers:
                 visits += await _visit_concurrently(talos, inputs, rotation, stage, workers, limit)
+        by_name = {m.name: m for m in inputs.machines}
         for visit in visits:
+            seen = by_name.get(str(visit.entry["name"]))
+            if seen is not None and visit.entry.get("state") != UNREACHABLE:
+                cas = await ca_view.node_cas(talos, seen, rotation.targets)
+                if cas:
+                    visit.entry["cas"] = cas
             result.machines.append(visit.entry)
             if visit.applied:
                 result.applied.append(str(visit.entry["name"]))
             if visit.problem is not None and result.problem is None:
                 result.problem = visit.problem
-                result.waiting = visit.entry.get("state") == UNREACHABLE
+                result.waiting = result.waiting or visit.entry.get("state") == UNREACHABLE
         return result
     finally:
         talos.close()

@@ -20,14 +20,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ichord.api.carotation import Stage
+from ichord.contract import VersionContract
 from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
-from ichord.pki.rotation import TARGET_ORDER, Rotation, RotationError, Target, parse_targets
+from ichord.pki.rotation import Rotation, RotationError, Target, parse_targets
+from ichord.render.stages import StageRenderError, check_targets
 from ichord.talos.dial import DialBundle
 
-#: Targets this executor rotates (ADR 0120).
-SUPPORTED_TARGETS = frozenset({Target.TALOS, Target.KUBERNETES, Target.ETCD})
+#: Targets this executor rotates (ADR 0120); kubernetes-aggregator only on the v1.14 contract (``contract_refusal``).
+SUPPORTED_TARGETS = frozenset({Target.TALOS, Target.KUBERNETES, Target.ETCD, Target.KUBERNETES_AGGREGATOR})
 
 #: Targets whose passes restart or reboot kube-apiserver: with one control plane the API is away meanwhile.
 API_DISRUPTING_TARGETS = frozenset({Target.KUBERNETES, Target.ETCD, Target.KUBERNETES_AGGREGATOR})
@@ -37,6 +39,11 @@ PASS_STAGES = (Stage.ACCEPTING, Stage.ISSUING, Stage.DROPPING)
 
 #: Status name of each target's certificate entry (the names status.certificates already uses).
 CERT_NAMES = {t: t.value for t in Target}
+
+
+#: ADR 0120 §4: ichord restarts none of them; the plan and the completion message say so.
+EXTENSION_APISERVERS_NOTE = ("extension API servers (metrics-server and the like) that read the aggregator CA only "
+                             "once must be restarted by their owners; ichord restarts none of them")
 
 
 class UnsupportedTargetError(IchordError):
@@ -56,11 +63,25 @@ def spec_targets(op: dict[str, Any]) -> tuple[Target, ...]:
         raise TargetSpecError(str(exc)) from None
     unsupported = [t.value for t in targets if t not in SUPPORTED_TARGETS]
     if unsupported:
+        supported = ", ".join(t.value for t in targets_in_order(SUPPORTED_TARGETS))
         raise UnsupportedTargetError(
             f"target(s) {', '.join(unsupported)} are not rotated by this version of ichord yet; create the "
-            "operation with spec.caRotation.targets limited to "
-            f"{', '.join(t.value for t in sorted(SUPPORTED_TARGETS, key=TARGET_ORDER.index))}")
+            f"operation with spec.caRotation.targets limited to {supported}")
     return targets
+
+
+def targets_in_order(targets: Iterable[Target]) -> list[Target]:
+    chosen = set(targets)
+    return [t for t in Target if t in chosen]
+
+
+def contract_refusal(targets: Iterable[Target], contract: VersionContract) -> str | None:
+    """Why the cluster's version contract cannot take these targets (ADR 0120 §2), or None."""
+    try:
+        check_targets(targets, contract)
+    except StageRenderError as exc:
+        return str(exc)
+    return None
 
 
 def hands_off(targets: Iterable[Target]) -> bool:
@@ -114,6 +135,8 @@ def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine]) -
                         f"per control plane, {3 * len(cps)} for {len(cps)}); the workers do not reboot")
         warnings.append("take a fresh etcd snapshot before starting (ichord etcd backup now NAME); ichord does not "
                         "require one")
+    if Target.KUBERNETES_AGGREGATOR in targets:
+        warnings.append(EXTENSION_APISERVERS_NOTE)
     warnings.append("after the rotation the exported secrets bundle is stale: run ichord cluster bundle-export NAME")
     return {
         "targets": [t.value for t in targets],

@@ -14,6 +14,7 @@ from ichord.api.views import MachineView
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
 from ichord.operations.ca_rotation.etcd_health import etcd_problems
 from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, not_ready_nodes
+from ichord.operations.ca_rotation.plan import contract_refusal, spec_targets
 from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.config import ConfigParseError, MachineConfig
@@ -46,6 +47,9 @@ async def preflight(ctx: RotationContext, inputs: Inputs, targets: Iterable[Targ
         return [f"cluster {inputs.cluster_name} has no approved machine"]
     if not inputs.control_planes:
         return [f"cluster {inputs.cluster_name} has no approved control plane"]
+    refusal = contract_refusal(spec_targets(inputs.op), inputs.cluster_inputs.contract)
+    if refusal is not None:  # the contract changed since the plan was written
+        return [refusal]
     problems: list[str] = []
     talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
     try:

@@ -30,7 +30,15 @@ from ichord.api.views import OperationView
 from ichord.failpoints import failpoint
 from ichord.kube.errors import KubeError
 from ichord.operations import backbone
-from ichord.operations.ca_rotation import cluster_conditions, etcd_roll, finalizing, handoff
+from ichord.operations.ca_rotation import (
+    abandon,
+    aggregator,
+    apiserver_instances,
+    cluster_conditions,
+    etcd_roll,
+    finalizing,
+    handoff,
+)
 from ichord.operations.ca_rotation.bundle_secret import BundleSecretError, replace_bundle, save_rotation
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.lifecycle import (
@@ -51,10 +59,12 @@ from ichord.operations.ca_rotation.plan import (
     PlannedMachine,
     TargetSpecError,
     UnsupportedTargetError,
+    contract_refusal,
     next_stage,
     plan_status,
     replaced_by,
     spec_targets,
+    verify_dial,
 )
 from ichord.operations.ca_rotation.preflight import preflight
 from ichord.operations.ca_rotation.status import (
@@ -115,8 +125,12 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
         inputs = await load_inputs(ctx, op)
     except InputsError as exc:
         return await blocked_without_inputs(ctx, op, f"{exc.reason}: {exc.message}")
+    if abandon.must_abandon(inputs):  # deleted before its point of no return (ADR 0120 Amendment 2)
+        return await abandon.abandon(ctx, inputs, stage)
     if stage is None:
         return await _start(ctx, inputs)
+    if OperationView.of(op).deleting and stage is not Stage.DONE:
+        await abandon.hold(ctx, inputs, stage)
     if stage is not Stage.DONE and (op.get("spec") or {}).get("paused"):
         return await _held_by_spec(ctx, inputs, stage)
     await backbone.resume_if_paused(ctx, CA_ROTATION, inputs, stage.value)
@@ -128,12 +142,11 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
 
 async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     targets = spec_targets(inputs.op)
+    refusal_of_contract = contract_refusal(targets, inputs.cluster_inputs.contract)
+    if refusal_of_contract is not None:  # refused at plan: nothing is written (ADR 0120 §2)
+        return await fail(ctx, inputs.op, CARotationReason.UNSUPPORTED_TARGET, refusal_of_contract)
     plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines])
     spec = inputs.op.get("spec") or {}
-    meta = inputs.op.get("metadata") or {}
-    if meta.get("deletionTimestamp") and inputs.rotation is None:
-        await let_go(ctx, inputs.op)  # deleted before anything was written: nothing to hold
-        return Done()
     if spec.get("paused"):
         await backbone.plan_only(ctx, CA_ROTATION, inputs, plan)
         return Done()
@@ -201,6 +214,8 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
         return await etcd_roll.roll_step(ctx, inputs, stage)
     result = await apply_pass(ctx, inputs, rotation, stage)
     if result.problem is not None:
+        if result.restarting and result.waiting:  # one kube-apiserver restart at a time
+            return await apiserver_instances.report(ctx, inputs, result.problem, result.machines)
         if result.waiting:  # a machine that does not answer: a wait within the bound, not a fault yet
             return await wait_within_bound(ctx, inputs, CARotationReason.VERIFYING_PASS, result.problem,
                                            machines=result.machines)
@@ -228,6 +243,10 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
 
 
 async def _after_accepting(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome:
+    if Target.KUBERNETES_AGGREGATOR in rotation.targets:
+        waiting = await _aggregator_gate(ctx, inputs, rotation)
+        if waiting is not None:
+            return waiting
     nxt = next_stage(Stage.ACCEPTING, rotation.targets)
     event(ctx, inputs, "Normal", EventReason.STAGE_VERIFIED, "Accepting verified on every machine")
     if nxt is not Stage.AWAITING_CREDENTIALS:
@@ -245,6 +264,35 @@ async def _after_accepting(ctx: RotationContext, inputs: Inputs, rotation: Rotat
           f"a kubeconfig, checks both against the cluster, then lets the rotation go on to Issuing)")
     log_transition(inputs, "ca-rotation stage", to=nxt.value)
     return Requeue(ctx.timing.retry, "awaiting credentials")
+
+
+async def _aggregator_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome | None:
+    """extension-apiserver-authentication holds the new front-proxy CA, then ClientSettleDelay (ADR 0120 §4)."""
+    new_agg = rotation.new[Target.KUBERNETES_AGGREGATOR]
+    talos = ctx.talos_factory(verify_dial(inputs.bundle, rotation, Stage.ACCEPTING))
+    try:
+        async with admin_client(talos, inputs.control_planes, kubernetes_cas(inputs, rotation)) as kc:
+            auth = await aggregator.read_extension_auth(kc)
+    finally:
+        talos.close()
+    now = ctx.now()
+    if not aggregator.holds(auth, new_agg.cert_pem):
+        message = (f"Accepting verified; waiting for kube-system/{names.EXTENSION_AUTH_CONFIGMAP} to list the new "
+                   "aggregator CA (kube-apiserver publishes it once every control plane accepts it)")
+        cond = OperationView.of(inputs.op).condition(names.CA_ROTATION)
+        if cond is None or cond.get("reason") != CARotationReason.AWAITING_AGGREGATOR_CA:
+            await write(ctx, inputs, *in_progress(ctx, CARotationReason.AWAITING_AGGREGATOR_CA, message, timed=True))
+        return Requeue(ctx.timing.ca_pass_verify_delay, "awaiting the aggregator CA")
+    delay = ctx.timing.ca_client_settle_delay
+    elapsed = since_transition(inputs.status, CARotationReason.SETTLING_CLIENTS, now)
+    if elapsed is None:
+        message = (f"kube-system/{names.EXTENSION_AUTH_CONFIGMAP} lists the new aggregator CA; letting extension "
+                   f"API servers reload it for {delay:g} s before Issuing signs the front-proxy certificate with it")
+        await write(ctx, inputs, *in_progress(ctx, CARotationReason.SETTLING_CLIENTS, message, timed=True))
+        return Requeue(delay, "settling extension API servers")
+    if elapsed < delay:
+        return Requeue(delay - elapsed, "settling extension API servers")
+    return None
 
 
 async def _await_credentials(ctx: RotationContext, inputs: Inputs, _stage: Stage) -> Outcome:

@@ -13,26 +13,39 @@ import datetime as dt
 from typing import Any
 
 from ichord.api import names
+from ichord.api.abandonable import DEFAULT_TARGETS, rotation_abandonable
 from ichord.api.conditions import Condition, find, now_rfc3339
+from ichord.api.views import OperationView
 from ichord.operations import backbone
 from ichord.operations.backbone import Mutation, OperationKind
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.outcome import Blocked, Requeue
 from ichord.pki.scrub import SCRUBBER
 
+
+def _abandonable(op: OperationView) -> bool:
+    """RotationAbandonable for this operation's stage and targets (status once written, else the spec)."""
+    targets = ((op.status.get("caRotation") or {}).get("targets")
+               or (op.spec.get("caRotation") or {}).get("targets") or DEFAULT_TARGETS)
+    return rotation_abandonable(op.stage, [str(t) for t in targets])
+
+
 #: What the backbone knows of a ca-rotation.
-CA_ROTATION = OperationKind(names.KIND_CA_ROTATION, names.CA_ROTATION, names.CA_ROTATION_FINALIZER)
+CA_ROTATION = OperationKind(names.KIND_CA_ROTATION, names.CA_ROTATION, names.CA_ROTATION_FINALIZER,
+                            abandonable=_abandonable)
 
 #: The steps of a pass stage (status.caRotation.step): apply where a node differs, then verify.
 APPLY_STEP = "apply"
 VERIFY_STEP = "verify"
 #: Finalizing's steps, in order (explicit, not inferred from a condition reason).
 FINALIZING_VERIFY = "verify-replaced"
+FINALIZING_AGGREGATOR = "reset-aggregator"
 FINALIZING_SETTLE = "settle-nodes"
 FINALIZING_RESTART = "restart-clients"
 
-__all__ = ["APPLY_STEP", "CA_ROTATION", "FINALIZING_RESTART", "FINALIZING_SETTLE", "FINALIZING_VERIFY",
-           "VERIFY_STEP", "Mutation", "blocked", "condition", "event", "in_progress", "log_transition", "phase",
+__all__ = ["APPLY_STEP", "CA_ROTATION", "FINALIZING_AGGREGATOR", "FINALIZING_RESTART", "FINALIZING_SETTLE",
+           "FINALIZING_VERIFY", "VERIFY_STEP", "Mutation", "blocked", "condition", "event", "in_progress",
+           "log_transition", "phase",
            "set_ca_condition", "since_transition", "started", "step", "step_since", "wait_within_bound", "write"]
 
 phase = backbone.phase

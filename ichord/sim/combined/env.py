@@ -31,6 +31,7 @@ from ichord.sim.combined import objects
 from ichord.sim.combined.addons import install_addons
 from ichord.sim.combined.follow import Follower
 from ichord.sim.combined.loopback import free_loopback_block
+from ichord.sim.combined.readyz import ReadyzServers
 from ichord.sim.combined.started import Started
 from ichord.sim.kube.behaviours import BehaviourSettings
 from ichord.sim.kube.clientpods import PodModel
@@ -113,6 +114,7 @@ class SimEnvironment(Started):
         self.management: KubeSimulator
         self.talos: SimCluster
         self.follower: Follower
+        self.readyz: ReadyzServers | None = None
         self.kubeconfig: Path
         self.state_url: str | None = None
         self.started_in: float = 0.0
@@ -179,6 +181,8 @@ class SimEnvironment(Started):
                                secret=self.secret_name, bundle=bundle, cspec=cspec, mspecs=mspecs)
         await self.follower.sync()
         self.follower.start()
+        self.readyz = ReadyzServers(self.talos, self.kube, int(cspec.get("localAPIServerPort") or API_PORT))
+        await self.readyz.start()
         if self._addons:
             await self._start_addons()
         self.kubeconfig = self._write_kubeconfig()
@@ -186,6 +190,8 @@ class SimEnvironment(Started):
         self.started_in = time.perf_counter() - t0
 
     async def stop(self) -> None:
+        if self.readyz is not None:
+            await self.readyz.stop()
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()

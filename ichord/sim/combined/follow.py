@@ -12,8 +12,8 @@ API server that restarted last. While no control plane runs a ready API server (
 plane rebooting or restarting kube-apiserver, or none whose own etcd member is healthy and trusts it
 each way) the endpoint is down: connections are refused. A
 change of serving CA restarts the simulated server (watches drop), re-publishes kube-root-ca.crt
-like kube-controller-manager after its restart, and merges a new aggregator CA into
-extension-apiserver-authentication.
+like kube-controller-manager after its restart, and merges every aggregator CA a running API server accepts
+into extension-apiserver-authentication (recreated with the latest API server's list when deleted).
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ class APIServerCAs:
     issuing: CAView | None
     accepted: tuple[bytes, ...]
     aggregator: CAView | None
+    #: Its requestheader-client-ca-file: the issuing aggregator CA and the accepted ones (Talos adds the issuing).
+    aggregator_trusted: tuple[bytes, ...] = ()
 
 
 class Follower:
@@ -81,8 +83,10 @@ class Follower:
             return
         if event["kind"] in APISERVER_STARTS and node.is_control_plane:
             v = node.view
+            trusted = [v.aggregator_issuing.signer_pem] if v.aggregator_issuing else []
+            trusted += [c for c in v.aggregator_accepted if c not in trusted]
             self.apiservers[node.name] = APIServerCAs(event["seq"], v.k8s_issuing, v.k8s_accepted,
-                                                      v.aggregator_issuing)
+                                                      v.aggregator_issuing, tuple(trusted))
             self._dirty.set()
         elif event["kind"] in ("down", "up", "apiserver_ready", "shutting_down"):
             self._dirty.set()  # the set of running API servers changed
@@ -166,7 +170,9 @@ class Follower:
             if issuing is not None and issuing.key_pem is not None and issuing.signer_pem != self.kube.ca.cert_pem:
                 await self.kube.switch_serving_ca(CertificateAuthority(issuing.signer_pem, issuing.key_pem))
                 self.kube.behaviours.restart_controller_manager(issuing.signer_pem)
-            if latest.aggregator is not None:
-                pem = latest.aggregator.signer_pem
-                if pem not in self.kube.behaviours.aggregator_cas:
-                    self.kube.behaviours.set_aggregator_ca(pem)
+            # kube-apiserver publishes its accepted front-proxy CAs, merged, never removing one.
+            published = [pem for cas in sorted(running, key=lambda c: c.seq) for pem in cas.aggregator_trusted]
+            if published:
+                latest_trusted = list(latest.aggregator_trusted) or published[-1:]
+                merged = list(dict.fromkeys(published))
+                self.kube.behaviours.set_aggregator_cas(merged, current=latest_trusted)

@@ -52,6 +52,7 @@ class ClusterBehaviours:
         self.issuing_ca_pem = ca.cert_pem
         self.projected_ca_pem = ca.cert_pem
         self.aggregator_cas: list[bytes] = []
+        self.current_aggregator_cas: list[bytes] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._rollouts: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         self._running = False
@@ -124,9 +125,27 @@ class ClusterBehaviours:
     # -- extension-apiserver-authentication ------------------------------------------------------
     def set_aggregator_ca(self, pem: bytes) -> None:
         """kube-apiserver started with ``pem`` as its front-proxy CA: merged in, never removed."""
-        if pem not in self.aggregator_cas:
-            self.aggregator_cas.append(pem)
-        self._write_ext_auth(self.aggregator_cas)
+        self.set_aggregator_cas([pem])
+
+    def set_aggregator_cas(self, pems: list[bytes], current: list[bytes] | None = None) -> None:
+        """kube-apiserver started accepting ``pems`` (its requestheader-client-ca-file): each merged in, none ever
+        removed; a deleted ConfigMap is recreated with ``current`` alone (default ``pems``: what the API server
+        that restarted last accepts; ADR 0120 Amendment 3, as on hardware)."""
+        self.current_aggregator_cas = list(pems if current is None else current)
+        changed = False
+        for pem in pems:
+            if pem not in self.aggregator_cas:
+                self.aggregator_cas.append(pem)
+                changed = True
+        if changed or not self._ext_auth_exists():
+            self._write_ext_auth(self.aggregator_cas)
+
+    def _ext_auth_exists(self) -> bool:
+        try:
+            self.store.get(self._rt("", "configmaps"), EXT_AUTH[0], EXT_AUTH[1])
+        except ApiError:
+            return False
+        return True
 
     def _write_ext_auth(self, cas: list[bytes]) -> None:
         cm = {"metadata": {"name": EXT_AUTH[1], "namespace": EXT_AUTH[0]},
@@ -140,9 +159,8 @@ class ClusterBehaviours:
 
     async def _recreate_ext_auth(self) -> None:
         await asyncio.sleep(self.settings.ext_auth_recreate_lag)
-        # Recreated with the current CA only: the merged history is gone with the deleted object.
-        self.aggregator_cas = self.aggregator_cas[-1:]
-        self._write_ext_auth(self.aggregator_cas)
+        if not self._ext_auth_exists():
+            self._write_ext_auth(self.aggregator_cas)
 
     # -- nodes -------------------------------------------------------------------------------
     def restart_kubelet(self, node: str, duration: float | None = None) -> None:
@@ -186,6 +204,8 @@ class ClusterBehaviours:
             if meta["name"] == ROOT_CA and meta.get("namespace") in self._namespaces():
                 self._spawn(self._republish(meta["namespace"]))
             elif (meta.get("namespace"), meta["name"]) == EXT_AUTH:
+                # The merged history is gone with the deleted object: from now on only what is accepted now.
+                self.aggregator_cas = list(self.current_aggregator_cas) or self.aggregator_cas[-1:]
                 self._spawn(self._recreate_ext_auth())
         elif rt.plural in ("deployments", "daemonsets") and change.type != "DELETED":
             old_gen = (change.old or {}).get("metadata", {}).get("generation")

@@ -18,6 +18,13 @@ class Faults:
     #: The status of an injected failure: 500 InternalError, 503 ServiceUnavailable, 429 TooManyRequests or
     #: 409 Conflict (as if another writer had won the race).
     error_code: int = 500
+    #: The message of an injected failure (None: "injected fault: <verb> failed"); e.g. the 500 a webhook that
+    #: timed out gives (ADR 0120 lane E 1): 'Internal error occurred: failed calling webhook "x": ... context
+    #: deadline exceeded'.
+    error_message: str | None = None
+    #: After the server comes back up, requests for a CustomResourceDefinition's group answer 404 with no name
+    #: for this long: the group is not served yet ("no matches for kind", ADR 0120 lane F).
+    discovery_lag: float = 0.0
     seed: int | None = None
     _rng: random.Random = field(default_factory=random.Random, repr=False)
 

@@ -66,6 +66,10 @@ class KubeSimulator:
         self.behaviours = ClusterBehaviours(self.store, self.settings.behaviours, self.ca)
         self.port = self.settings.port
         self.down = False
+        #: Set when this server stands for one control plane's own address: anonymous /readyz answers its status
+        #: (sim/combined/readyz.py); None answers nothing special.
+        self.readyz: Callable[[], int | None] | None = None
+        self._up_at: float | None = None  # when the server last came back up (faults.discovery_lag)
         self.client_auth = ClientCertAuth(self.settings.client_cas) if self.settings.client_cas is not None else None
         #: Client certificates refused (401): when, why, the certificate's subject.
         self.x509_failures: list[dict[str, object]] = []
@@ -165,7 +169,15 @@ class KubeSimulator:
     async def come_up(self) -> None:
         if self._runner is None:
             await self.start()
+            self._up_at = time.monotonic()
             self._record("up")
+
+    def _group_not_served_yet(self, group: str) -> bool:
+        """A CRD's group during ``faults.discovery_lag`` after coming back up (built-in groups are served)."""
+        lag = self.faults.discovery_lag
+        if lag <= 0 or self._up_at is None or time.monotonic() - self._up_at >= lag:
+            return False
+        return "." in group and not group.endswith(".k8s.io")
 
     @asynccontextmanager
     async def outage(self) -> AsyncIterator[None]:
@@ -229,6 +241,11 @@ class KubeSimulator:
             if request.transport is not None:
                 request.transport.close()
             raise ConnectionResetError("simulated API server is down")
+        if request.path == "/readyz" and self.readyz is not None:
+            status = self.readyz()
+            if status is None:  # a /readyz that never answers
+                await asyncio.sleep(3600)
+            return web.Response(status=status or 500, text="ok" if status == 200 else "[-]poststarthook failed")
         try:
             if self.faults.latency > 0:
                 await asyncio.sleep(self.faults.latency)
@@ -243,7 +260,9 @@ class KubeSimulator:
             if self.faults.should_fail(verb):
                 code = self.faults.error_code
                 reason = {503: "ServiceUnavailable", 429: "TooManyRequests", 409: "Conflict"}.get(code, "InternalError")
-                raise ApiError(code, reason, f"injected fault: {verb} failed")
+                raise ApiError(code, reason, self.faults.error_message or f"injected fault: {verb} failed")
+            if route is not None and self._group_not_served_yet(route.group):
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
             response = await handler(request)
         except ApiError as err:
             response = json_response(err.status(), err.code)

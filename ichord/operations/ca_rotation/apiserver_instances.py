@@ -1,0 +1,157 @@
+"""One kube-apiserver restart at a time (ADR 0120 "Amendment lane E" point 3; ADR 0080's restart amendment).
+
+A pass that rotates the Kubernetes or the aggregator CA restarts kube-apiserver on every control plane it
+applies to, some seconds after the apply. Before each such apply the pass records the control plane's
+kube-apiserver container ID and the time (``status.caRotation.apiServerInstances``: machine, containerID,
+appliedAt; written before the apply, so a controller killed in between applies again and records afresh; emptied
+on every stage change). After it, neither the next control plane is applied nor the stage verified until that
+node runs another container and its own ``/readyz`` (``https://<node>:<localAPIServerPort>/readyz``,
+anonymous, trusting the old and the new Kubernetes CA) answers 200. A container unchanged for
+``Timing.ca_apiserver_unchanged`` after the apply counts as not restarted (the stage changed nothing it loads): then
+only /readyz is asked, as for a control plane with no record. Past ``ca_apiserver_ready_bound`` it is Blocked.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ssl
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import aiohttp
+
+from ichord.api import names
+from ichord.api.conditions import find, now_rfc3339, parse_time
+from ichord.api.names import CARotationReason
+from ichord.api.views import MachineView
+from ichord.failpoints import failpoint
+from ichord.operations.backbone import Mutation
+from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
+from ichord.operations.ca_rotation.status import APPLY_STEP, VERIFY_STEP, in_progress, step_since, write
+from ichord.operations.outcome import Requeue
+from ichord.pki import pem as _pem
+from ichord.pki.rotation import Target
+from ichord.pki.scrub import SCRUBBER
+from ichord.talos.client import TalosClient, split_endpoint
+from ichord.talos.errors import TalosError
+
+FIELD = "apiServerInstances"
+#: A network timeout, not a simulated duration: never scaled.
+READYZ_TIMEOUT = 5.0
+
+
+def restarts_apiserver(targets: Iterable[Target]) -> bool:
+    """A pass of these targets re-renders what kube-apiserver loads on every control plane."""
+    return bool({Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR} & set(targets))
+
+
+@dataclass(frozen=True)
+class Instance:
+    machine: str
+    container_id: str
+    applied_at: dt.datetime
+
+
+def recorded(ca_status: Obj) -> dict[str, Instance]:
+    out: dict[str, Instance] = {}
+    for entry in ca_status.get(FIELD) or []:
+        try:
+            out[str(entry["machine"])] = Instance(str(entry["machine"]), str(entry.get("containerID") or ""),
+                                                  parse_time(str(entry["appliedAt"])))
+        except (KeyError, ValueError):
+            continue  # a malformed entry is as good as none: only /readyz is asked
+    return out
+
+
+def _record(machine: str, container_id: str, now: dt.datetime) -> Mutation:
+    stamp = now_rfc3339(now)
+
+    def m(status: Obj) -> None:
+        ca = status.setdefault("caRotation", {})
+        rest = [e for e in ca.get(FIELD) or [] if e.get("machine") != machine]
+        ca[FIELD] = [*rest, {"machine": machine, "containerID": container_id, "appliedAt": stamp}]
+
+    return m
+
+
+async def container_id(talos: TalosClient, m: MachineView) -> str:
+    """The running kube-apiserver container of ``m`` as Talos's StaticPodStatus reports it ("" if none)."""
+    for pod in await talos.static_pod_statuses(m.address):
+        if pod.id.startswith("kube-system/kube-apiserver-"):
+            return next((c for c in pod.container_ids if c), "")
+    return ""
+
+
+async def record_before_apply(ctx: RotationContext, inputs: Inputs, talos: TalosClient, m: MachineView) -> None:
+    """Written before the apply (kill-safe); an unreadable container ID is recorded as "" (only /readyz asked)."""
+    try:
+        current = await container_id(talos, m)
+    except TalosError:
+        current = ""
+    await write(ctx, inputs, _record(m.name, current, ctx.now()))
+    failpoint("ca-rotation.apiserver.recorded")
+
+
+def _host(address: str) -> str:
+    host, _port = split_endpoint(address)
+    return f"[{host}]" if ":" in host else host
+
+
+async def readyz(host: str, port: int, cas: Sequence[bytes]) -> str | None:
+    """None when ``https://host:port/readyz`` answers 200 to an anonymous request verified against ``cas``."""
+    tls = ssl.create_default_context(cadata="".join(b.decode() for ca in cas for b in _pem.pem_blocks(ca)))
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=READYZ_TIMEOUT)) as session, \
+                session.get(f"https://{host}:{port}/readyz", ssl=tls) as response:
+            if response.status == 200:
+                return None
+            return f"/readyz answered {response.status}"
+    except (aiohttp.ClientError, TimeoutError, ssl.SSLError, OSError) as exc:
+        return f"/readyz did not answer ({type(exc).__name__}: {SCRUBBER.exception(exc) or 'timed out'})"
+
+
+@dataclass(frozen=True)
+class Awaited:
+    """What a control plane's kube-apiserver is still awaited for; ``overdue`` past the bound (Blocked)."""
+
+    message: str
+    overdue: bool
+
+
+async def awaited(ctx: RotationContext, inputs: Inputs, talos: TalosClient, m: MachineView,
+                  cas: Sequence[bytes]) -> Awaited | None:
+    """None once ``m``'s kube-apiserver restarted (or was given the minute) and answers /readyz."""
+    inst = recorded(inputs.ca_status).get(m.name)
+    now = ctx.now()
+    # Without a record (an older controller applied it) the bound runs from when the pass's step began.
+    since = inst.applied_at if inst is not None else (
+        step_since(inputs.status, VERIFY_STEP) or step_since(inputs.status, APPLY_STEP) or now)
+    elapsed = (now - since).total_seconds()
+    unchanged_after, bound = ctx.timing.ca_apiserver_unchanged, ctx.timing.ca_apiserver_ready_bound
+    overdue = elapsed >= bound
+    if inst is not None and inst.container_id and elapsed < unchanged_after:
+        try:
+            now_running = await container_id(talos, m)
+        except TalosError as exc:
+            return Awaited(f"kube-apiserver on {m.name}: its container cannot be read yet "
+                           f"({SCRUBBER.exception(exc)})", overdue)
+        if now_running in ("", inst.container_id):
+            return Awaited(f"waiting for kube-apiserver on {m.name} to restart with the stage (container "
+                           f"unchanged since the apply)", overdue)
+    problem = await readyz(_host(m.address), inputs.cluster_inputs.local_api_server_port, cas)
+    if problem is None:
+        return None
+    message = f"waiting for kube-apiserver on {m.name} to be ready: {problem}"
+    if overdue:
+        message += f" (more than {bound:g} s after the apply)"
+    return Awaited(message, overdue)
+
+
+async def report(ctx: RotationContext, inputs: Inputs, message: str, machines: list[Obj]) -> Requeue:
+    """InProgress (VerifyingPass) naming the control plane awaited; written only when the message changes."""
+    cond = find(inputs.status.get("conditions"), names.CA_ROTATION)
+    if cond is None or (cond.get("reason"), cond.get("message")) != (CARotationReason.VERIFYING_PASS,
+                                                                     SCRUBBER.text(message)):
+        await write(ctx, inputs, lambda s: s.__setitem__("machines", machines),
+                    *in_progress(ctx, CARotationReason.VERIFYING_PASS, message))
+    return Requeue(ctx.timing.ca_pass_verify_delay, "kube-apiserver restarting")
