@@ -25,6 +25,7 @@ from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 from ichord.talos.errors import TalosError
 from tests._etcd_history import ca_fp, etcd_violations, final_trust
+from tests.integration._apiserver_history import overlapping_restarts
 from tests.integration._ca_rotation_driver import (
     Driver,
     add_clients,
@@ -90,6 +91,11 @@ async def test_an_etcd_rotation_reboots_each_control_plane_once_per_pass_and_nev
     outcome = await driver.run(max_steps=1500)
     assert isinstance(outcome, Done)
     assert dialled_while_rebooting == []  # Amendment 1 §1.3: the pass does nothing else while a node reboots
+    # Each pass's applies restart kube-apiserver (its etcd client CA): one control plane at a time (ADR 0120 §3).
+    assert overlapping_restarts(env.talos.history.events) == []
+    recorded = {i["machine"] for snap in driver.snapshots
+                for i in ((snap.get("status") or {}).get("caRotation") or {}).get("apiServerInstances") or []}
+    assert recorded == set(cps)  # each control plane's restart was recorded and awaited before the next apply
 
     # No hand-off (neither talos nor kubernetes), the stages only forward.
     assert stages_seen(driver.snapshots) == ["Accepting", "Issuing", "Dropping", "Finalizing", "Done"]

@@ -41,8 +41,9 @@ READYZ_TIMEOUT = 5.0
 
 
 def restarts_apiserver(targets: Iterable[Target]) -> bool:
-    """A pass of these targets re-renders what kube-apiserver loads on every control plane."""
-    return bool({Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR} & set(targets))
+    """A pass of these targets re-renders what kube-apiserver loads on every control plane: its CAs, and
+    for etcd its etcd client CA, which Talos restarts the static pod for too (ADR 0120 §3)."""
+    return bool({Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR, Target.ETCD} & set(targets))
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,12 @@ def rolling(inputs: Inputs) -> bool:
     return ca.get("step") == ROLL_STEP or bool(ca.get("etcdRebooting"))
 
 
+def rolled(inputs: Inputs) -> bool:
+    """Every approved control plane was rebooted in this pass (the roll's done list, per stage)."""
+    done = set(inputs.ca_status.get("etcdRestarted") or [])
+    return bool(inputs.control_planes) and all(m.name in done for m in inputs.control_planes)
+
+
 def node_name(m: MachineView) -> str:
     """The machine's Kubernetes Node: its hostname, else the name the machine controller read, else its own."""
     return m.hostname or str(m.status.get("nodeName") or "") or m.name

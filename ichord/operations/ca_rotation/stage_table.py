@@ -68,6 +68,7 @@ from ichord.operations.ca_rotation.plan import (
 )
 from ichord.operations.ca_rotation.preflight import preflight
 from ichord.operations.ca_rotation.status import (
+    APPLY_STEP,
     CA_ROTATION,
     FINALIZING_VERIFY,
     VERIFY_STEP,
@@ -223,13 +224,17 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
     if result.applied:
         then = "rebooting the control planes for etcd next" if rolls else "verifying in the next step"
         message = f"{stage.value}: applied to {', '.join(result.applied)}; {then}"
+        # With etcd the roll starts only once every machine runs the stage (below): control planes may be
+        # applied over several steps, one kube-apiserver restart at a time (apiserver_instances).
         await write(ctx, inputs, lambda s: s.__setitem__("machines", result.machines),
-                    step(etcd_roll.ROLL_STEP if rolls else VERIFY_STEP, ctx.now()),
+                    step(APPLY_STEP if rolls else VERIFY_STEP, ctx.now()),
                     *in_progress(ctx, CARotationReason.VERIFYING_PASS, message))
         event(ctx, inputs, "Normal", EventReason.STAGE_APPLIED, message)
         return Requeue(ctx.timing.ca_pass_verify_delay, f"verify {stage.value}")
-    if rolls and inputs.ca_status.get("step") != VERIFY_STEP:
-        # Every machine runs the stage (the apply and the roll are separate steps); the roll comes first.
+    if rolls and not etcd_roll.rolled(inputs):
+        # Every machine runs the stage (the apply and the roll are separate steps); the roll comes first. Decided
+        # by the roll's own record (etcdRestarted, emptied at every stage change), not by the step, which a wait
+        # may have set to verify meanwhile.
         await write(ctx, inputs, step(etcd_roll.ROLL_STEP, ctx.now()))
         return Requeue(0.0, f"etcd roll of {stage.value}")
     wait = await verify_pass(ctx, inputs, rotation, stage)
