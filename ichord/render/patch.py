@@ -265,13 +265,13 @@ def apply_patches(documents: list[CommentedMap], patches: list[Patch], *,
 
 
 def touched(patches: list[Patch]) -> set[DocId]:
-    """The documents ``patches`` merge into (JSON6902 patches touch the v1alpha1 one)."""
+    """The documents ``patches`` merge into or delete a key of (JSON6902 patches touch the v1alpha1 one)."""
     out: set[DocId] = set()
     for patch in patches:
         if isinstance(patch, JSONPatch):
             out.add(LEGACY_ID)
         else:
-            out.update(step.doc for step in patch.steps if isinstance(step, Merge))
+            out.update(step.doc for step in patch.steps if isinstance(step, Merge) or step.path)
     return out
 
 

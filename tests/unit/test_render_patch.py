@@ -159,6 +159,38 @@ def test_deleting_an_unset_struct_field_is_a_no_op(bundle: SecretsBundle) -> Non
         rendered(bundle, "machine:\n  nodeLabels:\n    nope:\n      $patch: delete\n", contract=V1_13)
 
 
+def test_a_document_is_written_with_the_fields_talos_always_writes(bundle: SecretsBundle) -> None:
+    # Talos encodes every document from its Go struct (found by tests/real/test_render_oracle.py at
+    # v1.14): a field without omitempty appears zero-valued when a patch adds the document without
+    # it or deletes it.
+    added = rendered(bundle, "apiVersion: v1alpha1\nkind: KubeSchedulerConfig\nextraArgs:\n  v: '2'\n",
+                     "apiVersion: v1alpha1\nkind: KubeServiceAccountConfig\naccepted:\n  audiences: [a]\n",
+                     role="worker")
+    assert added.find("KubeSchedulerConfig") == {"apiVersion": "v1alpha1", "kind": "KubeSchedulerConfig",
+                                                 "image": "", "config": {}, "extraArgs": {"v": "2"}}
+    account = added.find("KubeServiceAccountConfig")
+    assert account is not None and list(account) == ["apiVersion", "kind", "issuer", "accepted"]
+    assert account["issuer"] == {"privateKey": "", "issuerURL": ""}
+    deleted = rendered(bundle, "apiVersion: v1alpha1\nkind: KubePrismConfig\nport:\n  $patch: delete\n",
+                       "apiVersion: v1alpha1\nkind: KubeNetworkConfig\npodSubnets:\n  $patch: delete\n")
+    assert deleted.find("KubePrismConfig") == {"apiVersion": "v1alpha1", "kind": "KubePrismConfig", "port": 0}
+    network = deleted.find("KubeNetworkConfig")
+    assert network is not None and list(network)[2:4] == ["dnsDomain", "podSubnets"] and network["podSubnets"] == []
+
+
+def test_go_maps_and_free_form_objects_are_written_sorted(bundle: SecretsBundle) -> None:
+    # Go's YAML encoder sorts map keys; a free-form object (meta.Unstructured) is maps all the way down.
+    cfg = rendered(bundle, "apiVersion: v1alpha1\nkind: KubeNodeConfig\ntaints:\n  dedicated: infra:NoSchedule\n",
+                   "apiVersion: v1alpha1\nkind: KubeletConfig\nconfig:\n  z: 1\n  a:\n    y: [{d: 1, c: 2}]\n"
+                   "    b: 3\n")
+    node, kubelet = cfg.find("KubeNodeConfig"), cfg.find("KubeletConfig")
+    assert node is not None and list(node["taints"]) == ["dedicated", "node-role.kubernetes.io/control-plane"]
+    assert kubelet is not None and list(kubelet["config"]) == ["a", "z"]
+    assert list(kubelet["config"]["a"]) == ["b", "y"] and list(kubelet["config"]["a"]["y"][0]) == ["c", "d"]
+    legacy = rendered(bundle, "machine:\n  kubelet:\n    extraConfig:\n      z: 1\n      a: 2\n", contract=V1_13)
+    assert list(legacy.v1alpha1["machine"]["kubelet"]["extraConfig"]) == ["a", "z"]
+
+
 def test_deleting_what_is_not_there_is_an_error(bundle: SecretsBundle) -> None:
     with pytest.raises(PatchError, match=r"cluster patch 1: deletes machine\.network\.hostname"):
         rendered(bundle, "machine:\n  network:\n    hostname:\n      $patch: delete\n")
