@@ -191,6 +191,18 @@ def test_go_maps_and_free_form_objects_are_written_sorted(bundle: SecretsBundle)
     assert list(legacy.v1alpha1["machine"]["kubelet"]["extraConfig"]) == ["a", "z"]
 
 
+def test_a_delete_in_a_document_that_is_not_there_appends_the_rest_of_it(bundle: SecretsBundle) -> None:
+    # Talos applies a delete only to a document that is there, then appends the patch's document
+    # (found by tests/real/test_render_oracle.py at v1.14); ichord refused the patch.
+    gone = "apiVersion: v1alpha1\nkind: KubePrismConfig\n$patch: delete\n"
+    cfg = rendered(bundle, gone, "apiVersion: v1alpha1\nkind: KubePrismConfig\nport:\n  $patch: delete\n")
+    assert cfg.documents[-1] == {"apiVersion": "v1alpha1", "kind": "KubePrismConfig", "port": 0}
+    worker = rendered(bundle, "apiVersion: v1alpha1\nkind: KubeAPIServerConfig\nextraArgs:\n  foo:\n"
+                      "    $patch: delete\n  bar: baz\n", role="worker")
+    assert worker.documents[-1] == {"apiVersion": "v1alpha1", "kind": "KubeAPIServerConfig", "image": "",
+                                    "extraArgs": {"bar": "baz"}}
+
+
 def test_deleting_what_is_not_there_is_an_error(bundle: SecretsBundle) -> None:
     with pytest.raises(PatchError, match=r"cluster patch 1: deletes machine\.network\.hostname"):
         rendered(bundle, "machine:\n  network:\n    hostname:\n      $patch: delete\n")
