@@ -234,6 +234,25 @@ PATCHES_V1_14 = (
     "apiVersion: v1alpha1\nkind: DiscoveryServiceConfig\nname: default\n$patch: delete\n",
     "apiVersion: v1alpha1\nkind: KubePrismConfig\n$patch: delete\n",
     "- op: add\n  path: /machine/certSANs/-\n  value: json6902.example.com\n",
+    "- op: remove\n  path: /machine/features/diskQuotaSupport\n",
+    "apiVersion: v1alpha1\nkind: KubeFlannelCNIConfig\nextraArgs:\n  - --iface=eth1\n"
+    "kubeNetworkPoliciesEnabled: true\n",
+    "apiVersion: v1alpha1\nkind: KubeAuthorizerConfig\nname: webhook\ntype: Webhook\nwebhook:\n"
+    "  timeout: 3s\n  subjectAccessReviewVersion: v1\n  matchConditionSubjectAccessReviewVersion: v1\n"
+    "  failurePolicy: NoOpinion\n  connectionInfo:\n    type: InClusterConfig\n",
+    "apiVersion: v1alpha1\nkind: KubeStaticPodConfig\nname: nginx\npod:\n  kind: Pod\n  apiVersion: v1\n"
+    "  metadata:\n    name: nginx\n  spec:\n    containers:\n      - name: nginx\n        image: nginx\n",
+    "apiVersion: v1alpha1\nkind: KubeAPIServerConfig\nresources:\n  requests:\n    memory: 1Gi\n    cpu: \"1\"\n",
+    "apiVersion: v1alpha1\nkind: KubeControllerManagerConfig\nenabled: false\n",
+    "apiVersion: v1alpha1\nkind: KubeCoreDNSConfig\nimage: registry.k8s.io/coredns/coredns:v1.12.4\n",
+    "apiVersion: v1alpha1\nkind: KubeNetworkConfig\nnodeCIDRMaskSizeIPv4: 25\n",
+    "apiVersion: v1alpha1\nkind: KubeNodeConfig\nlabels:\n  $patch: delete\n",
+    "apiVersion: v1alpha1\nkind: KubeNodeConfig\nannotations:\n  b.example.com/x: \"1\"\n  a.example.com/y: \"2\"\n",
+    "apiVersion: v1alpha1\nkind: KubeletConfig\nextraArgs:\n  $patch: delete\n",
+    "apiVersion: v1alpha1\nkind: UnattendedInstallConfig\nprovisioning:\n  wipe: true\n",
+    "apiVersion: v1alpha1\nkind: RegistryMirrorConfig\nname: gcr.io\nendpoints:\n  - url: https://gcr.mirror.example.com\n",
+    "apiVersion: v1alpha1\nkind: SysctlConfig\nparams:\n  vm.swappiness: \"10\"\n",
+    "apiVersion: v1alpha1\nkind: VolumeConfig\nname: EPHEMERAL\nprovisioning:\n  maxSize: 50GiB\n",
 )
 PATCHES = {V1_13: PATCHES_COMMON + PATCHES_V1_13, V1_14: PATCHES_COMMON + PATCHES_V1_14}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -201,6 +202,19 @@ def test_a_delete_in_a_document_that_is_not_there_appends_the_rest_of_it(bundle:
                       "    $patch: delete\n  bar: baz\n", role="worker")
     assert worker.documents[-1] == {"apiVersion": "v1alpha1", "kind": "KubeAPIServerConfig", "image": "",
                                     "extraArgs": {"bar": "baz"}}
+
+
+def test_a_merge_clears_the_cel_expressions_the_patch_leaves_unset(bundle: SecretsBundle) -> None:
+    # cel.Expression's Merge takes the patch's value even when unset (found by
+    # tests/real/test_render_oracle.py at v1.14): patching the install document drops its disk selector.
+    c = ClusterInputs(cluster_name="c", endpoint="https://c.example:6443", kubernetes_version="1.34.1",
+                      install_disk="/dev/sda",
+                      patches=("apiVersion: v1alpha1\nkind: UnattendedInstallConfig\ninstaller:\n  image: i\n",))
+    install = render(bundle, c, MachineInputs()).find("UnattendedInstallConfig")
+    assert install is not None and install["provisioning"] == {"wipe": False}
+    given = "apiVersion: v1alpha1\nkind: UnattendedInstallConfig\nprovisioning:\n  diskSelector:\n    match: 'true'\n"
+    install = render(bundle, dataclasses.replace(c, patches=(given,)), MachineInputs()).find("UnattendedInstallConfig")
+    assert install is not None and install["provisioning"] == {"diskSelector": {"match": "true"}, "wipe": False}
 
 
 def test_deleting_what_is_not_there_is_an_error(bundle: SecretsBundle) -> None:
