@@ -253,6 +253,18 @@ PATCHES_V1_14 = (
     "apiVersion: v1alpha1\nkind: RegistryMirrorConfig\nname: gcr.io\nendpoints:\n  - url: https://gcr.mirror.example.com\n",
     "apiVersion: v1alpha1\nkind: SysctlConfig\nparams:\n  vm.swappiness: \"10\"\n",
     "apiVersion: v1alpha1\nkind: VolumeConfig\nname: EPHEMERAL\nprovisioning:\n  maxSize: 50GiB\n",
+    "apiVersion: v1alpha1\nkind: KubeAuthorizerConfig\nname: node\n$patch: delete\n",
+    "apiVersion: v1alpha1\nkind: KubeAdmissionControlConfig\nname: EventRateLimit\nconfiguration:\n"
+    "  apiVersion: eventratelimit.admission.k8s.io/v1alpha1\n  kind: Configuration\n  limits:\n"
+    "    - type: Server\n      qps: 50\n      burst: 100\n",
+    "apiVersion: v1alpha1\nkind: KubeExternalManifestConfig\nname: custom-cni\nheaders:\n  X-Token: t\n",
+    "apiVersion: v1alpha1\nkind: HostnameConfig\nauto: stable\n",
+    "apiVersion: v1alpha1\nkind: KubeletConfig\nimage: ghcr.io/siderolabs/kubelet:v1.34.0\n---\n"
+    "apiVersion: v1alpha1\nkind: KubeProxyConfig\nmode: ipvs\n",
+    "apiVersion: v1alpha1\nkind: KubeAPIServerConfig\nstartupProbes: false\napiPort: 6444\n",
+    "apiVersion: v1alpha1\nkind: KubeClusterConfig\nclusterName: renamed-{n}\n",
+    "apiVersion: v1alpha1\nkind: KubeEtcdEncryptionConfig\n$patch: delete\n",
+    "machine:\n  certSANs:\n    - a.example.com\n  features:\n    diskQuotaSupport: false\n",
 )
 PATCHES = {V1_13: PATCHES_COMMON + PATCHES_V1_13, V1_14: PATCHES_COMMON + PATCHES_V1_14}
 
@@ -456,7 +468,8 @@ def test_render_matches_talos_generator_and_validator(contract: VersionContract)
         Path(report).write_text("\n".join(failures))
     assert not failures, f"{len(failures)} of {len(ours)} cases differ:\n" + "\n".join(failures[:15])
     assert refused < len(ours) // 4, "most random inputs should render: the generator is off"
-    assert valid > len(ours) // 2, "most renders should be valid: the generator is off"
+    # About 60% are valid (patches put control-plane documents on workers, Kubernetes one minor too old...).
+    assert valid > len(ours) * 2 // 5, "many renders should be valid: the generator is off"
 
 
 @cache
