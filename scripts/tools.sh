@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the real components the `real` test tier runs (kube-apiserver, etcd, helm and, when the
-# machine's is missing or outside kubectl's +-1 minor skew, kubectl; talos-oracle-v1.13, Talos's own
-# configuration code as the renderer's oracle) from Go modules at the versions tools/go.mod,
-# tools/helm/go.mod and tools/talos-oracle/go.mod pin. Nothing prebuilt is downloaded: only Go modules through
-# the module proxy. Binaries go to a cache outside the checkout, one directory per hash of the pins,
+# machine's is missing or outside kubectl's +-1 minor skew, kubectl; talos-oracle-v1.13 and
+# talos-oracle-v1.14, Talos's own configuration code as the renderer's oracle) from Go modules at the
+# versions tools/go.mod, tools/helm/go.mod and tools/talos-oracle/go{,.v1.14}.mod pin. Nothing
+# prebuilt is downloaded: only Go modules through the module proxy. Binaries go to a cache outside the checkout, one directory per hash of the pins,
 # so an unchanged pin set is a no-op.
 #
 #   scripts/tools.sh            build what is missing, print the bin directory last
@@ -42,10 +42,15 @@ for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
     helm_x+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$helm_kube_minor"
 done
 
+# The v1.14 oracle: the same sources with v1.14's module file; cni_v1_*.go hold the one generator API
+# that differs between the two machinery versions.
+oracle_v1_14=(-modfile=go.v1.14.mod -tags=talos_v1_14)
+
 # The pins: the module files and sums, the etcd and oracle sources, the build flags and the Go toolchain.
 pins=$( { cat "$tools/go.mod" "$tools/go.sum" "$tools/etcd/main.go" "$tools/helm/go.mod" "$tools/helm/go.sum"
-          cat "$tools/talos-oracle/go.mod" "$tools/talos-oracle/go.sum" "$tools"/talos-oracle/*.go
-          echo "${flags[*]} $kube_x $helm_x"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16)
+          cat "$tools"/talos-oracle/go.mod "$tools"/talos-oracle/go.sum "$tools"/talos-oracle/go.v1.14.{mod,sum}
+          cat "$tools"/talos-oracle/*.go
+          echo "${flags[*]} $kube_x $helm_x ${oracle_v1_14[*]}"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16)
 bin=${ICHORD_TOOLS_DIR:-$HOME/.cache/ichord/tools}/$pins/bin
 
 if [[ ${1:-} == --print-bin ]]; then
@@ -65,16 +70,17 @@ mkdir -p "$bin"
 exec 9>"$bin/../.lock"
 flock 9 2>/dev/null || true  # one build per pin set at a time; flock is optional
 
-build() {  # build NAME MODULE_DIR PACKAGE [-X ...]
+build() {  # build NAME MODULE_DIR PACKAGE [-X ...] [go build flags...]
     local name=$1 dir=$2 pkg=$3 xflags=${4:-} start
+    local extra=("${@:5}")
     if [[ -x $bin/$name ]]; then
         echo "$name: cached"
         return
     fi
-    echo "$name: building $pkg (go $(go env GOVERSION | sed 's/^go//'), -p $jobs ${flags[*]} -ldflags=-s -w)"
+    echo "$name: building $pkg (go $(go env GOVERSION | sed 's/^go//'), -p $jobs ${flags[*]} ${extra[*]} -ldflags=-s -w)"
     start=$SECONDS
-    (cd "$dir" && go build -p "$jobs" "${flags[@]}" "-ldflags=-s -w$xflags" -o "$bin/.$name.partial" "$pkg")
-    mv "$bin/.$name.partial" "$bin/$name"
+    (cd "$dir" && go build -p "$jobs" "${flags[@]}" "${extra[@]}" "-ldflags=-s -w$xflags" -o "$bin/.$name.partial" "$pkg") || return
+    mv "$bin/.$name.partial" "$bin/$name" || return
     echo "$name: built in $((SECONDS - start)) s"
 }
 
@@ -87,7 +93,11 @@ if [[ ! -x $bin/kubectl ]] && machine_kubectl_ok; then
 else
     build kubectl "$tools" k8s.io/kubernetes/cmd/kubectl "$kube_x"
 fi
-# Last: a failure here leaves the API server tier's binaries built (only the render oracle skips).
-build talos-oracle-v1.13 "$tools/talos-oracle" ichord.local/tools/talos-oracle
+# Last: a failure here leaves the API server tier's binaries built (only that oracle's tests skip).
+oracle_failed=()
+build talos-oracle-v1.13 "$tools/talos-oracle" ichord.local/tools/talos-oracle || oracle_failed+=(talos-oracle-v1.13)
+build talos-oracle-v1.14 "$tools/talos-oracle" ichord.local/tools/talos-oracle "" "${oracle_v1_14[@]}" \
+    || oracle_failed+=(talos-oracle-v1.14)
+(( ${#oracle_failed[@]} == 0 )) || die "${oracle_failed[*]} failed to build (the other binaries are built, in $bin)"
 echo "tools ready in $((SECONDS - total)) s"
 echo "$bin"

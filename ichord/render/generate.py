@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from ichord.contract import SUPPORTED_CONTRACTS
 from ichord.pki.bundle import SecretsBundle
-from ichord.render import keyorder, legacy, multidoc
+from ichord.render import keyorder, legacy, multidoc, zerofields
 from ichord.render.config import MachineConfig
 from ichord.render.errors import RenderError
 from ichord.render.inputs import ClusterInputs, MachineInputs
@@ -50,8 +50,9 @@ def render(
     patches = [*load_patches(cluster, machine), *extra_patches]
     if patches:
         docs = apply_patches(config.documents, patches, in_place=True)
-        # Only documents a patch merged into can have keys out of Talos's order.
+        # Only documents a patch changed can have keys out of Talos's order or lack a field it writes.
         changed = touched(patches)
-        config = MachineConfig([keyorder.normalize(d) if doc_id(d) in changed else d for d in docs])
+        config = MachineConfig([keyorder.normalize(zerofields.fill(d)) if doc_id(d) in changed else d
+                                for d in docs])
     check_structure(config, machine.role)
     return config

@@ -3,8 +3,10 @@
 Talos marshals structs, so a key a patch adds lands at its field's place, not at the end. After
 patching we re-sort the mappings we know: known keys in struct order, unknown keys after them in
 the order they came; the Go map fields we know (labels, sysctls, extraArgs...) in sorted key order,
-as Go's YAML encoder writes maps. Only order changes, never values (file modes are written in
-octal, as Talos's FileMode writes them: the same number).
+as Go's YAML encoder writes maps, and the free-form objects (meta.Unstructured: a kubelet config,
+an admission plugin's configuration...) sorted at every depth, being Go maps all the way down.
+Only order changes, never values (file modes are written in octal, as Talos's FileMode writes
+them: the same number).
 """
 
 from __future__ import annotations
@@ -80,10 +82,37 @@ _MAPS: dict[str, frozenset[Path]] = {
     }),
     "SysctlConfig": frozenset({("params",)}),
     "KubeletConfig": _ARGS,
-    "KubeAPIServerConfig": _ARGS,
-    "KubeControllerManagerConfig": _ARGS,
-    "KubeSchedulerConfig": _ARGS,
+    "KubeNodeConfig": frozenset({("labels",), ("annotations",), ("taints",)}),
+    "KubeAPIServerConfig": frozenset({("extraArgs",), ("env",)}),
+    "KubeControllerManagerConfig": frozenset({("extraArgs",), ("env",)}),
+    "KubeSchedulerConfig": frozenset({("extraArgs",), ("env",)}),
     "KubeProxyConfig": _ARGS,
+    "KubeExternalManifestConfig": frozenset({("headers",)}),
+}
+
+#: Free-form object fields (meta.Unstructured, a Go map[string]any): sorted at every depth.
+_RESOURCES = frozenset({("resources", "requests"), ("resources", "limits")})
+_UNSTRUCTURED: dict[str, frozenset[Path]] = {
+    V1ALPHA1: frozenset({
+        ("machine", "kubelet", "extraConfig"), ("machine", "kubelet", "credentialProviderConfig"),
+        ("machine", "baseRuntimeSpecOverrides"), ("machine", "pods", "[]"), ("cluster", "apiServer", "auditPolicy"),
+        ("cluster", "apiServer", "admissionControl", "[]", "configuration"), ("cluster", "scheduler", "config"),
+        *((section, "resources", limit) for section in ("apiServer", "controllerManager", "scheduler")
+          for limit in ("requests", "limits")),
+    }),
+    "KubeletConfig": frozenset({("config",)}),
+    "KubeSchedulerConfig": frozenset({("config",), *_RESOURCES}),
+    "KubeProxyConfig": frozenset({("config",), *_RESOURCES}),
+    "KubeAPIServerConfig": _RESOURCES,
+    "KubeControllerManagerConfig": _RESOURCES,
+    "KubeFlannelCNIConfig": frozenset({("backendExtraConfig",), *_RESOURCES}),
+    "KubeAdmissionControlConfig": frozenset({("configuration",)}),
+    "KubeAuditPolicyConfig": frozenset({("configuration",)}),
+    "KubeAuthenticationConfig": frozenset({("configuration",)}),
+    "KubeAuthorizerConfig": frozenset({("webhook",)}),
+    "KubeCredentialProviderConfig": frozenset({("configuration",)}),
+    "KubeEtcdEncryptionConfig": frozenset({("config",)}),
+    "KubeStaticPodConfig": frozenset({("pod",)}),
 }
 
 #: Typed documents ichord generates (field order of their Go structs / the JSON schema).
@@ -151,7 +180,7 @@ def normalize(doc: CommentedMap) -> CommentedMap:
     """``doc`` with its known mappings in Talos's key order (a new tree; ``doc`` is untouched)."""
     kind = doc.get("kind")
     if kind is None and doc.get("version") == V1ALPHA1:
-        out: CommentedMap = _walk(doc, (), _V1ALPHA1.get, _MAPS[V1ALPHA1])
+        out: CommentedMap = _walk(doc, (), _V1ALPHA1.get, _MAPS[V1ALPHA1], _UNSTRUCTURED[V1ALPHA1])
         for file in (out.get("machine") or {}).get("files") or []:
             mode = file.get("permissions") if isinstance(file, dict) else None
             if isinstance(mode, int) and not isinstance(mode, bool):
@@ -160,12 +189,14 @@ def normalize(doc: CommentedMap) -> CommentedMap:
     if isinstance(kind, str):
         top = (*_HEAD, *_TYPED[kind]) if kind in _TYPED else _HEAD
         typed: CommentedMap = _walk(doc, (), lambda p: top if not p else _TYPED_SUB.get((kind, p)),
-                                    _MAPS.get(kind, frozenset()))
+                                    _MAPS.get(kind, frozenset()), _UNSTRUCTURED.get(kind, frozenset()))
         return typed
     return doc
 
 
-def _walk(node: Any, path: Path, order_of: Any, maps: frozenset[Path]) -> Any:
+def _walk(node: Any, path: Path, order_of: Any, maps: frozenset[Path], unstructured: frozenset[Path]) -> Any:
+    if path in unstructured:
+        return _sorted_deep(node)
     if isinstance(node, dict):
         order = order_of(path)
         keys = list(node)
@@ -176,8 +207,19 @@ def _walk(node: Any, path: Path, order_of: Any, maps: frozenset[Path]) -> Any:
             keys.sort(key=lambda k: rank.get(k, len(rank)))  # stable: unknown keys keep their order
         out = CommentedMap()
         for k in keys:
-            out[k] = _walk(node[k], (*path, str(k)), order_of, maps)
+            out[k] = _walk(node[k], (*path, str(k)), order_of, maps, unstructured)
         return out
     if isinstance(node, list):
-        return [_walk(v, (*path, "[]"), order_of, maps) for v in node]
+        return [_walk(v, (*path, "[]"), order_of, maps, unstructured) for v in node]
+    return node
+
+
+def _sorted_deep(node: Any) -> Any:
+    if isinstance(node, dict):
+        out = CommentedMap()
+        for k in sorted(node, key=str):
+            out[k] = _sorted_deep(node[k])
+        return out
+    if isinstance(node, list):
+        return [_sorted_deep(v) for v in node]
     return node

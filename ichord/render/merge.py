@@ -3,7 +3,9 @@
 Go's merge.Merge semantics on YAML trees: maps merge key by key; a scalar replaces unless it is its
 type's zero value ("" or 0; false always replaces); lists append, except where Talos replaces them
 or merges elements by key (Talos's patching docs, `merge:"replace"` tags, the types with their own
-Merge method). Paths are key tuples inside one document; ``[]`` stands for "any element of the list".
+Merge method). A few types' Merge takes the patch's value even when the patch leaves it unset (CEL
+expressions, byte sizes): any merge into their document clears them unless the patch gives them.
+Paths are key tuples inside one document; ``[]`` stands for "any element of the list".
 """
 
 from __future__ import annotations
@@ -25,6 +27,22 @@ REPLACE: dict[str, frozenset[Path]] = {
     "KubeNetworkConfig": frozenset({("podSubnets",), ("serviceSubnets",)}),
     # The audit policy document carries the same value v1alpha1's auditPolicy did.
     "KubeAuditPolicyConfig": frozenset({("configuration",)}),
+    "KubeAuthenticationConfig": frozenset({("configuration",)}),
+    "KubeCredentialProviderConfig": frozenset({("configuration",)}),
+    "KubeStaticPodConfig": frozenset({("pod",)}),
+    "ResolverConfig": frozenset({("searchDomains",)}),
+}
+
+#: Values whose Go type's Merge sets the patch's value unconditionally (cel.Expression,
+#: block.ByteSize) on a path Go's merge always walks (struct fields, no pointer on the way): a merge
+#: into the document clears them unless the patch gives them. Emptied mappings above them go too.
+_VOLUME = frozenset({("provisioning", "diskSelector", "match"), ("provisioning", "minSize")})
+ALWAYS_REPLACED: dict[str, frozenset[Path]] = {
+    "UnattendedInstallConfig": frozenset({("provisioning", "diskSelector", "match")}),
+    "VolumeConfig": _VOLUME,
+    "UserVolumeConfig": _VOLUME,
+    "RawVolumeConfig": _VOLUME,
+    "SwapVolumeConfig": _VOLUME,
 }
 
 #: Lists whose elements merge with the existing element having the same key.
@@ -81,7 +99,33 @@ class MergeConflict(Exception):
 
 def merge(left: dict[str, Any], right: dict[str, Any], kind: str) -> None:
     """Merge ``right`` into ``left`` (a document of ``kind``; "v1alpha1" for the legacy one) in place."""
+    for path in ALWAYS_REPLACED.get(kind, _NONE):
+        if _get(right, path) is None:
+            _clear(left, path)
     _merge(left, right, (), _rules(kind))
+
+
+def _get(node: Any, path: Path) -> Any:
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def _clear(node: Any, path: Path) -> None:
+    """Remove ``path`` and the mappings it leaves empty (omitempty structs; zerofields puts back any
+    struct Talos always writes)."""
+    parents = []
+    for key in path[:-1]:
+        if not isinstance(node, dict) or not isinstance(node.get(key), dict):
+            return
+        parents.append((node, key))
+        node = node[key]
+    if isinstance(node, dict):
+        node.pop(path[-1], None)
+    for parent, key in reversed(parents):
+        if parent[key]:
+            break
+        del parent[key]
 
 
 def _kind(value: Any) -> str:

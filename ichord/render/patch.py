@@ -11,7 +11,8 @@ YAML/JSON list of operations), decided as configpatcher.LoadPatch does. Strategi
   other key; deletes run before the rest of their document merges. Deleting an unset field of a
   struct that is there is a no-op, as Talos zeroes the field; deleting any other key that does not
   exist (a map key, or under a parent that is not there) is an error (Talos: "lookup failed");
-  deleting the v1alpha1 document is refused.
+  a delete in a typed document that is not there is a no-op, and the rest of the patch's document
+  is appended, as Talos does; deleting the v1alpha1 document is refused.
 JSON6902 patches apply to the v1alpha1 document: Talos refuses them on any multi-document
 configuration, and every configuration ichord renders has typed documents, so paths address the
 v1alpha1 document (``/machine/network/hostname``).
@@ -265,13 +266,13 @@ def apply_patches(documents: list[CommentedMap], patches: list[Patch], *,
 
 
 def touched(patches: list[Patch]) -> set[DocId]:
-    """The documents ``patches`` merge into (JSON6902 patches touch the v1alpha1 one)."""
+    """The documents ``patches`` merge into or delete a key of (JSON6902 patches touch the v1alpha1 one)."""
     out: set[DocId] = set()
     for patch in patches:
         if isinstance(patch, JSONPatch):
             out.add(LEGACY_ID)
         else:
-            out.update(step.doc for step in patch.steps if isinstance(step, Merge))
+            out.update(step.doc for step in patch.steps if isinstance(step, Merge) or step.path)
     return out
 
 
@@ -289,8 +290,9 @@ def _apply_delete(docs: list[CommentedMap], step: Delete, label: str) -> list[Co
         # control-plane document (say KubeFlannelCNIConfig) must also apply to workers.
         return docs if idx is None else [d for i, d in enumerate(docs) if i != idx]
     if idx is None:
-        raise PatchError(label, f"deletes {_dotted(step.path)} in {describe(step.doc)}, which does not exist",
-                         "remove the delete or add the document first")
+        # Talos applies a delete only to a document that is there (StrategicMerge skips it otherwise);
+        # the rest of the patch's document is then appended by its merge step.
+        return docs
     node: Any = docs[idx]
     parent: Any = None
     for key in step.path[:-1]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -157,6 +158,63 @@ def test_deleting_an_unset_struct_field_is_a_no_op(bundle: SecretsBundle) -> Non
     # A map key that is not there is still an error, as in Talos ("lookup failed").
     with pytest.raises(PatchError, match=r"deletes machine\.nodeLabels\.nope"):
         rendered(bundle, "machine:\n  nodeLabels:\n    nope:\n      $patch: delete\n", contract=V1_13)
+
+
+def test_a_document_is_written_with_the_fields_talos_always_writes(bundle: SecretsBundle) -> None:
+    # Talos encodes every document from its Go struct (found by tests/real/test_render_oracle.py at
+    # v1.14): a field without omitempty appears zero-valued when a patch adds the document without
+    # it or deletes it.
+    added = rendered(bundle, "apiVersion: v1alpha1\nkind: KubeSchedulerConfig\nextraArgs:\n  v: '2'\n",
+                     "apiVersion: v1alpha1\nkind: KubeServiceAccountConfig\naccepted:\n  audiences: [a]\n",
+                     role="worker")
+    assert added.find("KubeSchedulerConfig") == {"apiVersion": "v1alpha1", "kind": "KubeSchedulerConfig",
+                                                 "image": "", "config": {}, "extraArgs": {"v": "2"}}
+    account = added.find("KubeServiceAccountConfig")
+    assert account is not None and list(account) == ["apiVersion", "kind", "issuer", "accepted"]
+    assert account["issuer"] == {"privateKey": "", "issuerURL": ""}
+    deleted = rendered(bundle, "apiVersion: v1alpha1\nkind: KubePrismConfig\nport:\n  $patch: delete\n",
+                       "apiVersion: v1alpha1\nkind: KubeNetworkConfig\npodSubnets:\n  $patch: delete\n")
+    assert deleted.find("KubePrismConfig") == {"apiVersion": "v1alpha1", "kind": "KubePrismConfig", "port": 0}
+    network = deleted.find("KubeNetworkConfig")
+    assert network is not None and list(network)[2:4] == ["dnsDomain", "podSubnets"] and network["podSubnets"] == []
+
+
+def test_go_maps_and_free_form_objects_are_written_sorted(bundle: SecretsBundle) -> None:
+    # Go's YAML encoder sorts map keys; a free-form object (meta.Unstructured) is maps all the way down.
+    cfg = rendered(bundle, "apiVersion: v1alpha1\nkind: KubeNodeConfig\ntaints:\n  dedicated: infra:NoSchedule\n",
+                   "apiVersion: v1alpha1\nkind: KubeletConfig\nconfig:\n  z: 1\n  a:\n    y: [{d: 1, c: 2}]\n"
+                   "    b: 3\n")
+    node, kubelet = cfg.find("KubeNodeConfig"), cfg.find("KubeletConfig")
+    assert node is not None and list(node["taints"]) == ["dedicated", "node-role.kubernetes.io/control-plane"]
+    assert kubelet is not None and list(kubelet["config"]) == ["a", "z"]
+    assert list(kubelet["config"]["a"]) == ["b", "y"] and list(kubelet["config"]["a"]["y"][0]) == ["c", "d"]
+    legacy = rendered(bundle, "machine:\n  kubelet:\n    extraConfig:\n      z: 1\n      a: 2\n", contract=V1_13)
+    assert list(legacy.v1alpha1["machine"]["kubelet"]["extraConfig"]) == ["a", "z"]
+
+
+def test_a_delete_in_a_document_that_is_not_there_appends_the_rest_of_it(bundle: SecretsBundle) -> None:
+    # Talos applies a delete only to a document that is there, then appends the patch's document
+    # (found by tests/real/test_render_oracle.py at v1.14); ichord refused the patch.
+    gone = "apiVersion: v1alpha1\nkind: KubePrismConfig\n$patch: delete\n"
+    cfg = rendered(bundle, gone, "apiVersion: v1alpha1\nkind: KubePrismConfig\nport:\n  $patch: delete\n")
+    assert cfg.documents[-1] == {"apiVersion": "v1alpha1", "kind": "KubePrismConfig", "port": 0}
+    worker = rendered(bundle, "apiVersion: v1alpha1\nkind: KubeAPIServerConfig\nextraArgs:\n  foo:\n"
+                      "    $patch: delete\n  bar: baz\n", role="worker")
+    assert worker.documents[-1] == {"apiVersion": "v1alpha1", "kind": "KubeAPIServerConfig", "image": "",
+                                    "extraArgs": {"bar": "baz"}}
+
+
+def test_a_merge_clears_the_cel_expressions_the_patch_leaves_unset(bundle: SecretsBundle) -> None:
+    # cel.Expression's Merge takes the patch's value even when unset (found by
+    # tests/real/test_render_oracle.py at v1.14): patching the install document drops its disk selector.
+    c = ClusterInputs(cluster_name="c", endpoint="https://c.example:6443", kubernetes_version="1.34.1",
+                      install_disk="/dev/sda",
+                      patches=("apiVersion: v1alpha1\nkind: UnattendedInstallConfig\ninstaller:\n  image: i\n",))
+    install = render(bundle, c, MachineInputs()).find("UnattendedInstallConfig")
+    assert install is not None and install["provisioning"] == {"wipe": False}
+    given = "apiVersion: v1alpha1\nkind: UnattendedInstallConfig\nprovisioning:\n  diskSelector:\n    match: 'true'\n"
+    install = render(bundle, dataclasses.replace(c, patches=(given,)), MachineInputs()).find("UnattendedInstallConfig")
+    assert install is not None and install["provisioning"] == {"diskSelector": {"match": "true"}, "wipe": False}
 
 
 def test_deleting_what_is_not_there_is_an_error(bundle: SecretsBundle) -> None:

@@ -1,7 +1,6 @@
 // Talos's configuration code as the renderer's oracle (tests/real/test_render_oracle.py):
-// scripts/tools.sh builds talos-oracle-v1.13 from this module. Contract v1.13 is pinned at v1.13.9,
-// the newest v1.13 machinery. There is no v1.14 oracle yet: the module proxy serves no v1.14
-// machinery newer than v1.14.0-alpha.2, which predates the v1.14 contract's layout (README, test tiers).
+// scripts/tools.sh builds talos-oracle-v1.13 from this module file. Contract v1.13 is pinned at v1.13.9,
+// the newest v1.13 machinery; go.v1.14.mod pins contract v1.14's oracle (same sources, -tags talos_v1_14).
 module ichord.local/tools/talos-oracle
 
 go 1.26.6

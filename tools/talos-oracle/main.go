@@ -1,6 +1,7 @@
 // talos-oracle: Talos's own configuration code (github.com/siderolabs/talos/pkg/machinery) as the
 // oracle ichord's renderer is tested against (tests/real/test_render_oracle.py), built against the
-// machinery version of one Talos contract (scripts/tools.sh: talos-oracle-v1.13).
+// machinery version of one Talos contract: scripts/tools.sh builds talos-oracle-v1.13 with go.mod and
+// talos-oracle-v1.14 with -modfile=go.v1.14.mod -tags talos_v1_14 (cni_v1_*.go: the one API that differs).
 //
 // It reads a batch of cases as JSON on stdin and writes one JSON result per case, in order, so one
 // run serves hundreds of cases:
@@ -105,13 +106,13 @@ func main() {
 	var in batch
 
 	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
-		fmt.Fprintf(os.Stderr, "talos-oracle: reading the batch from stdin: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%s: reading the batch from stdin: %v\n", oracleName, err)
 		os.Exit(2)
 	}
 
 	tmp, err := os.MkdirTemp("", "talos-oracle-")
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "talos-oracle: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", oracleName, err)
 		os.Exit(2)
 	}
 
@@ -136,7 +137,7 @@ func main() {
 
 	enc := json.NewEncoder(os.Stdout)
 	if err := enc.Encode(out); err != nil {
-		fmt.Fprintf(os.Stderr, "talos-oracle: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", oracleName, err)
 		os.Exit(2)
 	}
 }
@@ -223,10 +224,12 @@ func generateCase(g *generateInput, bundlePath string) (result, error) {
 		opts = append(opts, generate.WithRegistryMirror(host, g.RegistryMirrors[host]...))
 	}
 
-	// The v1alpha1 CNI block: `none` (Talos installs no CNI) or `custom` with manifest URLs.
-	if g.CNIName != "" {
-		opts = append(opts, generate.WithClusterCNIConfig(&v1alpha1.CNIConfig{CNIName: g.CNIName, CNIUrls: g.CNIURLs}))
+	cni, err := cniOptions(g)
+	if err != nil {
+		return result{}, err
 	}
+
+	opts = append(opts, cni...)
 
 	input, err := generate.NewInput(g.ClusterName, g.Endpoint, g.KubernetesVersion, opts...)
 	if err != nil {
