@@ -1,0 +1,202 @@
+"""ADR 0080 on the simulators: the ``config`` operation run by the real cluster actor step and registry.
+
+A reboot-class patch rolled out on 3 control planes + 2 workers with a PDB-protected app: plan only while
+paused, each node rebooted exactly once, never two control planes (nor more than one worker) down at once,
+the PDB never violated (read at every pod change), nothing left cordoned, every TalosMachine Ready=True
+after. Then the refusals (nothing to do; a rotation unfinished), a drain a PDB never allows (bounded, paused
+naming the pod, uncordoned, nothing rebooted), an unowned pod, and the API-server-restart class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from ichord.api import names
+from ichord.api.conditions import find
+from ichord.kube import crds
+from ichord.kube.nodes import CORDONED_BY_ICHORD_ANNOTATION
+from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.settings import Timing
+from ichord.sim.combined import SimEnvironment
+from tests.integration._config_world import (
+    API_SERVER_PATCH,
+    APP_NS,
+    REBOOT_PATCH,
+    World,
+    most_down_at_once,
+    reboots,
+    world_on,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+Obj = dict[str, Any]
+TIMING = replace(Timing().scaled(0.01), ca_worker_apply_concurrency=4)
+
+
+@pytest.fixture(scope="module")
+def bundle() -> SecretsBundle:
+    return generate_bundle()
+
+
+@pytest.fixture
+async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
+    async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=3, workers=2,
+                              pod_start_delay=2.0) as e:
+        yield e
+
+
+@pytest.fixture
+async def world(env: SimEnvironment) -> AsyncIterator[World]:
+    async for w in world_on(env, TIMING):
+        yield w
+
+
+def _cond(obj: Obj, ctype: str = names.CONFIG_ROLLOUT) -> Obj:
+    return find((obj.get("status") or {}).get("conditions"), ctype) or {}
+
+
+async def _create(world: World, name: str, *, paused: bool, **spec: Any) -> None:
+    await crds.operations(world.kube).create(world.env.namespace, {"metadata": {"name": name}, "spec": {
+        "clusterRef": {"name": world.env.cluster_name}, "kind": "config", "paused": paused, **spec}})
+
+
+async def _reported(world: World, field: str, count: int) -> None:
+    async def reported() -> bool:
+        return sum(1 for m in await world.machines() if (m.get("status") or {}).get(field)) == count
+
+    await world.run_until(reported, what=f"{count} machines reporting {field}")
+
+
+async def _phase(world: World, name: str, *phases: str) -> Obj:
+    async def there() -> bool:
+        return (await world.op(name)).get("status", {}).get("phase") in phases
+
+    await world.run_until(there, what=f"{name} in {phases}")
+    return await world.op(name)
+
+
+async def _cordoned(world: World) -> list[str]:
+    nodes = (await world.kube.raw("GET", "/api/v1/nodes"))["items"]
+    return [n["metadata"]["name"] for n in nodes if (n.get("spec") or {}).get("unschedulable")
+            or CORDONED_BY_ICHORD_ANNOTATION in (n["metadata"].get("annotations") or {})]
+
+
+async def test_a_reboot_patch_rolls_out_one_node_at_a_time_with_a_drain_under_a_pdb(world: World) -> None:
+    env = world.env
+    await world.deploy_app(replicas=2, min_available=1)
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    boots_before = {m: env.node(m).boots for m in env.machine_names}
+
+    await _create(world, "roll", paused=True)
+    op = await _phase(world, "roll", "Pending")
+    assert _cond(op)["reason"] == "Planned"
+    plan = op["status"]["plan"]
+    assert [m["role"] for m in plan["machines"]] == ["controlplane"] * 3 + ["worker"] * 2
+    assert all(m["reboots"] and m["change"] == "Reboot" for m in plan["machines"])
+    assert plan["kubernetesAPIUnavailable"] is False
+    assert {m: env.node(m).boots for m in env.machine_names} == boots_before  # plan only: nothing ran
+
+    since = len(env.talos.history.events)
+    await crds.operations(world.kube).patch(env.namespace, "roll", {"spec": {"paused": False}})
+    op = await _phase(world, "roll", "Completed", "Failed", "Paused")
+    assert op["status"]["phase"] == "Completed", op["status"]
+    assert reboots(env, since) == {m: 1 for m in env.machine_names}
+    assert most_down_at_once(env, f"{env.cluster_name}-cp-", since) == 1
+    assert most_down_at_once(env, f"{env.cluster_name}-worker-", since) == 1
+    assert op["status"]["roll"]["done"] == [m["name"] for m in plan["machines"]]
+    assert world.pdb.lowest is not None and world.pdb.lowest >= 1, world.pdb
+    assert env.clients.events and any(e["kind"] == "pod_replaced" for e in env.clients.events)  # evictions happened
+    assert await _cordoned(world) == []
+    assert not op["metadata"].get("finalizers")
+
+    # The machine reconciler and the operation agree: every machine converged, Ready=True.
+    async def all_ready() -> bool:
+        return all(_cond(m, names.READY).get("status") == "True" for m in await world.machines())
+
+    await world.run_until(all_ready, what="every TalosMachine Ready=True")
+    assert all(_cond(m)["reason"] == "RolledOut" for m in await world.machines())
+    stages = [e["kind"] for e in env.talos.history.events[since:] if e["kind"] == "apply"]
+    modes = {e.get("mode") for e in env.talos.history.events[since:] if e["kind"] == "apply"}
+    assert stages and modes == {"STAGED"}, modes  # never AUTO, never REBOOT
+
+
+async def test_refusals_nothing_to_do_and_a_rotation_unfinished(world: World) -> None:
+    await _create(world, "idle", paused=False)
+    op = await _phase(world, "idle", "Failed")
+    assert _cond(op)["reason"] == "NothingToDo"
+
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    await crds.operations(world.kube).create(world.env.namespace, {"metadata": {"name": "rot"}, "spec": {
+        "clusterRef": {"name": world.env.cluster_name}, "kind": "ca-rotation", "paused": True}})
+    await _create(world, "late", paused=False)
+    op = await _phase(world, "late", "Failed")
+    assert _cond(op)["reason"] == "ClusterCARotating", op["status"]
+    assert sum(reboots(world.env).values()) == 0
+
+
+async def test_a_pdb_that_never_allows_an_eviction_pauses_naming_the_pod(world: World) -> None:
+    env = world.env
+    await world.deploy_app(replicas=1, min_available=1)
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    pods = (await world.kube.raw("GET", f"/api/v1/namespaces/{APP_NS}/pods"))["items"]
+    pinned = pods[0]["spec"]["nodeName"]
+    worker = next(m for m in env.machine_names if env.node(m).nodename == pinned)
+    # Only that worker waits: hold the rest by rolling out its own plan (the others converge as they are).
+    await _create(world, "stuck", paused=False)
+    op = await _phase(world, "stuck", "Paused")
+
+    async def blocked_on_pod() -> bool:
+        o = await world.op("stuck")
+        return "did not drain" in str(o["status"].get("message"))
+
+    await world.run_until(blocked_on_pod, what="the drain bound")
+    op = await world.op("stuck")
+    assert pods[0]["metadata"]["name"] in op["status"]["message"]
+    assert env.node(worker).boots == 1  # never rebooted
+    assert await _cordoned(world) == []  # ichord's cordon released
+
+
+async def test_an_unowned_pod_is_refused_and_nothing_reboots(world: World) -> None:
+    env = world.env
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    first_worker = f"{env.cluster_name}-worker-1"
+    node = env.node(first_worker).nodename
+    await world.kube.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": APP_NS}})
+    await world.kube.raw("POST", f"/api/v1/namespaces/{APP_NS}/pods", body={
+        "metadata": {"name": "pet", "namespace": APP_NS},
+        "spec": {"nodeName": node, "containers": [{"name": "pet", "image": "busybox"}]}})
+    await _create(world, "pets", paused=False)
+
+    async def refused() -> bool:
+        return "no controller owns" in str((await world.op("pets")).get("status", {}).get("message"))
+
+    await world.run_until(refused, what="the unowned pod refusal")
+    assert env.node(first_worker).boots == 1
+    assert node not in await _cordoned(world)
+
+
+async def test_an_api_server_restart_patch_restarts_each_control_plane_once_without_a_reboot(world: World) -> None:
+    env = world.env
+    await world.patch_cluster([API_SERVER_PATCH])
+    await _reported(world, "apiServerRestartPaths", 3)
+    since = len(env.talos.history.events)
+    await _create(world, "restart", paused=False)
+    op = await _phase(world, "restart", "Completed", "Failed", "Paused")
+    assert op["status"]["phase"] == "Completed", op["status"]
+    assert [m["change"] for m in op["status"]["plan"]["machines"]] == ["APIServerRestart"] * 3
+    assert sum(reboots(env, since).values()) == 0
+    restarts = [e["node"] for e in env.talos.history.events[since:] if e["kind"] == "apiserver_restart"]
+    assert sorted(restarts) == sorted(m for m in env.machine_names if "-cp-" in m)
+    # one at a time: each restart is ready before the next starts
+    ready_or_restart = [e["kind"] for e in env.talos.history.events[since:]
+                        if e["kind"] in ("apiserver_restart", "apiserver_ready")]
+    assert ready_or_restart == ["apiserver_restart", "apiserver_ready"] * 3
