@@ -46,8 +46,8 @@ class PdbWatch:
     def sample(self, env: SimEnvironment) -> None:
         store = env.kube.store
         pods = store.list(store.resolve("", "v1", "pods"), APP_NS)[0]
-        healthy = sum(1 for p in pods if selector_matches({"matchLabels": APP_LABELS}, p["metadata"].get("labels") or {})
-                      and pod_ready(p))
+        selector = {"matchLabels": APP_LABELS}
+        healthy = sum(1 for p in pods if selector_matches(selector, p["metadata"].get("labels") or {}) and pod_ready(p))
         self.samples += 1
         self.lowest = healthy if self.lowest is None else min(self.lowest, healthy)
 
