@@ -13,12 +13,14 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
+import anyio
 import pytest
 
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
 from ichord.kube.nodes import CORDONED_BY_ICHORD_ANNOTATION
+from ichord.operations.config.cli import config_apply, format_plan
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
@@ -200,3 +202,31 @@ async def test_an_api_server_restart_patch_restarts_each_control_plane_once_with
     ready_or_restart = [e["kind"] for e in env.talos.history.events[since:]
                         if e["kind"] in ("apiserver_restart", "apiserver_ready")]
     assert ready_or_restart == ["apiserver_restart", "apiserver_ready"] * 3
+
+
+async def test_config_apply_creates_a_plan_only_operation_and_prints_the_plan(world: World) -> None:
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    boots = {m: world.env.node(m).boots for m in world.env.machine_names}
+    got: list[Obj] = []
+
+    async def apply() -> None:
+        got.append(await config_apply(world.kube, world.env.cluster_name, world.env.namespace, max_unavailable=2,
+                                      wait=30))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(apply)
+
+        async def answered() -> bool:
+            return bool(got)
+
+        await world.run_until(answered, what="config-apply's plan")
+    op = got[0]
+    assert op["spec"]["paused"] is True and op["spec"]["maxUnavailable"] == 2
+    text = format_plan(op)
+    lines = text.splitlines()
+    assert lines[1].split() == ["ORDER", "MACHINE", "ROLE", "CHANGE", "FIELDS"]
+    assert [ln.split()[1] for ln in lines[2:7]] == [m for m in world.env.machine_names if "-cp-" in m] + \
+        [m for m in world.env.machine_names if "-worker-" in m]
+    assert "KernelModuleConfig" in lines[2] and "plan only; start it with: kubectl patch" in text
+    assert {m: world.env.node(m).boots for m in world.env.machine_names} == boots
