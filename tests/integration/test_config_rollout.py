@@ -9,6 +9,7 @@ naming the pod, uncordoned, nothing rebooted), an unowned pod, and the API-serve
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -230,3 +231,35 @@ async def test_config_apply_creates_a_plan_only_operation_and_prints_the_plan(wo
         [m for m in world.env.machine_names if "-worker-" in m]
     assert "KernelModuleConfig" in lines[2] and "plan only; start it with: kubectl patch" in text
     assert {m: world.env.node(m).boots for m in world.env.machine_names} == boots
+
+
+async def test_workers_go_up_to_max_unavailable_at_once_and_the_last_alone(bundle: SecretsBundle) -> None:
+    async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=1, workers=5,
+                              management_api="separate") as env, contextlib.asynccontextmanager(world_on)(
+                                  env, TIMING) as world:
+        if True:
+            await world.patch_cluster([REBOOT_PATCH])
+            await _reported(world, "rebootPaths", 6)
+            since = len(env.talos.history.events)
+            cordoned: list[int] = []
+
+            def count(_change: Any, rt: Any) -> None:
+                if rt.plural == "nodes":
+                    nodes = env.kube.store.list(rt, None)[0]
+                    cordoned.append(sum(1 for n in nodes if (n.get("spec") or {}).get("unschedulable")))
+
+            env.kube.store.listeners.append(count)
+            await _create(world, "wide", paused=False, maxUnavailable=2)
+            op = await _phase(world, "wide", "Completed", "Failed", "Paused")
+            assert op["status"]["phase"] == "Completed", op["status"]
+            assert op["status"]["plan"]["kubernetesAPIUnavailable"] is True
+            assert reboots(env, since) == {m: 1 for m in env.machine_names}
+            assert most_down_at_once(env, f"{env.cluster_name}-worker-", since) <= 2
+            assert max(cordoned) == 2  # two workers out of service together, never three
+            done = op["status"]["roll"]["done"]
+            assert done[0] == f"{env.cluster_name}-cp-1" and done[-1] == f"{env.cluster_name}-worker-5"
+            # the last one went alone: nothing else was down while it was
+            downs = [e for e in env.talos.history.events[since:] if e["kind"] == "down"]
+            assert downs[-1]["node"] == f"{env.cluster_name}-worker-5"
+            assert await _cordoned(world) == []
+            assert not op["status"].get("workerRolls")

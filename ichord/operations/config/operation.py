@@ -9,8 +9,8 @@
     every planned machine done          -> Completed (ConfigRollout True/RolledOut, one ConfigApplied Event),
                                            lock released, finalizer removed
 
-Machines are taken one at a time in the plan's order (control planes first, the node ichord runs on last):
-``maxUnavailable`` is an upper bound, and this version never has more than one machine down.
+Control planes one at a time in the plan's order, then workers up to ``maxUnavailable`` at once (workers.py),
+then the plan's last machine alone (ichord's own node when it is in the plan).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ichord.operations.backbone import OperationKind
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client
 from ichord.operations.ca_rotation.operation import context_of
+from ichord.operations.config import workers
 from ichord.operations.config.apiserver import RestartMarker, advance_restart
 from ichord.operations.config.machine_status import RolloutReason, set_rollout_condition
 from ichord.operations.config.plan import (
@@ -44,7 +45,7 @@ from ichord.operations.config.plan import (
 )
 from ichord.operations.config.reboot import advance_reboot
 from ichord.operations.config.world import ROLL_FIELDS, NodeNameUnknown, World
-from ichord.operations.outcome import Blocked, Done, Outcome, Requeue
+from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, soonest
 from ichord.operations.registry import Operation
 from ichord.operations.roll import RollReason
 from ichord.operations.roll_store import marker_from_status
@@ -149,24 +150,28 @@ async def _rolling(ctx: RotationContext, inputs: Inputs, objects: dict[str, Obj]
     current = _current(planned, inputs.status)
     if current is None:
         return await _complete(ctx, inputs, planned)
+    parallel = not current.is_control_plane and current.name != planned[-1].name \
+        and not marker_from_status(inputs.status, ROLL_FIELDS).rebooting
     m = next((x for x in inputs.machines if x.name == current.name), None)
     if m is None:
         return await backbone.blocked(ctx, CONFIG, inputs, f"TalosMachine {current.name} of the plan is not approved "
                                       "or does not exist; the rollout waits for it")
     talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
     outstanding = bool(marker_from_status(inputs.status, ROLL_FIELDS).rebooting or
-                       RestartMarker.of(inputs.status).machine)
+                       RestartMarker.of(inputs.status).machine or workers.in_flight(inputs.status))
     try:
         try:
             async with admin_client(talos, inputs.control_planes, [inputs.bundle.k8s.cert_pem]) as managed:
                 world = World(ctx, inputs, talos, managed, objects)
+                if parallel:
+                    return await _workers(ctx, inputs, world, planned)
                 if current.change is Change.REBOOT:
                     rolled = await advance_reboot(world, m)
                     reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
-                    return await _report(ctx, inputs, current, rolled.outcome, reason, rolled.message,
+                    return await _report(ctx, inputs, [current], rolled.outcome, reason, rolled.message,
                                          pause=rolled.pause, done=rolled.reason is RollReason.NODE_REBOOTED)
                 restarted = await advance_restart(world, m)
-                return await _report(ctx, inputs, current, restarted.outcome, restarted.reason, restarted.message,
+                return await _report(ctx, inputs, [current], restarted.outcome, restarted.reason, restarted.message,
                                      pause=restarted.pause, done=restarted.reason in ("APIServerRestarted",
                                                                                       "Converged"))
         except (ManagedAPIError, NodeNameUnknown) as exc:
@@ -174,16 +179,57 @@ async def _rolling(ctx: RotationContext, inputs: Inputs, objects: dict[str, Obj]
             if outstanding:
                 # The node (maybe the only control plane) is rebooting or restarting its API server: waiting.
                 why = RolloutReason.REBOOTING if current.reboots else RolloutReason.API_SERVER_RESTARTING
-                return await _report(ctx, inputs, current, Requeue(ctx.timing.reboot_poll, "waiting"), why,
+                return await _report(ctx, inputs, [current], Requeue(ctx.timing.reboot_poll, "waiting"), why,
                                      f"waiting for {current.name}: {message}")
             return await backbone.blocked(ctx, CONFIG, inputs, f"{current.name}: {message}")
     finally:
         talos.close()
 
 
-async def _report(ctx: RotationContext, inputs: Inputs, pm: PlannedMachine, outcome: Outcome, reason: str,
-                  message: str, *, pause: bool = False, done: bool = False) -> Outcome:
-    """The step's outcome on the operation and on the machine (written only when it changes)."""
+async def _workers(ctx: RotationContext, inputs: Inputs, world: World, planned: list[PlannedMachine]) -> Outcome:
+    """One step of every worker under way, then take new ones up to maxUnavailable (workers.py)."""
+    objects = crds.operations(ctx.kube)
+    bound = int(OperationView.of(inputs.op).spec.get("maxUnavailable") or 1)
+    for taken in workers.to_start(planned, inputs.status, bound):
+        inputs.op = await workers.open_slot(objects, inputs.op_namespace, inputs.name, taken.name)
+        ctx.observe(inputs.op)
+    by_name = {p.name: p for p in planned}
+    outcomes: list[Outcome] = []
+    shown: list[tuple[PlannedMachine, str, str]] = []
+    paused: tuple[PlannedMachine, str] | None = None
+    for name in workers.in_flight(inputs.status):
+        pm, m = by_name.get(name), workers.machine_of(inputs.machines, name)
+        if pm is None or m is None:
+            continue  # left the plan or unapproved: its marker stays until it is back
+        store = workers.WorkerMarkerStore(objects, inputs.op_namespace, inputs.name, name)
+        rolled = await advance_reboot(world, m, store)
+        reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
+        done = name in rolled.done
+        await _machine_condition(ctx, inputs, pm, reason, rolled.message, pause=rolled.pause, done=done)
+        if done:
+            inputs.op = await workers.close_slot(objects, inputs.op_namespace, inputs.name, name)
+            ctx.observe(inputs.op)
+            outcomes.append(Requeue(0.0, "worker done"))
+            continue
+        if rolled.pause and paused is None:
+            paused = (pm, rolled.message)
+        outcomes.append(rolled.outcome)
+        shown.append((pm, reason, rolled.message))
+    if paused is not None:
+        return await backbone.blocked(ctx, CONFIG, inputs, paused[1], machines=[
+            {"name": p.name, "state": r, "message": SCRUBBER.text(msg)} for p, r, msg in shown])
+    blocked = next((o for o in outcomes if isinstance(o, Blocked)), None)
+    if blocked is not None:
+        return await backbone.blocked(ctx, CONFIG, inputs, blocked.message)
+    summary = "; ".join(f"{p.name}: {r}" for p, r, _ in shown) or "taking the next workers"
+    await _operation_status(ctx, inputs, "RollingWorkers", f"workers under way (at most {bound}): {summary}",
+                            [{"name": p.name, "state": r, "message": SCRUBBER.text(msg)} for p, r, msg in shown])
+    return soonest(*outcomes) if outcomes else Requeue(0.0, "workers")
+
+
+async def _machine_condition(ctx: RotationContext, inputs: Inputs, pm: PlannedMachine, reason: str, message: str,
+                             *, pause: bool = False, done: bool = False) -> None:
+    """ConfigRollout on the machine (written only when it changes); a report, so a failure is only logged."""
     machine_status = next((m.status for m in inputs.machines if m.name == pm.name), {})
     now = ctx.now()
     try:
@@ -196,17 +242,30 @@ async def _report(ctx: RotationContext, inputs: Inputs, pm: PlannedMachine, outc
         elif reason in (RolloutReason.DRAINING, RolloutReason.REBOOTING, RolloutReason.API_SERVER_RESTARTING):
             await set_rollout_condition(ctx.kube, inputs.op_namespace, pm.name, "True", reason, message, now=now,
                                         known=machine_status)
-    except IchordError as exc:  # the machine's condition is a report; the operation's own status decides
+    except IchordError as exc:
         log.warning("cannot write ConfigRollout on the machine", machine=pm.name, error=SCRUBBER.exception(exc))
-    if isinstance(outcome, Blocked):
-        return await backbone.blocked(ctx, CONFIG, inputs, message,
-                                      machines=[{"name": pm.name, "state": reason, "message": SCRUBBER.text(message)}])
+
+
+async def _operation_status(ctx: RotationContext, inputs: Inputs, reason: str, message: str,
+                            machines: list[Obj]) -> None:
     cond = find(inputs.status.get("conditions"), names.CONFIG_ROLLOUT)
     text = SCRUBBER.text(message)
     if cond is None or (cond.get("reason"), cond.get("message")) != (reason, text) or \
             inputs.status.get("phase") != Phase.IN_PROGRESS:
         await backbone.write(ctx, inputs, *backbone.in_progress(ctx, CONFIG, reason, message),
-                             lambda s: s.__setitem__("machines", [{"name": pm.name, "state": reason, "message": text}]))
+                             lambda s: s.__setitem__("machines", machines))
+
+
+async def _report(ctx: RotationContext, inputs: Inputs, pms: list[PlannedMachine], outcome: Outcome, reason: str,
+                  message: str, *, pause: bool = False, done: bool = False) -> Outcome:
+    """The step's outcome on the operation and on the machine(s)."""
+    for pm in pms:
+        await _machine_condition(ctx, inputs, pm, reason, message, pause=pause, done=done)
+    text = SCRUBBER.text(message)
+    machines = [{"name": pm.name, "state": reason, "message": text} for pm in pms]
+    if isinstance(outcome, Blocked):
+        return await backbone.blocked(ctx, CONFIG, inputs, message, machines=machines)
+    await _operation_status(ctx, inputs, reason, message, machines)
     return outcome
 
 

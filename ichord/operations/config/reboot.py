@@ -31,6 +31,7 @@ from ichord.operations.roll import (
     HookResult,
     HookVerdict,
     KubeNodes,
+    MarkerStore,
     RollHooks,
     RollOutcome,
     RollReason,
@@ -50,9 +51,9 @@ def marker_store(world: World) -> StatusMarkerStore:
     return StatusMarkerStore(crds.operations(world.ctx.kube), inputs.op_namespace, inputs.name, ROLL_FIELDS)
 
 
-async def advance_reboot(world: World, m: MachineView) -> RollOutcome:
-    """One step of the Reboot class on ``m`` (the machine under way)."""
-    store = marker_store(world)
+async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None = None) -> RollOutcome:
+    """One step of the Reboot class on ``m`` (a machine under way); ``store``: its marker (status.roll default)."""
+    store = store or marker_store(world)
     marker = await store.read()
     target = await world.target(m)
     rendered = world.rendered(m)
