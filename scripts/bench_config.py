@@ -30,20 +30,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import benchkit  # noqa: E402
+import benchkit
+import structlog
 
-from ichord.actors.cluster import ClusterReconciler, Runtime  # noqa: E402
-from ichord.api import names  # noqa: E402
-from ichord.kube import crds  # noqa: E402
-from ichord.kube.client import from_kubeconfig  # noqa: E402
-from ichord.kube.events import EventRecorder  # noqa: E402
-from ichord.operations.kinds import default_registry  # noqa: E402
-from ichord.operations.outcome import next_delay  # noqa: E402
-from ichord.pki.bundle import generate_bundle  # noqa: E402
-from ichord.settings import Timing  # noqa: E402
-from ichord.sim.combined import SimEnvironment  # noqa: E402
-from ichord.sim.talos.run import scaled  # noqa: E402
-from ichord.watchers.informer import Informer, Resource  # noqa: E402
+from ichord.actors.cluster import ClusterReconciler, Runtime
+from ichord.api import names
+from ichord.kube import crds
+from ichord.kube.client import from_kubeconfig
+from ichord.kube.events import EventRecorder
+from ichord.operations.kinds import default_registry
+from ichord.operations.outcome import next_delay
+from ichord.pki.bundle import generate_bundle
+from ichord.settings import Timing
+from ichord.sim.combined import SimEnvironment
+from ichord.sim.talos.run import scaled
+from ichord.watchers.informer import Informer, Resource
 
 SMOKE = {"workers": 4, "max_unavailable": "1,2", "reboot_time": 20.0}
 REBOOT_PATCH = "apiVersion: v1alpha1\nkind: KernelModuleConfig\nname: br_netfilter\n"
@@ -122,6 +123,7 @@ async def one_run(bundle: Any, workers: int, k: int, reboot_time: float, scale: 
 
 
 async def main(args: argparse.Namespace) -> int:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only: stdout is JSON
     bundle = generate_bundle()
     runs = []
     for k in [int(x) for x in str(args.max_unavailable).split(",") if x]:
