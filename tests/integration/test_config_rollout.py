@@ -263,3 +263,54 @@ async def test_workers_go_up_to_max_unavailable_at_once_and_the_last_alone(bundl
             assert downs[-1]["node"] == f"{env.cluster_name}-worker-5"
             assert await _cordoned(world) == []
             assert not op["status"].get("workerRolls")
+
+
+async def test_a_node_that_does_not_come_back_pauses_naming_it(world: World) -> None:
+    env = world.env
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    first = f"{env.cluster_name}-cp-1"
+
+    def never_back(event: dict[str, Any]) -> None:
+        if event["kind"] == "down" and event.get("node") == first:
+            env.node(first).faults.unreachable = True  # it went down for the reboot and does not come up
+
+    env.talos.history.listeners.append(never_back)
+    await _create(world, "stuck", paused=False)
+
+    async def timed_out() -> bool:
+        o = await world.op("stuck")
+        return "did not come back" in str((o.get("status") or {}).get("message"))
+
+    await world.run_until(timed_out, steps=4000, what="the node action bound")
+    op = await world.op("stuck")
+    assert op["status"]["phase"] == "Paused" and first in op["status"]["message"]
+    assert all(env.node(m).boots == (2 if m == first else 1) for m in env.machine_names)  # nothing else went
+
+
+async def test_a_node_that_boots_without_the_staged_configuration_fails_and_is_uncordoned(world: World) -> None:
+    env = world.env
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    first = f"{env.cluster_name}-cp-1"
+    node = env.node(first)
+
+    def lose_the_stage(event: dict[str, Any]) -> None:
+        if event["kind"] == "down" and event.get("node") == first:
+            node.persistent = node.running  # the staged configuration does not survive to the next boot
+
+    env.talos.history.listeners.append(lose_the_stage)
+    await _create(world, "wrong", paused=False)
+
+    async def failed_verify() -> bool:
+        o = await world.op("wrong")
+        return "does not run the rendered configuration" in str((o.get("status") or {}).get("message"))
+
+    await world.run_until(failed_verify, what="the verification failure")
+    op = await world.op("wrong")
+    assert op["status"]["phase"] == "Paused" and first in op["status"]["message"]
+    assert node.boots == 2  # rebooted once, never twice
+    assert env.node(f"{env.cluster_name}-cp-2").boots == 1  # the rollout stopped there
+    assert await _cordoned(world) == []
+    machine = next(m for m in await world.machines() if m["metadata"]["name"] == first)
+    assert _cond(machine)["reason"] == "Failed"
