@@ -117,6 +117,8 @@ async def test_a_reboot_patch_rolls_out_one_node_at_a_time_with_a_drain_under_a_
     assert env.clients.events and any(e["kind"] == "pod_replaced" for e in env.clients.events)  # evictions happened
     assert await _cordoned(world) == []
     assert not op["metadata"].get("finalizers")
+    mirrors = (await world.kube.raw("GET", "/api/v1/namespaces/kube-system/pods"))["items"]
+    assert len([p for p in mirrors if "kubernetes.io/config.mirror" in p["metadata"].get("annotations", {})]) == 9
 
     # The machine reconciler and the operation agree: every machine converged, Ready=True.
     async def all_ready() -> bool:

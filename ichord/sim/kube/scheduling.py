@@ -54,3 +54,32 @@ class Replacer:
         self.pods.create_pod(obj, plural, template, template_hash(template), None)
         self.replaced += 1
         self.pods.record("pod_replaced", workload=f"{plural}/{name}")
+
+
+STATIC_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+def ensure_mirror_pods(store: Store, node: str) -> int:
+    """The kubelet's mirror pods of a control plane's static pods (kube-system/<pod>-<node>); how many were added."""
+    rt = store.resolve("", "v1", "pods")
+    added = 0
+    for pod in STATIC_PODS:
+        name = f"{pod}-{node}"
+        try:
+            store.get(rt, "kube-system", name)
+            continue
+        except ApiError:
+            pass
+        try:
+            store.create(rt, "kube-system", {
+                "metadata": {"name": name, "namespace": "kube-system", "labels": {"component": pod, "tier":
+                                                                                  "control-plane"},
+                             "annotations": {MIRROR_ANNOTATION: name},
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node,
+                                                  "controller": True}]},
+                "spec": {"nodeName": node, "containers": [{"name": pod, "image": f"registry.k8s.io/{pod}"}]},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+        except ApiError:
+            continue  # no kube-system yet: the next readiness change adds them
+        added += 1
+    return added
