@@ -94,7 +94,8 @@ async def one_run(bundle: Any, workers: int, k: int, reboot_time: float, scale: 
 
             async def finished() -> bool:
                 op = await crds.operations(kube).get(env.namespace, "bench")
-                return (op.get("status") or {}).get("phase") in ("Completed", "Failed", "Paused")
+                # Paused is retried (a fault or a bound, e.g. a slow API under load); only the end counts
+                return (op.get("status") or {}).get("phase") in ("Completed", "Failed")
 
             await until(finished, "the rollout", 3600)
             wall = time.perf_counter() - t0
@@ -117,7 +118,9 @@ async def one_run(bundle: Any, workers: int, k: int, reboot_time: float, scale: 
                 down.discard(e["node"])
             most = max(most, len(down))
         lim = limit(3, workers, k, reboot_time * scale)
-        return {"max_unavailable": k, "workers": workers, "phase": op["status"]["phase"], "wall_s": round(wall, 3),
+        return {"max_unavailable": k, "workers": workers, "phase": op["status"]["phase"],
+                **({} if op["status"]["phase"] == "Completed" else {"message": op["status"].get("message", "")}),
+                "wall_s": round(wall, 3),
                 "limit_s": round(lim, 3), "ratio": round(wall / lim, 3), "reboots": reboots,
                 "most_workers_down": most}
 
