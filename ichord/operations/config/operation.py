@@ -9,6 +9,15 @@
     every planned machine done          -> Completed (ConfigRollout True/RolledOut, one ConfigApplied Event),
                                            lock released, finalizer removed
 
+Failpoints (ICHORD_FAILPOINTS), besides the roll's (roll.py)::
+
+    config.skip.before               a machine found on the render, not yet recorded done
+    config.stage.before / .after     drained; the STAGED apply not sent / answered (marker not written)
+    config.apiserver.marker.before   dry run passed, container ID read, marker not written
+    config.apiserver.marker.after    marker written, NO_REBOOT apply not sent
+    config.apiserver.apply.after     applied, nothing recorded
+    config.apiserver.done.before     restarted and Ready, not recorded done
+
 Control planes one at a time in the plan's order, then workers up to ``maxUnavailable`` at once (workers.py),
 then the plan's last machine alone (ichord's own node when it is in the plan).
 """
