@@ -180,3 +180,30 @@ async def test_the_daemon_restarts_each_api_server_once_without_a_reboot(env: Si
         await _converged_after(env, kube)
     finally:
         assert await daemon.stop() == 0
+
+
+async def test_the_daemon_killed_around_an_api_server_restart_restarts_each_once(
+        env: SimEnvironment, kube: KubeClient, tmp_path: Path) -> None:
+    daemon = Daemon(env, tmp_path, "replica-prepare")
+    try:
+        await _prepare(env, kube, API_SERVER_PATCH, "apiServerRestartPaths", 3)
+    finally:
+        assert await daemon.stop() == 0
+    since = len(env.talos.history.events)
+    await _create(env, kube, "restart")
+    for i, point in enumerate(["config.apiserver.marker.after", "config.apiserver.apply.after:2"]):
+        daemon = Daemon(env, tmp_path, f"replica-{i}", extra_env={"ICHORD_FAILPOINTS": point})
+        with anyio.fail_after(60):
+            await _finished(env, kube, "restart", stop=lambda d=daemon: d.proc.poll() is not None)
+        assert await daemon.stop() == 137, (point, daemon.log()[-3000:])
+    daemon = Daemon(env, tmp_path, "replica-last")
+    try:
+        with anyio.fail_after(60):
+            op = await _finished(env, kube, "restart")
+        assert op["status"]["phase"] == "Completed", (op["status"], daemon.log()[-3000:])
+        restarts = [e["node"] for e in env.talos.history.events[since:] if e["kind"] == "apiserver_restart"]
+        assert sorted(restarts) == sorted(m for m in env.machine_names if "-cp-" in m)  # each once
+        assert sum(reboots(env, since).values()) == 0
+        await _converged_after(env, kube)
+    finally:
+        assert await daemon.stop() == 0
