@@ -33,6 +33,7 @@ from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.crds import clusters
 from ichord.kube.errors import NotFound
 from ichord.kube.reads import read_secret
+from ichord.operations.config import cli as config_cli
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import export_fingerprint
 from ichord.pki.scrub import SCRUBBER
@@ -59,6 +60,7 @@ def register(subparsers: Any) -> None:
     _register_bundle_export(sub)
     _register_credentials(sub)
     _register_status(sub)
+    config_cli.register(sub, _cluster_args)
 
 
 BUNDLE_NAMESPACE_HELP = (

@@ -49,6 +49,10 @@ class Timing:
     # How often a reboot roll looks again at a node it asked to reboot (a Requeue, never a sleep).
     reboot_poll: float = 10.0
     drain_bound: float = 600.0
+    # config rollout, API-server-restart class (ADR 0080 amendment): an unchanged container after this long
+    # counts as not restarted (a change that left the pod alone); past the bound the step pauses.
+    apiserver_restart_unchanged: float = 60.0
+    apiserver_restart_bound: float = 180.0
     trust_sync_tick: float = 10.0
     # CA rotation (ADR 0063 amendments): the settle after kube-root-ca.crt carries the new CA, the
     # continuous Ready time of every Node before the first client restart, and the restart bound.

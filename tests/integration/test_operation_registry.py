@@ -2,8 +2,8 @@
 real cluster actor step (ichord/actors, unchanged) through the backbone (unchanged): plan only while paused,
 the lock, pause and resume while running, a two-node reboot roll on a simulated 3+1 cluster, and completion.
 
-The CRD admits the kinds ca-rotation and config; the toy registers under ``config`` (which ichord does not run
-yet) in this test's own registry."""
+The CRD admits the kinds ca-rotation and config; the toy registers under ``config`` in this test's own registry
+(ichord's default registry runs the real one, ichord/operations/config, tested in test_config_rollout.py)."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ichord.pki.ca import CertificateAuthority
+from ichord.sim.kube.scheduling import ensure_mirror_pods
 from ichord.sim.kube.server import KubeSimulator
 from ichord.sim.kube.status import ApiError
 from ichord.sim.kube.store import rfc3339
@@ -127,6 +128,8 @@ class Follower:
         obj["status"].setdefault("nodeInfo", {})["bootID"] = node.boot_id
         self.kube.store.apply(rt, obj, subresource="status")
         self._ready[node.nodename] = status
+        if node.is_control_plane and status == "True":
+            ensure_mirror_pods(self.kube.store, node.nodename)  # the kubelet mirrors its static pods
         history = self.talos.history
         self.readiness.append({"at": history.events[-1]["at"] if history.events else 0.0,
                                "node": node.nodename, "status": status, "reason": reason})

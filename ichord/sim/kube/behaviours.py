@@ -23,6 +23,7 @@ from ichord.sim.kube.clientpods import PodModel, PodState
 from ichord.sim.kube.events import Change
 from ichord.sim.kube.podrules import CLIENT_NAMESPACE, CLIENTS, node_ready, template_hash
 from ichord.sim.kube.resources import JSON, ResourceType
+from ichord.sim.kube.scheduling import Replacer
 from ichord.sim.kube.status import ApiError
 from ichord.sim.kube.store import Store, rfc3339
 
@@ -59,6 +60,7 @@ class ClusterBehaviours:
         #: Pods of Deployments/DaemonSets and the in-cluster clients among them (clientpods.py).
         self.pods = PodModel(store, ca.cert_pem, start_delay=lambda: self.settings.pod_start_delay,
                              reread_after=lambda: self.settings.client_ca_reread)
+        self.pods.replacer = Replacer(store, self.pods, lambda: self.settings.rollout_step)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:

@@ -42,6 +42,7 @@ from ichord.sim.kube.podrules import (
     tolerates,
 )
 from ichord.sim.kube.resources import JSON, ResourceType
+from ichord.sim.kube.scheduling import schedulable
 from ichord.sim.kube.status import ApiError
 from ichord.sim.kube.store import Store
 
@@ -84,6 +85,8 @@ class PodModel:
         self.events: list[dict[str, Any]] = []
         self.dns_outages: list[dict[str, float | None]] = []
         self.record_hook: Recorder | None = None
+        #: Told of a pod deleted by anyone but this model (an eviction): the ReplicaSet's replacement (scheduling.py).
+        self.replacer: Callable[[PodState], None] | None = None
         #: Nodes whose kubelet restart is already decided but not begun (the combined environment sets it).
         self.pending_kubelet_restarts: Callable[[], list[str]] = list
         self._dns_up: bool | None = None
@@ -165,8 +168,8 @@ class PodModel:
     def _pick_node(self, owner_uid: str, tolerations: list[JSON],
                    nodes: dict[str, JSON] | None = None) -> str | None:
         nodes = self._nodes() if nodes is None else nodes
-        fits = [name for name, n in nodes.items()
-                if all(tolerates(tolerations, t) for t in (n.get("spec") or {}).get("taints") or []
+        fits = [name for name, n in nodes.items() if schedulable(n)
+                and all(tolerates(tolerations, t) for t in (n.get("spec") or {}).get("taints") or []
                        if t.get("effect") in ("NoSchedule", "NoExecute"))]
         if not fits:
             return None
@@ -179,6 +182,8 @@ class PodModel:
         if state is not None:
             self._forget(state)
             self.kick()
+            if self.replacer is not None:
+                self.replacer(state)
 
     # ---- the model's pass ---------------------------------------------------------------------
     def kick(self) -> None:

@@ -1,0 +1,111 @@
+"""``ichord cluster config-apply NAME``: create the ``config`` TalosOperation and print its plan (ADR 0080 D1).
+
+Plan only unless ``--start`` (``spec.paused: true``): the daemon writes ``status.plan`` (the machines that
+wait, what for, the order) and nothing runs until ``spec.paused`` is set to false. ``kubectl create -f`` of
+the same object does exactly the same. The command writes one new object and no spec of anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from ichord.api import names
+from ichord.errors import IchordError
+from ichord.kube import crds
+from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.pki.scrub import SCRUBBER
+
+Obj = dict[str, Any]
+
+
+def register(sub: Any, cluster_args: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser(
+        "config-apply",
+        help="roll out the changes that wait for a reboot or an API server restart (a config TalosOperation)",
+        description=(
+            "Create a TalosOperation of kind config for the cluster and print its plan: the machines whose "
+            "configuration waits for a reboot (or, on control planes, a kube-apiserver restart), the fields, and "
+            "the order (control planes one at a time, then workers, ichord's own node last). Without --start the "
+            "operation is created paused: nothing runs until spec.paused is set to false."),
+    )
+    cluster_args(p)
+    p.add_argument("--max-unavailable", type=int, default=1, metavar="N", help="workers changed at once (default 1)")
+    p.add_argument("--start", action="store_true", help="start at once instead of creating a plan only")
+    p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                   help="how long to wait for the daemon to write the plan (default 60)")
+    p.set_defaults(func=_main)
+
+
+def operation_object(cluster: str, name: str, *, max_unavailable: int, start: bool) -> Obj:
+    return {"apiVersion": names.API_VERSION, "kind": names.TALOS_OPERATION, "metadata": {"name": name},
+            "spec": {"clusterRef": {"name": cluster}, "kind": names.KIND_CONFIG, "maxUnavailable": max_unavailable,
+                     "paused": not start}}
+
+
+def format_plan(op: Obj) -> str:
+    """The plan as a table, then its warnings and what to run next."""
+    status = op.get("status") or {}
+    name = op["metadata"]["name"]
+    lines = [f"TalosOperation {name}: {status.get('phase', 'Pending')} - {status.get('message', '')}".rstrip(" -")]
+    plan = status.get("plan") or {}
+    rows = [("ORDER", "MACHINE", "ROLE", "CHANGE", "FIELDS")]
+    for m in plan.get("machines") or []:
+        paths = list(m.get("paths") or [])
+        shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        rows.append((str(m.get("order", "")), str(m["name"]), str(m.get("role", "")),
+                     str(m.get("change") or ("Reboot" if m.get("reboots") else "")), shown))
+    if len(rows) > 1:
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4] for r in rows]
+    for w in plan.get("warnings") or []:
+        lines.append(f"note: {w}")
+    if plan.get("kubernetesAPIUnavailable"):
+        lines.append("note: the cluster has one control plane: the Kubernetes API is unavailable while it changes")
+    if status.get("phase") == names.Phase.PENDING and (op.get("spec") or {}).get("paused"):
+        lines.append(f"plan only; start it with: kubectl patch talosoperation {name} -n "
+                     f"{op['metadata'].get('namespace', '')} --type merge -p '{{\"spec\":{{\"paused\":false}}}}'")
+    return "\n".join(lines) + "\n"
+
+
+async def config_apply(kube: KubeClient, cluster: str, namespace: str, *, max_unavailable: int = 1,
+                       start: bool = False, wait: float = 60.0, now: dt.datetime | None = None) -> Obj:
+    """Create the operation and wait (up to ``wait`` s) for the daemon's plan or refusal; the object as read."""
+    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%d-%H%M%S")
+    name = f"{cluster}-config-{stamp}"[:63]
+    ops = crds.operations(kube)
+    await ops.create(namespace, operation_object(cluster, name, max_unavailable=max_unavailable, start=start))
+    with anyio.move_on_after(wait):
+        while True:
+            op = await ops.get(namespace, name)
+            status = op.get("status") or {}
+            if status.get("plan") or status.get("phase") in (names.Phase.FAILED, names.Phase.COMPLETED):
+                return op
+            await anyio.sleep(0.2)
+    return await ops.get(namespace, name)
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.max_unavailable < 1:
+        print("ichord: --max-unavailable must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        op = asyncio.run(_cli(args))
+    except IchordError as exc:
+        print(f"ichord: {SCRUBBER.text(str(exc))}", file=sys.stderr)
+        return 2
+    print(format_plan(op), end="")
+    return 1 if (op.get("status") or {}).get("phase") == names.Phase.FAILED else 0
+
+
+async def _cli(args: argparse.Namespace) -> Obj:
+    kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
+    async with kube:
+        return await config_apply(kube, args.name, args.namespace or kube.namespace,
+                                  max_unavailable=args.max_unavailable, start=args.start, wait=args.wait)

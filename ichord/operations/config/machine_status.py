@@ -1,0 +1,49 @@
+"""The ConfigRollout condition on a TalosMachine (ADR 0080 D3 and its addendum): what the rollout does to it.
+
+Written on a fresh copy with conflict retry (the machine reconciler writes the same status), and only
+when the reason or message changes. True while the rollout works on the machine (Draining, Rebooting,
+APIServerRestarting, APIServerNotReady); False/RolledOut once it is done.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from ichord.api import names
+from ichord.api.conditions import Condition, find, set_condition
+from ichord.kube import crds
+from ichord.kube.client import KubeClient
+from ichord.kube.status import update_status
+from ichord.pki.scrub import SCRUBBER
+
+Obj = dict[str, Any]
+
+
+class RolloutReason:
+    DRAINING = "Draining"
+    REBOOTING = "Rebooting"
+    API_SERVER_RESTARTING = "APIServerRestarting"
+    API_SERVER_NOT_READY = "APIServerNotReady"
+    ROLLED_OUT = "RolledOut"
+    FAILED = "Failed"
+
+
+async def set_rollout_condition(kube: KubeClient, namespace: str, machine: str, status: str, reason: str,
+                                message: str, *, now: dt.datetime, known: Obj | None = None) -> None:
+    """Set ConfigRollout on ``machine``; ``known`` (its status as last read) saves a write when nothing changes."""
+    message = SCRUBBER.text(message)
+    current = find((known or {}).get("conditions"), names.CONFIG_ROLLOUT)
+    if current is not None and (current.get("status"), current.get("reason"), current.get("message")) == (
+            status, reason, message):
+        return
+
+    def mutate(st: Obj, _obj: Obj) -> Obj | None:
+        old = find(st.get("conditions"), names.CONFIG_ROLLOUT)
+        if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (status, reason, message):
+            return None
+        st["conditions"] = set_condition(st.get("conditions"), Condition(names.CONFIG_ROLLOUT, status, reason,
+                                                                         message), now=now)
+        return st
+
+    await update_status(crds.machines(kube), namespace, machine, mutate)

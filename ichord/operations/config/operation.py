@@ -1,0 +1,296 @@
+"""The ``config`` operation as the registry runs it (ADR 0080): plan, refusals, the lifecycle, one executor step.
+
+    created paused                      -> plan only (status.plan), phase Pending, reason Planned
+    no machine waits / another operation of the cluster unfinished
+                                        -> Failed (NothingToDo, ClusterCARotating, OperationUnfinished): refused,
+                                           nothing written but the status
+    started                             -> finalizer, the cluster lock, status.plan (the order run), stage Rolling
+    Rolling                             -> one executor step on the machine under way (reboot.py, apiserver.py)
+    every planned machine done          -> Completed (ConfigRollout True/RolledOut, one ConfigApplied Event),
+                                           lock released, finalizer removed
+
+Failpoints (ICHORD_FAILPOINTS), besides the roll's (roll.py)::
+
+    config.skip.before               a machine found on the render, not yet recorded done
+    config.stage.before / .after     drained; the STAGED apply not sent / answered (marker not written)
+    config.apiserver.marker.before   dry run passed, container ID read, marker not written
+    config.apiserver.marker.after    marker written, NO_REBOOT apply not sent
+    config.apiserver.apply.after     applied, nothing recorded
+    config.apiserver.done.before     restarted and Ready, not recorded done
+
+Control planes one at a time in the plan's order, then workers up to ``maxUnavailable`` at once (workers.py),
+then the plan's last machine alone (ichord's own node when it is in the plan).
+"""
+
+from __future__ import annotations
+
+import os
+
+import structlog
+
+from ichord.api import names
+from ichord.api.conditions import find, now_rfc3339
+from ichord.api.names import Phase
+from ichord.api.views import OperationView
+from ichord.errors import IchordError
+from ichord.kube import crds
+from ichord.kube.errors import KubeError
+from ichord.operations import backbone
+from ichord.operations.backbone import OperationKind
+from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
+from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client
+from ichord.operations.ca_rotation.operation import context_of
+from ichord.operations.config import workers
+from ichord.operations.config.apiserver import RestartMarker, advance_restart
+from ichord.operations.config.machine_status import RolloutReason, set_rollout_condition
+from ichord.operations.config.plan import (
+    Candidate,
+    Change,
+    PlannedMachine,
+    plan_machines,
+    plan_status,
+    planned_from_status,
+    refusal,
+)
+from ichord.operations.config.reboot import advance_reboot
+from ichord.operations.config.world import ROLL_FIELDS, NodeNameUnknown, World
+from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, soonest
+from ichord.operations.registry import Operation
+from ichord.operations.roll import RollReason
+from ichord.operations.roll_store import marker_from_status
+from ichord.operations.scope import ClusterScope
+from ichord.pki.scrub import SCRUBBER
+from ichord.talos.dial import DialBundle
+
+log = structlog.get_logger("ichord.operations.config")
+
+CONFIG = OperationKind(names.KIND_CONFIG, names.CONFIG_ROLLOUT, f"{names.GROUP}/config")
+ROLLING = "Rolling"
+ROLLED_OUT = "RolledOut"
+
+#: Roll reasons -> the ADR's ConfigRollout reasons (on the operation and on the machine).
+_ROLL_REASONS = {
+    RollReason.CORDONED: RolloutReason.DRAINING,
+    RollReason.DRAINING: RolloutReason.DRAINING,
+    RollReason.REBOOTING: RolloutReason.REBOOTING,
+    RollReason.AWAITING_NODE: RolloutReason.REBOOTING,
+    RollReason.REBOOT_REQUESTED_AGAIN: RolloutReason.REBOOTING,
+}
+
+
+def own_node() -> str | None:
+    """The Node ichord runs on (the chart sets NODE_NAME from the downward API); its machine goes last."""
+    return os.environ.get("NODE_NAME") or None
+
+
+async def advance_in_scope(scope: ClusterScope, op: OperationView) -> Outcome:
+    ctx = context_of(scope)
+    if op.finished or op.deleting:
+        await backbone.let_go(ctx, CONFIG, op.obj)
+        return Done()
+    try:
+        inputs = await load_inputs(ctx, op.obj)
+    except InputsError as exc:
+        return await backbone.blocked_before_read(ctx, CONFIG, op.obj, exc.message)
+    except KubeError as exc:
+        return await backbone.blocked_before_read(ctx, CONFIG, op.obj, f"cannot read the inputs: {exc}")
+    objs, _ = await crds.machines(ctx.kube).list_objects(inputs.op_namespace)
+    approved = {m.name for m in inputs.machines}
+    objects = {str(o["metadata"]["name"]): o for o in objs if o["metadata"]["name"] in approved}
+    if not op.stage:
+        return await _start(ctx, scope, op, inputs, objects)
+    refused = await backbone.lock(ctx, CONFIG, inputs, approved_control_planes=len(inputs.control_planes),
+                                  other_under_way=backbone.other_under_way(scope.operations, inputs.uid))
+    if refused is not None:
+        return refused
+    if op.paused:
+        return await backbone.hold_paused(ctx, CONFIG, inputs, op.stage)
+    await backbone.resume_if_paused(ctx, CONFIG, inputs, op.stage)
+    return await _rolling(ctx, inputs, objects)
+
+
+async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, inputs: Inputs,
+                 objects: dict[str, Obj]) -> Outcome:
+    planned = plan_machines([Candidate.of(o) for o in objects.values()], own_node())
+    refused = refusal(planned, scope.operations, inputs.uid)
+    if refused is not None:
+        reason, message = refused
+        log.info("config operation refused", operation=op.name, reason=reason)
+        backbone.event(ctx, inputs, "Warning", names.EventReason.OPERATION_BLOCKED, message)
+        return await backbone.fail(ctx, CONFIG, op.obj, reason, message)
+    max_unavailable = int(op.spec.get("maxUnavailable") or 1)
+    plan = plan_status(planned, len(inputs.control_planes), max_unavailable)
+    if op.paused:
+        await backbone.plan_only(ctx, CONFIG, inputs, plan)
+        return Done()
+    await backbone.ensure_finalizer(ctx, CONFIG, inputs)
+    refused_lock = await backbone.lock(ctx, CONFIG, inputs, approved_control_planes=len(inputs.control_planes),
+                                       other_under_way=backbone.other_under_way(scope.operations, inputs.uid))
+    if refused_lock is not None:
+        return refused_lock
+    stamp = now_rfc3339(ctx.now())
+    order = ", ".join(f"{p.name} ({p.change.value})" for p in planned)
+
+    def start(s: Obj) -> None:
+        s["plan"], s["stage"] = plan, ROLLING
+        s.setdefault("startedAt", stamp)
+
+    await backbone.write(ctx, inputs, start, *backbone.in_progress(ctx, CONFIG, ROLLING, f"rolling out: {order}"))
+    backbone.event(ctx, inputs, "Normal", names.EventReason.OPERATION_STARTED, f"config rollout started: {order}")
+    backbone.log_transition(CONFIG, inputs, "config rollout started", machines=len(planned))
+    return Requeue(0.0, "stage Rolling")
+
+
+def _current(planned: list[PlannedMachine], status: Obj) -> PlannedMachine | None:
+    """The machine under way: a reboot or restart outstanding, else the first one in order not done."""
+    roll = marker_from_status(status, ROLL_FIELDS)
+    restart = RestartMarker.of(status)
+    for name in (roll.rebooting, restart.machine):
+        if name:
+            found = next((p for p in planned if p.name == name), None)
+            if found is not None:
+                return found
+    done = set(roll.done) | set(restart.done)
+    return next((p for p in planned if p.name not in done), None)
+
+
+async def _rolling(ctx: RotationContext, inputs: Inputs, objects: dict[str, Obj]) -> Outcome:
+    planned = planned_from_status(inputs.status)
+    current = _current(planned, inputs.status)
+    if current is None:
+        return await _complete(ctx, inputs, planned)
+    parallel = not current.is_control_plane and current.name != planned[-1].name \
+        and not marker_from_status(inputs.status, ROLL_FIELDS).rebooting
+    m = next((x for x in inputs.machines if x.name == current.name), None)
+    if m is None:
+        return await backbone.blocked(ctx, CONFIG, inputs, f"TalosMachine {current.name} of the plan is not approved "
+                                      "or does not exist; the rollout waits for it")
+    talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
+    outstanding = bool(marker_from_status(inputs.status, ROLL_FIELDS).rebooting or
+                       RestartMarker.of(inputs.status).machine or workers.in_flight(inputs.status))
+    try:
+        try:
+            async with admin_client(talos, inputs.control_planes, [inputs.bundle.k8s.cert_pem]) as managed:
+                world = World(ctx, inputs, talos, managed, objects)
+                if parallel:
+                    return await _workers(ctx, inputs, world, planned)
+                if current.change is Change.REBOOT:
+                    rolled = await advance_reboot(world, m)
+                    reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
+                    return await _report(ctx, inputs, [current], rolled.outcome, reason, rolled.message,
+                                         pause=rolled.pause, done=rolled.reason is RollReason.NODE_REBOOTED)
+                restarted = await advance_restart(world, m)
+                return await _report(ctx, inputs, [current], restarted.outcome, restarted.reason, restarted.message,
+                                     pause=restarted.pause, done=restarted.reason in ("APIServerRestarted",
+                                                                                      "Converged"))
+        except (ManagedAPIError, NodeNameUnknown) as exc:
+            message = SCRUBBER.text(str(exc))
+            if outstanding:
+                # The node (maybe the only control plane) is rebooting or restarting its API server: waiting.
+                why = RolloutReason.REBOOTING if current.reboots else RolloutReason.API_SERVER_RESTARTING
+                return await _report(ctx, inputs, [current], Requeue(ctx.timing.reboot_poll, "waiting"), why,
+                                     f"waiting for {current.name}: {message}")
+            return await backbone.blocked(ctx, CONFIG, inputs, f"{current.name}: {message}")
+    finally:
+        talos.close()
+
+
+async def _workers(ctx: RotationContext, inputs: Inputs, world: World, planned: list[PlannedMachine]) -> Outcome:
+    """One step of every worker under way, then take new ones up to maxUnavailable (workers.py)."""
+    objects = crds.operations(ctx.kube)
+    bound = int(OperationView.of(inputs.op).spec.get("maxUnavailable") or 1)
+    for taken in workers.to_start(planned, inputs.status, bound):
+        inputs.op = await workers.open_slot(objects, inputs.op_namespace, inputs.name, taken.name)
+        ctx.observe(inputs.op)
+    by_name = {p.name: p for p in planned}
+    outcomes: list[Outcome] = []
+    shown: list[tuple[PlannedMachine, str, str]] = []
+    paused: tuple[PlannedMachine, str] | None = None
+    for name in workers.in_flight(inputs.status):
+        pm, m = by_name.get(name), workers.machine_of(inputs.machines, name)
+        if pm is None or m is None:
+            continue  # left the plan or unapproved: its marker stays until it is back
+        store = workers.WorkerMarkerStore(objects, inputs.op_namespace, inputs.name, name)
+        rolled = await advance_reboot(world, m, store)
+        reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
+        done = name in rolled.done
+        await _machine_condition(ctx, inputs, pm, reason, rolled.message, pause=rolled.pause, done=done)
+        if done:
+            inputs.op = await workers.close_slot(objects, inputs.op_namespace, inputs.name, name)
+            ctx.observe(inputs.op)
+            outcomes.append(Requeue(0.0, "worker done"))
+            continue
+        if rolled.pause and paused is None:
+            paused = (pm, rolled.message)
+        outcomes.append(rolled.outcome)
+        shown.append((pm, reason, rolled.message))
+    if paused is not None:
+        return await backbone.blocked(ctx, CONFIG, inputs, paused[1], machines=[
+            {"name": p.name, "state": r, "message": SCRUBBER.text(msg)} for p, r, msg in shown])
+    blocked = next((o for o in outcomes if isinstance(o, Blocked)), None)
+    if blocked is not None:
+        return await backbone.blocked(ctx, CONFIG, inputs, blocked.message)
+    summary = "; ".join(f"{p.name}: {r}" for p, r, _ in shown) or "taking the next workers"
+    await _operation_status(ctx, inputs, "RollingWorkers", f"workers under way (at most {bound}): {summary}",
+                            [{"name": p.name, "state": r, "message": SCRUBBER.text(msg)} for p, r, msg in shown])
+    return soonest(*outcomes) if outcomes else Requeue(0.0, "workers")
+
+
+async def _machine_condition(ctx: RotationContext, inputs: Inputs, pm: PlannedMachine, reason: str, message: str,
+                             *, pause: bool = False, done: bool = False) -> None:
+    """ConfigRollout on the machine (written only when it changes); a report, so a failure is only logged."""
+    machine_status = next((m.status for m in inputs.machines if m.name == pm.name), {})
+    now = ctx.now()
+    try:
+        if done:
+            await set_rollout_condition(ctx.kube, inputs.op_namespace, pm.name, "False", RolloutReason.ROLLED_OUT,
+                                        message, now=now, known=machine_status)
+        elif pause:
+            await set_rollout_condition(ctx.kube, inputs.op_namespace, pm.name, "False", RolloutReason.FAILED,
+                                        message, now=now, known=machine_status)
+        elif reason in (RolloutReason.DRAINING, RolloutReason.REBOOTING, RolloutReason.API_SERVER_RESTARTING):
+            await set_rollout_condition(ctx.kube, inputs.op_namespace, pm.name, "True", reason, message, now=now,
+                                        known=machine_status)
+    except IchordError as exc:
+        log.warning("cannot write ConfigRollout on the machine", machine=pm.name, error=SCRUBBER.exception(exc))
+
+
+async def _operation_status(ctx: RotationContext, inputs: Inputs, reason: str, message: str,
+                            machines: list[Obj]) -> None:
+    cond = find(inputs.status.get("conditions"), names.CONFIG_ROLLOUT)
+    text = SCRUBBER.text(message)
+    if cond is None or (cond.get("reason"), cond.get("message")) != (reason, text) or \
+            inputs.status.get("phase") != Phase.IN_PROGRESS:
+        await backbone.write(ctx, inputs, *backbone.in_progress(ctx, CONFIG, reason, message),
+                             lambda s: s.__setitem__("machines", machines))
+
+
+async def _report(ctx: RotationContext, inputs: Inputs, pms: list[PlannedMachine], outcome: Outcome, reason: str,
+                  message: str, *, pause: bool = False, done: bool = False) -> Outcome:
+    """The step's outcome on the operation and on the machine(s)."""
+    for pm in pms:
+        await _machine_condition(ctx, inputs, pm, reason, message, pause=pause, done=done)
+    text = SCRUBBER.text(message)
+    machines = [{"name": pm.name, "state": reason, "message": text} for pm in pms]
+    if isinstance(outcome, Blocked):
+        return await backbone.blocked(ctx, CONFIG, inputs, message, machines=machines)
+    await _operation_status(ctx, inputs, reason, message, machines)
+    return outcome
+
+
+async def _complete(ctx: RotationContext, inputs: Inputs, planned: list[PlannedMachine]) -> Outcome:
+    message = f"rolled out on {len(planned)} machine(s): {', '.join(p.name for p in planned)}"
+    stamp = now_rfc3339(ctx.now())
+
+    def finish(s: Obj) -> None:
+        s["stage"], s["completedAt"], s["machines"] = "Done", stamp, []
+
+    await backbone.write(ctx, inputs, finish, backbone.phase(Phase.COMPLETED, message),
+                         backbone.condition(ctx, CONFIG, "True", ROLLED_OUT, message))
+    backbone.event(ctx, inputs, "Normal", names.EventReason.CONFIG_APPLIED, message)
+    backbone.log_transition(CONFIG, inputs, "config rollout completed", machines=len(planned))
+    await backbone.let_go(ctx, CONFIG, inputs.op)
+    return Done()
+
+
+OPERATION = Operation(CONFIG, advance_in_scope)

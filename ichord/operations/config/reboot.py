@@ -1,0 +1,121 @@
+"""The Reboot class on one machine, through the backbone's roll (ADR 0080 D3, roll.py's state table).
+
+    converged (and no reboot outstanding)      -> done without a call; ichord's cordon (if any) released
+    gates: held? Node Ready, dry run, etcd (CP) -> closed: Blocked, retried
+    cordon (roll)                              -> drain rounds (before_reboot): Eviction API, one round a step
+    drained                                    -> STAGED apply of the render (own deadline), then the roll
+                                                  records the boot ID and calls Reboot (own deadline)
+    new boot ID, Node Ready                    -> verifiers: runs the render (else fail for good), etcd (CP)
+    verified                                   -> uncordon (only ichord's cordon), done
+
+STAGED writes the configuration for the next boot and restarts nothing, so the marker (the boot ID) is
+written before the Reboot is asked for: a daemon killed in between resumes into "wait for the boot ID to
+change" and never reboots the node twice. Never AUTO, never the deprecated REBOOT mode.
+"""
+
+from __future__ import annotations
+
+from ichord.api.views import MachineView
+from ichord.errors import IchordError
+from ichord.failpoints import failpoint
+from ichord.kube import crds
+from ichord.kube.nodes import uncordon
+from ichord.operations.config import checks
+from ichord.operations.config.drain import DrainVerdict, drain_round, end_drain
+from ichord.operations.config.plan import HOLD_ANNOTATION
+from ichord.operations.config.world import ROLL_FIELDS, World
+from ichord.operations.outcome import Requeue
+from ichord.operations.roll import (
+    PROCEED,
+    Gate,
+    HookResult,
+    HookVerdict,
+    KubeNodes,
+    MarkerStore,
+    RollHooks,
+    RollOutcome,
+    RollReason,
+    RollTarget,
+    TalosNodes,
+    advance_roll,
+)
+from ichord.operations.roll_state import GateResult
+from ichord.operations.roll_store import StatusMarkerStore
+from ichord.pki.scrub import SCRUBBER
+from ichord.talos.client import ApplyMode
+from ichord.talos.errors import TalosError, TalosUnreachableError
+
+
+def marker_store(world: World) -> StatusMarkerStore:
+    inputs = world.inputs
+    return StatusMarkerStore(crds.operations(world.ctx.kube), inputs.op_namespace, inputs.name, ROLL_FIELDS)
+
+
+async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None = None) -> RollOutcome:
+    """One step of the Reboot class on ``m`` (a machine under way); ``store``: its marker (status.roll default)."""
+    store = store or marker_store(world)
+    marker = await store.read()
+    target = await world.target(m)
+    rendered = world.rendered(m)
+    if marker.rebooting != m.name and m.name not in marker.done:
+        try:
+            converged = await checks.runs_rendered(world.talos, m.address, rendered)
+        except TalosError:
+            converged = False  # the gates below say why it cannot go on
+        if converged:
+            # Nothing to do (or a rollout resumed after the reboot was recorded elsewhere): release what is ours.
+            failpoint("config.skip.before")
+            try:
+                await uncordon(world.managed, target.node)
+                await end_drain(world.managed, target.node)
+            except IchordError:
+                pass  # the Node is released on a later step; the machine is done either way
+            await store.write(marker.finished(m.name))
+            return RollOutcome(Requeue(0.0, "converged"), RollReason.NODE_REBOOTED, m.name,
+                               f"{m.name} already runs the rendered configuration; nothing done")
+
+    async def held(_t: RollTarget) -> GateResult:
+        return checks.not_held(m.name, world.annotations(m.name), HOLD_ANNOTATION)
+
+    async def ready(t: RollTarget) -> GateResult:
+        return await checks.node_is_ready(world.managed, t.node)
+
+    async def dry(_t: RollTarget) -> GateResult:
+        return await checks.dry_run(world.talos, m.address, rendered, m.name)
+
+    async def etcd(_t: RollTarget) -> GateResult:
+        return await checks.etcd_healthy(world.talos, world.control_planes)
+
+    async def back(_t: RollTarget) -> GateResult:
+        return await checks.back_on_render(world.talos, m.address, rendered, m.name)
+
+    async def drain_and_stage(t: RollTarget) -> HookResult:
+        try:
+            drained = await drain_round(world.managed, t.node, now=world.now(), bound=world.ctx.timing.drain_bound)
+        except IchordError as exc:
+            return HookResult(HookVerdict.WAIT, f"cannot drain Node {t.node} yet: {SCRUBBER.exception(exc)}",
+                              world.ctx.timing.reboot_poll)
+        if drained.verdict == DrainVerdict.REFUSED:
+            return HookResult(HookVerdict.GIVE_UP, drained.message)
+        if drained.verdict == DrainVerdict.WAIT:
+            return HookResult(HookVerdict.WAIT, drained.message, world.ctx.timing.reboot_poll)
+        failpoint("config.stage.before")
+        try:
+            await world.talos.apply_configuration(m.address, rendered.to_bytes(), ApplyMode.STAGED)
+        except TalosUnreachableError as exc:
+            return HookResult(HookVerdict.WAIT, f"cannot stage {m.name}'s configuration yet: {exc}",
+                              world.ctx.timing.reboot_poll)
+        except TalosError as exc:
+            return HookResult(HookVerdict.GIVE_UP, f"{m.name} refused the staged configuration: {exc}")
+        failpoint("config.stage.after")
+        return PROCEED
+
+    gates: list[Gate] = [held, ready, dry]
+    verifiers: list[Gate] = [back]
+    if m.is_control_plane:
+        gates.append(etcd)
+        verifiers.append(etcd)
+    hooks = RollHooks(before_reboot=drain_and_stage)
+    return await advance_roll([target], store, TalosNodes(world.talos, world.inputs.cluster_inputs.contract),
+                              KubeNodes(world.managed), gates=gates, verifiers=verifiers, hooks=hooks,
+                              timing=world.ctx.timing, clock=world.ctx.now)

@@ -1,0 +1,114 @@
+"""Workers up to ``maxUnavailable`` at once (ADR 0080 "Order and concurrency"): one roll marker per worker.
+
+Each worker under way has its own marker in ``status.workerRolls.<machine>`` (the roll's fields: rebooting,
+rebootBootID, requestedAt, done), written before its cordon, so the set of disrupted workers is persisted
+and a restarted daemon counts it against the bound. A worker whose marker says done is moved to
+``status.roll.done`` and its marker removed, in one write. The plan's last machine (ichord's own node when
+it is in the plan) is never taken here: it goes alone, after everything else, through ``status.roll``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ichord.api.views import MachineView
+from ichord.kube.crds import CustomObjects
+from ichord.kube.status import update_status
+from ichord.operations.config.plan import PlannedMachine
+from ichord.operations.config.world import ROLL_FIELDS
+from ichord.operations.roll_state import RollMarker
+from ichord.operations.roll_store import format_time, marker_from_status, parse_time
+
+SLOTS = "workerRolls"
+Obj = dict[str, Any]
+
+
+def _marker(entry: Obj, where: str) -> RollMarker:
+    at = entry.get("requestedAt")
+    return RollMarker(rebooting=str(entry.get("rebooting") or ""), boot_id=str(entry.get("rebootBootID") or ""),
+                      requested_at=parse_time(str(at), where) if at else None,
+                      done=tuple(str(x) for x in entry.get("done") or ()))
+
+
+def _entry(marker: RollMarker) -> Obj:
+    out: Obj = {"rebooting": marker.rebooting or None, "rebootBootID": marker.boot_id or None,
+                "done": list(marker.done)}
+    if marker.requested_at is not None:
+        out["requestedAt"] = format_time(marker.requested_at)
+    return out
+
+
+class WorkerMarkerStore:
+    """MarkerStore on ``status.workerRolls.<machine>`` of the operation (read uncached, conflicts retried)."""
+
+    def __init__(self, objects: CustomObjects, namespace: str, name: str, machine: str) -> None:
+        self._objects, self._namespace, self._name, self._machine = objects, namespace, name, machine
+
+    async def read(self) -> RollMarker:
+        obj = await self._objects.get(self._namespace, self._name)
+        entry = ((obj.get("status") or {}).get(SLOTS) or {}).get(self._machine) or {}
+        return _marker(entry, f"status.{SLOTS}.{self._machine}")
+
+    async def write(self, marker: RollMarker) -> None:
+        def mutate(status: Obj, _obj: Obj) -> Obj | None:
+            slots = dict(status.get(SLOTS) or {})
+            if self._machine in slots and _marker(slots[self._machine], "") == marker:
+                return None
+            slots[self._machine] = _entry(marker)
+            status[SLOTS] = slots
+            return status
+
+        await update_status(self._objects, self._namespace, self._name, mutate)
+
+
+def in_flight(status: Obj) -> list[str]:
+    return sorted(k for k, v in (status.get(SLOTS) or {}).items() if v is not None)
+
+
+def slot_done(status: Obj, machine: str) -> bool:
+    entry = (status.get(SLOTS) or {}).get(machine) or {}
+    return machine in (entry.get("done") or ())
+
+
+def to_start(planned: list[PlannedMachine], status: Obj, max_unavailable: int) -> list[PlannedMachine]:
+    """The workers to take now: next in order, not done, not under way, within the bound; never the last."""
+    roll = marker_from_status(status, ROLL_FIELDS)
+    busy = set(in_flight(status))
+    free = max(0, max_unavailable - len(busy))
+    parallel = [p for p in planned[:-1] if not p.is_control_plane]
+    return [p for p in parallel if p.name not in roll.done and p.name not in busy][:free]
+
+
+async def open_slot(kube_objects: CustomObjects, namespace: str, name: str, machine: str) -> Obj:
+    """Record the worker as under way before anything is done to it (it counts against the bound from now)."""
+    def mutate(status: Obj, _obj: Obj) -> Obj | None:
+        slots = dict(status.get(SLOTS) or {})
+        if machine in slots:
+            return None
+        slots[machine] = {"done": []}
+        status[SLOTS] = slots
+        return status
+
+    return await update_status(kube_objects, namespace, name, mutate)
+
+
+async def close_slot(kube_objects: CustomObjects, namespace: str, name: str, machine: str) -> Obj:
+    """The worker is done: into status.roll.done, its marker removed (one write)."""
+    def mutate(status: Obj, _obj: Obj) -> Obj | None:
+        slots = dict(status.get(SLOTS) or {})
+        roll = dict(status.get(ROLL_FIELDS.section) or {})
+        done = list(roll.get(ROLL_FIELDS.done) or [])
+        if slots.get(machine) is None and machine in done:
+            return None
+        slots[machine] = None  # a merge patch removes a nested key only when it is spelled null
+        if machine not in done:
+            done.append(machine)
+        roll[ROLL_FIELDS.done] = done
+        status[SLOTS], status[ROLL_FIELDS.section] = slots, roll
+        return status
+
+    return await update_status(kube_objects, namespace, name, mutate)
+
+
+def machine_of(machines: list[MachineView], name: str) -> MachineView | None:
+    return next((m for m in machines if m.name == name), None)

@@ -1,0 +1,318 @@
+"""ADR 0080 on the simulators: the ``config`` operation run by the real cluster actor step and registry.
+
+A reboot-class patch rolled out on 3 control planes + 2 workers with a PDB-protected app: plan only while
+paused, each node rebooted exactly once, never two control planes (nor more than one worker) down at once,
+the PDB never violated (read at every pod change), nothing left cordoned, every TalosMachine Ready=True
+after. Then the refusals (nothing to do; a rotation unfinished), a drain a PDB never allows (bounded, paused
+naming the pod, uncordoned, nothing rebooted), an unowned pod, and the API-server-restart class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import pytest
+
+from ichord.api import names
+from ichord.api.conditions import find
+from ichord.kube import crds
+from ichord.kube.nodes import CORDONED_BY_ICHORD_ANNOTATION
+from ichord.operations.config.cli import config_apply, format_plan
+from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.settings import Timing
+from ichord.sim.combined import SimEnvironment
+from tests.integration._config_world import (
+    API_SERVER_PATCH,
+    APP_NS,
+    REBOOT_PATCH,
+    World,
+    most_down_at_once,
+    reboots,
+    world_on,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+Obj = dict[str, Any]
+TIMING = replace(Timing().scaled(0.01), ca_worker_apply_concurrency=4)
+
+
+@pytest.fixture(scope="module")
+def bundle() -> SecretsBundle:
+    return generate_bundle()
+
+
+@pytest.fixture
+async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
+    async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=3, workers=2,
+                              pod_start_delay=2.0) as e:
+        yield e
+
+
+@pytest.fixture
+async def world(env: SimEnvironment) -> AsyncIterator[World]:
+    async for w in world_on(env, TIMING):
+        yield w
+
+
+def _cond(obj: Obj, ctype: str = names.CONFIG_ROLLOUT) -> Obj:
+    return find((obj.get("status") or {}).get("conditions"), ctype) or {}
+
+
+async def _create(world: World, name: str, *, paused: bool, **spec: Any) -> None:
+    await crds.operations(world.kube).create(world.env.namespace, {"metadata": {"name": name}, "spec": {
+        "clusterRef": {"name": world.env.cluster_name}, "kind": "config", "paused": paused, **spec}})
+
+
+async def _reported(world: World, field: str, count: int) -> None:
+    async def reported() -> bool:
+        return sum(1 for m in await world.machines() if (m.get("status") or {}).get(field)) == count
+
+    await world.run_until(reported, what=f"{count} machines reporting {field}")
+
+
+async def _phase(world: World, name: str, *phases: str) -> Obj:
+    async def there() -> bool:
+        return (await world.op(name)).get("status", {}).get("phase") in phases
+
+    await world.run_until(there, what=f"{name} in {phases}")
+    return await world.op(name)
+
+
+async def _cordoned(world: World) -> list[str]:
+    nodes = (await world.kube.raw("GET", "/api/v1/nodes"))["items"]
+    return [n["metadata"]["name"] for n in nodes if (n.get("spec") or {}).get("unschedulable")
+            or CORDONED_BY_ICHORD_ANNOTATION in (n["metadata"].get("annotations") or {})]
+
+
+async def test_a_reboot_patch_rolls_out_one_node_at_a_time_with_a_drain_under_a_pdb(world: World) -> None:
+    env = world.env
+    await world.deploy_app(replicas=2, min_available=1)
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    boots_before = {m: env.node(m).boots for m in env.machine_names}
+
+    await _create(world, "roll", paused=True)
+    op = await _phase(world, "roll", "Pending")
+    assert _cond(op)["reason"] == "Planned"
+    plan = op["status"]["plan"]
+    assert [m["role"] for m in plan["machines"]] == ["controlplane"] * 3 + ["worker"] * 2
+    assert all(m["reboots"] and m["change"] == "Reboot" for m in plan["machines"])
+    assert plan["kubernetesAPIUnavailable"] is False
+    assert {m: env.node(m).boots for m in env.machine_names} == boots_before  # plan only: nothing ran
+
+    since = len(env.talos.history.events)
+    await crds.operations(world.kube).patch(env.namespace, "roll", {"spec": {"paused": False}})
+    op = await _phase(world, "roll", "Completed", "Failed", "Paused")
+    assert op["status"]["phase"] == "Completed", op["status"]
+    assert reboots(env, since) == {m: 1 for m in env.machine_names}
+    assert most_down_at_once(env, f"{env.cluster_name}-cp-", since) == 1
+    assert most_down_at_once(env, f"{env.cluster_name}-worker-", since) == 1
+    assert op["status"]["roll"]["done"] == [m["name"] for m in plan["machines"]]
+    assert world.pdb.lowest is not None and world.pdb.lowest >= 1, world.pdb
+    assert env.clients.events and any(e["kind"] == "pod_replaced" for e in env.clients.events)  # evictions happened
+    assert await _cordoned(world) == []
+    assert not op["metadata"].get("finalizers")
+    mirrors = (await world.kube.raw("GET", "/api/v1/namespaces/kube-system/pods"))["items"]
+    assert len([p for p in mirrors if "kubernetes.io/config.mirror" in p["metadata"].get("annotations", {})]) == 9
+
+    # The machine reconciler and the operation agree: every machine converged, Ready=True.
+    async def all_ready() -> bool:
+        return all(_cond(m, names.READY).get("status") == "True" for m in await world.machines())
+
+    await world.run_until(all_ready, what="every TalosMachine Ready=True")
+    assert all(_cond(m)["reason"] == "RolledOut" for m in await world.machines())
+    stages = [e["kind"] for e in env.talos.history.events[since:] if e["kind"] == "apply"]
+    modes = {e.get("mode") for e in env.talos.history.events[since:] if e["kind"] == "apply"}
+    assert stages and modes == {"STAGED"}, modes  # never AUTO, never REBOOT
+
+
+async def test_refusals_nothing_to_do_and_a_rotation_unfinished(world: World) -> None:
+    await _create(world, "idle", paused=False)
+    op = await _phase(world, "idle", "Failed")
+    assert _cond(op)["reason"] == "NothingToDo"
+
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    await crds.operations(world.kube).create(world.env.namespace, {"metadata": {"name": "rot"}, "spec": {
+        "clusterRef": {"name": world.env.cluster_name}, "kind": "ca-rotation", "paused": True}})
+    await _create(world, "late", paused=False)
+    op = await _phase(world, "late", "Failed")
+    assert _cond(op)["reason"] == "ClusterCARotating", op["status"]
+    assert sum(reboots(world.env).values()) == 0
+
+
+async def test_a_pdb_that_never_allows_an_eviction_pauses_naming_the_pod(world: World) -> None:
+    env = world.env
+    await world.deploy_app(replicas=1, min_available=1)
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    pods = (await world.kube.raw("GET", f"/api/v1/namespaces/{APP_NS}/pods"))["items"]
+    pinned = pods[0]["spec"]["nodeName"]
+    worker = next(m for m in env.machine_names if env.node(m).nodename == pinned)
+    # Only that worker waits: hold the rest by rolling out its own plan (the others converge as they are).
+    await _create(world, "stuck", paused=False)
+    op = await _phase(world, "stuck", "Paused")
+
+    async def blocked_on_pod() -> bool:
+        o = await world.op("stuck")
+        return "did not drain" in str(o["status"].get("message"))
+
+    await world.run_until(blocked_on_pod, what="the drain bound")
+    op = await world.op("stuck")
+    assert pods[0]["metadata"]["name"] in op["status"]["message"]
+    assert env.node(worker).boots == 1  # never rebooted
+    assert await _cordoned(world) == []  # ichord's cordon released
+
+
+async def test_an_unowned_pod_is_refused_and_nothing_reboots(world: World) -> None:
+    env = world.env
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    first_worker = f"{env.cluster_name}-worker-1"
+    node = env.node(first_worker).nodename
+    await world.kube.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": APP_NS}})
+    await world.kube.raw("POST", f"/api/v1/namespaces/{APP_NS}/pods", body={
+        "metadata": {"name": "pet", "namespace": APP_NS},
+        "spec": {"nodeName": node, "containers": [{"name": "pet", "image": "busybox"}]}})
+    await _create(world, "pets", paused=False)
+
+    async def refused() -> bool:
+        return "no controller owns" in str((await world.op("pets")).get("status", {}).get("message"))
+
+    await world.run_until(refused, what="the unowned pod refusal")
+    assert env.node(first_worker).boots == 1
+    assert node not in await _cordoned(world)
+
+
+async def test_an_api_server_restart_patch_restarts_each_control_plane_once_without_a_reboot(world: World) -> None:
+    env = world.env
+    await world.patch_cluster([API_SERVER_PATCH])
+    await _reported(world, "apiServerRestartPaths", 3)
+    since = len(env.talos.history.events)
+    await _create(world, "restart", paused=False)
+    op = await _phase(world, "restart", "Completed", "Failed", "Paused")
+    assert op["status"]["phase"] == "Completed", op["status"]
+    assert [m["change"] for m in op["status"]["plan"]["machines"]] == ["APIServerRestart"] * 3
+    assert sum(reboots(env, since).values()) == 0
+    restarts = [e["node"] for e in env.talos.history.events[since:] if e["kind"] == "apiserver_restart"]
+    assert sorted(restarts) == sorted(m for m in env.machine_names if "-cp-" in m)
+    # one at a time: each restart is ready before the next starts
+    ready_or_restart = [e["kind"] for e in env.talos.history.events[since:]
+                        if e["kind"] in ("apiserver_restart", "apiserver_ready")]
+    assert ready_or_restart == ["apiserver_restart", "apiserver_ready"] * 3
+
+
+async def test_config_apply_creates_a_plan_only_operation_and_prints_the_plan(world: World) -> None:
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    boots = {m: world.env.node(m).boots for m in world.env.machine_names}
+    got: list[Obj] = []
+
+    async def apply() -> None:
+        got.append(await config_apply(world.kube, world.env.cluster_name, world.env.namespace, max_unavailable=2,
+                                      wait=30))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(apply)
+
+        async def answered() -> bool:
+            return bool(got)
+
+        await world.run_until(answered, what="config-apply's plan")
+    op = got[0]
+    assert op["spec"]["paused"] is True and op["spec"]["maxUnavailable"] == 2
+    text = format_plan(op)
+    lines = text.splitlines()
+    assert lines[1].split() == ["ORDER", "MACHINE", "ROLE", "CHANGE", "FIELDS"]
+    assert [ln.split()[1] for ln in lines[2:7]] == [m for m in world.env.machine_names if "-cp-" in m] + \
+        [m for m in world.env.machine_names if "-worker-" in m]
+    assert "KernelModuleConfig" in lines[2] and "plan only; start it with: kubectl patch" in text
+    assert {m: world.env.node(m).boots for m in world.env.machine_names} == boots
+
+
+async def test_workers_go_up_to_max_unavailable_at_once_and_the_last_alone(bundle: SecretsBundle) -> None:
+    async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=1, workers=5,
+                              management_api="separate") as env, contextlib.asynccontextmanager(world_on)(
+                                  env, TIMING) as world:
+        if True:
+            await world.patch_cluster([REBOOT_PATCH])
+            await _reported(world, "rebootPaths", 6)
+            since = len(env.talos.history.events)
+            cordoned: list[int] = []
+
+            def count(_change: Any, rt: Any) -> None:
+                if rt.plural == "nodes":
+                    nodes = env.kube.store.list(rt, None)[0]
+                    cordoned.append(sum(1 for n in nodes if (n.get("spec") or {}).get("unschedulable")))
+
+            env.kube.store.listeners.append(count)
+            await _create(world, "wide", paused=False, maxUnavailable=2)
+            op = await _phase(world, "wide", "Completed", "Failed", "Paused")
+            assert op["status"]["phase"] == "Completed", op["status"]
+            assert op["status"]["plan"]["kubernetesAPIUnavailable"] is True
+            assert reboots(env, since) == {m: 1 for m in env.machine_names}
+            assert most_down_at_once(env, f"{env.cluster_name}-worker-", since) <= 2
+            assert max(cordoned) == 2  # two workers out of service together, never three
+            done = op["status"]["roll"]["done"]
+            assert done[0] == f"{env.cluster_name}-cp-1" and done[-1] == f"{env.cluster_name}-worker-5"
+            # the last one went alone: nothing else was down while it was
+            downs = [e for e in env.talos.history.events[since:] if e["kind"] == "down"]
+            assert downs[-1]["node"] == f"{env.cluster_name}-worker-5"
+            assert await _cordoned(world) == []
+            assert not op["status"].get("workerRolls")
+
+
+async def test_a_node_that_does_not_come_back_pauses_naming_it(world: World) -> None:
+    env = world.env
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    first = f"{env.cluster_name}-cp-1"
+
+    def never_back(event: dict[str, Any]) -> None:
+        if event["kind"] == "down" and event.get("node") == first:
+            env.node(first).faults.unreachable = True  # it went down for the reboot and does not come up
+
+    env.talos.history.listeners.append(never_back)
+    await _create(world, "stuck", paused=False)
+
+    async def timed_out() -> bool:
+        o = await world.op("stuck")
+        return "did not come back" in str((o.get("status") or {}).get("message"))
+
+    await world.run_until(timed_out, steps=4000, what="the node action bound")
+    op = await world.op("stuck")
+    assert op["status"]["phase"] == "Paused" and first in op["status"]["message"]
+    assert all(env.node(m).boots == (2 if m == first else 1) for m in env.machine_names)  # nothing else went
+
+
+async def test_a_node_that_boots_without_the_staged_configuration_fails_and_is_uncordoned(world: World) -> None:
+    env = world.env
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    first = f"{env.cluster_name}-cp-1"
+    node = env.node(first)
+
+    def lose_the_stage(event: dict[str, Any]) -> None:
+        if event["kind"] == "down" and event.get("node") == first:
+            node.persistent = node.running  # the staged configuration does not survive to the next boot
+
+    env.talos.history.listeners.append(lose_the_stage)
+    await _create(world, "wrong", paused=False)
+
+    async def failed_verify() -> bool:
+        o = await world.op("wrong")
+        return "does not run the rendered configuration" in str((o.get("status") or {}).get("message"))
+
+    await world.run_until(failed_verify, what="the verification failure")
+    op = await world.op("wrong")
+    assert op["status"]["phase"] == "Paused" and first in op["status"]["message"]
+    assert node.boots == 2  # rebooted once, never twice
+    assert env.node(f"{env.cluster_name}-cp-2").boots == 1  # the rollout stopped there
+    assert await _cordoned(world) == []
+    machine = next(m for m in await world.machines() if m["metadata"]["name"] == first)
+    assert _cond(machine)["reason"] == "Failed"
