@@ -37,6 +37,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.chaos, pytest.mark.slow]
 #: Every failpoint of the ca-rotation, in the order one rotation passes them (failpoints.py, testing.md).
 FAILPOINTS = [
     "ca-rotation.save.before", "ca-rotation.saved",
+    "ca-rotation.apiserver.recorded",  # the first control plane's kube-apiserver recorded, before its apply
     "ca-rotation.apply.before.accepting", "ca-rotation.apply.after.accepting",
     "ca-rotation.apply.before.issuing", "ca-rotation.apply.after.issuing",
     "ca-rotation.apply.before.dropping", "ca-rotation.apply.after.dropping",
@@ -44,6 +45,16 @@ FAILPOINTS = [
     "ca-rotation.restart.before", "ca-rotation.restart.after",
     "ca-rotation.done.before",
 ]
+
+
+#: Failpoints a default rotation (talos, kubernetes) never passes, and where each is killed at instead.
+OFF_THE_DEFAULT_PATH = {
+    "ca-rotation.abandon.remove.before": "tests/integration/test_ca_rotation_abandon.py",
+    "ca-rotation.abandon.remove.after": "tests/integration/test_ca_rotation_abandon.py",
+    "ca-rotation.abandon.letgo.before": "tests/integration/test_ca_rotation_abandon.py",
+    "ca-rotation.aggregator.delete.before": "tests/integration/test_ca_rotation_aggregator.py",
+    "ca-rotation.aggregator.delete.after": "tests/integration/test_ca_rotation_aggregator.py",
+}
 
 
 def test_the_list_names_every_failpoint_of_the_rotation() -> None:
@@ -61,7 +72,7 @@ def test_the_list_names_every_failpoint_of_the_rotation() -> None:
             expanded |= {n.split("{")[0] + s for s in ("accepting", "issuing", "dropping")}
         else:
             expanded.add(n)
-    assert expanded == set(FAILPOINTS)
+    assert expanded == set(FAILPOINTS) | set(OFF_THE_DEFAULT_PATH)
 
 
 async def _create(kube: KubeClient, env: SimEnvironment) -> SecretsBundle:

@@ -119,22 +119,24 @@ async def test_deleted_past_the_point_of_no_return_is_held_and_runs_on_to_done(
     assert not await _events(driver, names.EventReason.OPERATION_ABANDONED)
 
 
-async def test_killed_after_rotation_yaml_went_the_abandon_finishes_on_the_next_step(
-        env: SimEnvironment, driver: Driver, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("point", ["ca-rotation.abandon.remove.before", "ca-rotation.abandon.remove.after",
+                                   "ca-rotation.abandon.letgo.before"])
+async def test_killed_at_each_abandon_failpoint_the_abandon_finishes_on_the_next_step(
+        point: str, env: SimEnvironment, driver: Driver, monkeypatch: pytest.MonkeyPatch) -> None:
     await driver.create()
     await driver.run(until=at("AwaitingCredentials"), max_steps=400)
     driver.acknowledge = False
 
-    def crash(point: str) -> None:
-        if point == "ca-rotation.abandon.remove.after":
+    def crash(reached: str) -> None:
+        if reached == point:
             monkeypatch.setattr(abandon_module, "failpoint", lambda _p: None)
-            raise Crash(point)
+            raise Crash(reached)
 
     monkeypatch.setattr(abandon_module, "failpoint", crash)
     await crds.operations(driver.kube).delete(env.namespace, driver.op_name)
     with pytest.raises(Crash):
         await driver.step()
-    assert names.ROTATION_KEY not in secret_data(env)
+    assert (names.ROTATION_KEY in secret_data(env)) == (point == "ca-rotation.abandon.remove.before")
     assert not await _gone(driver)  # killed before the finalizer went
     assert isinstance(await driver.step(), Done)
     assert await _gone(driver)
