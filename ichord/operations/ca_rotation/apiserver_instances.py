@@ -93,7 +93,7 @@ async def record_before_apply(ctx: RotationContext, inputs: Inputs, talos: Talos
     failpoint("ca-rotation.apiserver.recorded")
 
 
-def _host(address: str) -> str:
+def node_host(address: str) -> str:
     host, _port = split_endpoint(address)
     return f"[{host}]" if ":" in host else host
 
@@ -139,7 +139,7 @@ async def awaited(ctx: RotationContext, inputs: Inputs, talos: TalosClient, m: M
         if now_running in ("", inst.container_id):
             return Awaited(f"waiting for kube-apiserver on {m.name} to restart with the stage (container "
                            f"unchanged since the apply)", overdue)
-    problem = await readyz(_host(m.address), inputs.cluster_inputs.local_api_server_port, cas)
+    problem = await readyz(node_host(m.address), inputs.cluster_inputs.local_api_server_port, cas)
     if problem is None:
         return None
     message = f"waiting for kube-apiserver on {m.name} to be ready: {problem}"

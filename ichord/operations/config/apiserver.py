@@ -4,15 +4,16 @@
     no marker                             -> dry run; marker (machine, running kube-apiserver container ID,
                                              appliedAt) written; then NO_REBOOT apply
     marker, node not on the render        -> apply again (killed between marker and apply)
-    marker, container changed (or unchanged for apiserver_restart_unchanged) and the static pod Ready
+    marker, container changed (or unchanged for apiserver_restart_unchanged), static pod Ready, /readyz 200
                                           -> done, marker cleared
     marker, past apiserver_restart_bound  -> APIServerNotReady: pause naming the node; the retry waits again
                                              with a fresh clock
     any read failure while marked         -> waiting (ichord may run behind the API server restarting)
 
-The marker lives in ``status.apiServerRestart`` {machine, containerID, appliedAt, done}. Readiness is the
-kubelet's view of the kube-apiserver static pod (Talos StaticPodStatus), not an HTTP /readyz probe of the
-node's address (see the report: not done).
+The marker lives in ``status.apiServerRestart`` {machine, containerID, appliedAt, done}. Ready means the
+kube-apiserver static pod Ready (Talos StaticPodStatus) and the node's own ``/readyz`` on
+``localAPIServerPort`` answering 200, verified against the cluster's Kubernetes CA (the same probe as the
+ca-rotation's, apiserver_instances.readyz).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.kube import crds
 from ichord.kube.status import update_status
+from ichord.operations.ca_rotation.apiserver_instances import node_host, readyz
 from ichord.operations.config import checks
 from ichord.operations.config.world import World
 from ichord.operations.outcome import Blocked, Requeue
@@ -123,12 +125,19 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
         else:
             container, ready = await apiserver_container(world.talos, m.address)
             restarted = container != marker.container_id or spent >= timing.apiserver_restart_unchanged
+            problem = None
             if restarted and ready:
+                # The amendment's test: the node's own /readyz answers 200, anonymously, verified against the
+                # cluster's Kubernetes CA (the static pod's Ready is the kubelet's view only).
+                problem = await readyz(node_host(m.address), world.inputs.cluster_inputs.local_api_server_port,
+                                       [world.inputs.bundle.k8s.cert_pem])
+            if restarted and ready and problem is None:
                 failpoint("config.apiserver.done.before")
                 await _write(world, RestartMarker(done=(*marker.done, m.name)))
                 return RestartOutcome(Requeue(0.0, "restarted"), "APIServerRestarted",
                                       f"kube-apiserver on {m.name} restarted and is ready")
-            waiting = "kube-apiserver has not restarted yet" if not restarted else "kube-apiserver is not ready yet"
+            waiting = ("kube-apiserver has not restarted yet" if not restarted else
+                       "kube-apiserver is not ready yet" if not ready else f"kube-apiserver {problem}")
     except TalosError as exc:
         waiting = f"cannot read {m.name} ({SCRUBBER.exception(exc)})"
     if spent >= timing.apiserver_restart_bound:
