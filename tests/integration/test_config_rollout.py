@@ -316,3 +316,26 @@ async def test_a_node_that_boots_without_the_staged_configuration_fails_and_is_u
     assert await _cordoned(world) == []
     machine = next(m for m in await world.machines() if m["metadata"]["name"] == first)
     assert _cond(machine)["reason"] == "Failed"
+
+
+async def test_deleted_mid_rollout_it_releases_its_cordon_and_the_lock(world: World) -> None:
+    """A rollout deleted while a node is cordoned (draining under a PDB that never allows) gives the Node back
+    before it lets go of the lock: no Node is left cordoned by ichord, the operation is gone."""
+    env = world.env
+    await world.deploy_app(replicas=1, min_available=1)
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    await _create(world, "gone", paused=False)
+
+    async def cordoned() -> bool:
+        return bool(await _cordoned(world))
+
+    await world.run_until(cordoned, what="a Node cordoned by the rollout")
+    await crds.operations(world.kube).delete(env.namespace, "gone")
+
+    async def gone() -> bool:
+        ops, _ = await crds.operations(world.kube).list_objects(env.namespace)
+        return not any(o["metadata"]["name"] == "gone" for o in ops)
+
+    await world.run_until(gone, what="the operation gone")
+    assert await _cordoned(world) == []

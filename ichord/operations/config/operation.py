@@ -53,6 +53,7 @@ from ichord.operations.config.plan import (
     refusal,
 )
 from ichord.operations.config.reboot import advance_reboot
+from ichord.operations.config.release import release_cordons
 from ichord.operations.config.world import ROLL_FIELDS, NodeNameUnknown, World
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, soonest
 from ichord.operations.registry import Operation
@@ -85,6 +86,15 @@ def own_node() -> str | None:
 
 async def advance_in_scope(scope: ClusterScope, op: OperationView) -> Outcome:
     ctx = context_of(scope)
+    if op.deleting and not op.finished and op.stage:
+        # Deleted mid-rollout: ichord's cordons go back before the lock does (release.py).
+        try:
+            inputs_now = await load_inputs(ctx, op.obj)
+        except (InputsError, KubeError) as exc:
+            log.warning("config: deleted mid-rollout; inputs unreadable, cordons not released", operation=op.name,
+                        error=SCRUBBER.text(str(exc)))
+        else:
+            await release_cordons(ctx, inputs_now)
     if op.finished or op.deleting:
         await backbone.let_go(ctx, CONFIG, op.obj)
         return Done()

@@ -1,0 +1,48 @@
+"""A `config` operation deleted mid-rollout gives back what it took: ichord's cordons, then the lock.
+
+While the operation holds the cluster lock no other operation cordons in that cluster, so every Node
+carrying ichord's cordon annotation is this rollout's; each is uncordoned (never a Node a person
+cordoned: kube.nodes.uncordon checks the annotation). A node still rebooting is uncordoned too: it takes
+pods again once its kubelet is Ready, as it would after the roll. When the managed API cannot be reached
+the operation is let go anyway and a Warning Event names what may be left cordoned.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from ichord.api import names
+from ichord.errors import IchordError
+from ichord.kube import nodes as kube_nodes
+from ichord.kube.reads import list_nodes
+from ichord.operations import backbone
+from ichord.operations.ca_rotation.context import Inputs, RotationContext
+from ichord.operations.ca_rotation.managed import admin_client
+from ichord.pki.scrub import SCRUBBER
+from ichord.talos.dial import DialBundle
+
+log = structlog.get_logger(__name__)
+
+
+async def release_cordons(ctx: RotationContext, inputs: Inputs) -> list[str]:
+    """Uncordon every Node ichord cordoned in the cluster; the Nodes released. Best effort: a failure is an Event."""
+    released: list[str] = []
+    talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
+    try:
+        async with admin_client(talos, inputs.control_planes, [inputs.bundle.k8s.cert_pem]) as managed:
+            for node in await list_nodes(managed):
+                view = kube_nodes.NodeView.of(node)
+                if view.cordoned_by_ichord and await kube_nodes.uncordon(managed, view.name):
+                    released.append(view.name)
+    except IchordError as exc:
+        message = (f"the config operation {inputs.name} was deleted mid-rollout and its cordons could not be "
+                   f"released ({SCRUBBER.exception(exc)}); uncordon by hand any Node annotated "
+                   f"{kube_nodes.CORDONED_BY_ICHORD_ANNOTATION}")
+        log.warning("config: cordons not released", operation=inputs.name, error=SCRUBBER.exception(exc))
+        backbone.event(ctx, inputs, "Warning", names.EventReason.OPERATION_BLOCKED, message)
+        return released
+    finally:
+        talos.close()
+    if released:
+        log.info("config: deleted mid-rollout; cordons released", operation=inputs.name, nodes=released)
+    return released
