@@ -24,12 +24,15 @@ from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import KubeError
 from ichord.operations.ca_rotation.plan import handoff_token
+from ichord.pki import pem as _pem
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
 from tests._etcd_history import ca_fp, etcd_violations, final_trust
 from tests.e2e._daemon import Daemon
 from tests.e2e.conftest import MakeSimEnv
+from tests.e2e.test_ca_rotation_aggregator_daemon import _apiservers_on, _ext_auth
+from tests.integration._apiserver_history import overlapping_restarts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -148,6 +151,32 @@ async def test_the_daemon_rotates_talos_kubernetes_and_etcd_of_five_control_plan
         assert "AwaitingCredentials" in seen
         new = _check_etcd_end_state(env, old)
         assert ca_fingerprint(new.os) != ca_fingerprint(old.os) and ca_fingerprint(new.k8s) != ca_fingerprint(old.k8s)
+    finally:
+        assert await daemon.stop() == 0
+
+
+async def test_the_daemon_rotates_all_four_cas_of_three_control_planes(make_sim_env: MakeSimEnv, kube_of: Any,
+                                                                       tmp_path: Path) -> None:
+    """ADR 0120 end to end with every target: the etcd roll after each pass, kube-apiserver restarted one
+    control plane at a time in every pass, the aggregator ConfigMap reset to the new CA alone."""
+    env = await _env(make_sim_env, 3)
+    kube = await kube_of(env)
+    old = env.bundle
+    assert old is not None
+    daemon = Daemon(env, tmp_path, "replica-0")
+    seen: list[str] = []
+    try:
+        await _start(kube, env, ["talos", "kubernetes", "etcd", "kubernetes-aggregator"])
+        with anyio.fail_after(180):
+            op = await _follow(kube, env, seen)
+        assert op["status"]["phase"] == "Completed", (op["status"], daemon.log()[-4000:])
+        assert "AwaitingCredentials" in seen and "reason:RebootingEtcd" in seen
+        new = _check_etcd_end_state(env, old)
+        for kind in ("os", "k8s", "k8s_aggregator"):
+            assert ca_fingerprint(getattr(new, kind)) != ca_fingerprint(getattr(old, kind)), kind
+        assert _ext_auth(env) == _pem.pem_blocks(new.k8s_aggregator.cert_pem)  # the new front-proxy CA alone
+        assert _apiservers_on(env, new) == []  # every kube-apiserver ran on the new CAs at the end
+        assert overlapping_restarts(env.talos.history.events) == []
     finally:
         assert await daemon.stop() == 0
 
