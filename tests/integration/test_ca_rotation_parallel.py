@@ -7,6 +7,7 @@ once."""
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -125,3 +126,38 @@ def test_the_worker_concurrency_is_a_count_that_no_time_scale_changes() -> None:
     for bad in ("0", "two", "-1"):
         with pytest.raises(SettingsError, match="ICHORD_CA_WORKER_APPLY_CONCURRENCY"):
             Timing.from_env({"ICHORD_CA_WORKER_APPLY_CONCURRENCY": bad})
+
+
+def _rpcs(env: SimEnvironment) -> dict[str, Counter[str]]:
+    return {m: Counter(env.node(m).rpcs) for m in env.machine_names}
+
+
+@pytest.mark.anyio
+async def test_a_pass_costs_a_worker_three_talos_rpcs(bundle: SecretsBundle) -> None:
+    """Issue 19's floor, counted by the Talos simulators per pass: a worker gets its dry run (which also tells
+    whether it differs), its apply and one read with the stage's credentials (its Talos CA view); a control plane
+    the same plus its Kubernetes CA view, and the kube-apiserver container read before its apply (one restart at
+    a time). Nothing is read again in the steps between, and the gates after a verified pass read no node."""
+    async with environment(bundle, workers=4, apply=0.02) as env, driving(env, concurrency=2) as driver:
+        await driver.create()
+        await driver.run(until=at("Accepting"))
+        passes: dict[str, dict[str, Counter[str]]] = {}
+        before = _rpcs(env)
+        for stage, until in (("Accepting", "AwaitingCredentials"), ("Issuing", "Dropping"), ("Dropping", "Finalizing")):
+            if stage == "Issuing":
+                await driver.run(until=at("Issuing"))
+                before = _rpcs(env)
+            await driver.run(until=at(until))
+            after = _rpcs(env)
+            passes[stage] = {m: after[m] - before[m] for m in env.machine_names}
+            before = after
+        for stage, counts in passes.items():
+            for m, c in counts.items():
+                if "-worker-" in m:
+                    assert c == Counter({"ApplyConfiguration(dry run)": 1, "ApplyConfiguration": 1, "Get": 1}), \
+                        (stage, m, c)
+                else:
+                    core = {k: c[k] for k in ("ApplyConfiguration(dry run)", "ApplyConfiguration", "Get")}
+                    assert core == {"ApplyConfiguration(dry run)": 1, "ApplyConfiguration": 1, "Get": 2}, \
+                        (stage, m, c)
+                    assert c["List"] >= 1 and set(c) <= {*core, "List", "Kubeconfig"}, (stage, m, c)

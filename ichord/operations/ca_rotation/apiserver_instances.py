@@ -120,8 +120,10 @@ class Awaited:
 
 
 async def awaited(ctx: RotationContext, inputs: Inputs, talos: TalosClient, m: MachineView,
-                  cas: Sequence[bytes]) -> Awaited | None:
-    """None once ``m``'s kube-apiserver restarted (or was given the minute) and answers /readyz."""
+                  cas: Sequence[bytes], *, restarted: bool = False) -> Awaited | None:
+    """None once ``m``'s kube-apiserver restarted (or was given the minute) and answers /readyz.
+
+    ``restarted``: the pass already saw the new container (a restart is not undone), so only /readyz is asked."""
     inst = recorded(inputs.ca_status).get(m.name)
     now = ctx.now()
     # Without a record (an older controller applied it) the bound runs from when the pass's step began.
@@ -130,7 +132,7 @@ async def awaited(ctx: RotationContext, inputs: Inputs, talos: TalosClient, m: M
     elapsed = (now - since).total_seconds()
     unchanged_after, bound = ctx.timing.ca_apiserver_unchanged, ctx.timing.ca_apiserver_ready_bound
     overdue = elapsed >= bound
-    if inst is not None and inst.container_id and elapsed < unchanged_after:
+    if not restarted and inst is not None and inst.container_id and elapsed < unchanged_after:
         try:
             now_running = await container_id(talos, m)
         except TalosError as exc:

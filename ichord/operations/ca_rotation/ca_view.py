@@ -34,24 +34,43 @@ def _entry(issuing: bytes, accepted: Sequence[bytes]) -> dict[str, Any]:
     return {"issuing": trusted[0] if issuing.strip() else "", "trusted": trusted}
 
 
-async def node_cas(talos: TalosClient, m: MachineView, targets: Iterable[Target]) -> dict[str, Any]:
+def reads(m: MachineView, targets: Iterable[Target]) -> bool:
+    """Whether ``m`` has a CA view for these targets (workers hold only the Talos CA's)."""
+    chosen = set(targets)
+    return Target.TALOS in chosen or (m.is_control_plane and bool(chosen & _CONTROL_PLANE_TARGETS))
+
+
+_CONTROL_PLANE_TARGETS = frozenset({Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR, Target.ETCD})
+
+
+async def read_node_cas(talos: TalosClient, m: MachineView, targets: Iterable[Target]) -> dict[str, Any]:
+    """The view, one COSI Get per resource; a read that fails raises (the pass's verification relies on it:
+    each read is made with the stage's credentials, so it proves them as a Version call would)."""
     chosen = set(targets)
     out: dict[str, Any] = {}
-    try:
-        if Target.TALOS in chosen:
-            os_root = await talos.os_root(m.address)
-            out[Target.TALOS.value] = _entry(os_root.issuing_ca, os_root.accepted_cas)
-        if not m.is_control_plane:
-            return out
-        if chosen & {Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR}:
-            k8s = await talos.kubernetes_root(m.address)
-            if Target.KUBERNETES in chosen:
-                out[Target.KUBERNETES.value] = _entry(k8s.issuing_ca, k8s.accepted_cas)
-            if Target.KUBERNETES_AGGREGATOR in chosen:
-                out[Target.KUBERNETES_AGGREGATOR.value] = _entry(k8s.aggregator_ca, k8s.accepted_aggregator_cas)
-        if Target.ETCD in chosen:
+    if Target.TALOS in chosen:
+        os_root = await talos.os_root(m.address)
+        out[Target.TALOS.value] = _entry(os_root.issuing_ca, os_root.accepted_cas)
+    if not m.is_control_plane:
+        return out
+    if chosen & {Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR}:
+        k8s = await talos.kubernetes_root(m.address)
+        if Target.KUBERNETES in chosen:
+            out[Target.KUBERNETES.value] = _entry(k8s.issuing_ca, k8s.accepted_cas)
+        if Target.KUBERNETES_AGGREGATOR in chosen:
+            out[Target.KUBERNETES_AGGREGATOR.value] = _entry(k8s.aggregator_ca, k8s.accepted_aggregator_cas)
+    if Target.ETCD in chosen:
+        try:
             blocks = _pem.pem_blocks((await talos.etcd_root(m.address)).ca_bundle)
-            out[Target.ETCD.value] = _entry(blocks[0], blocks[1:]) if blocks else {"issuing": "", "trusted": []}
-    except (TalosError, ValueError):
-        return out  # what was read so far
+        except ValueError:
+            blocks = []
+        out[Target.ETCD.value] = _entry(blocks[0], blocks[1:]) if blocks else {"issuing": "", "trusted": []}
     return out
+
+
+async def node_cas(talos: TalosClient, m: MachineView, targets: Iterable[Target]) -> dict[str, Any]:
+    """Best effort: {} when the node cannot be read (the view informs, it never decides)."""
+    try:
+        return await read_node_cas(talos, m, targets)
+    except (TalosError, ValueError):
+        return {}

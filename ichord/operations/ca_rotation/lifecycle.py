@@ -53,7 +53,9 @@ def stage_mutations(ctx: RotationContext, inputs: Inputs, rotation: Rotation, st
         ca["certificates"] = certs
         ca.pop("step", None)  # a new stage starts at its first step
         ca.pop("apiServerInstances", None)  # per stage, like status.machines
-        s["machines"] = []  # emptied when the stage changes
+        # Emptied when the stage changes, but for the per-node CA view, which the next verification reads again.
+        s["machines"] = [{"name": e["name"], "cas": e["cas"]} for e in s.get("machines") or []
+                         if isinstance(e, dict) and e.get("name") and e.get("cas")]
         if Target.ETCD in rotation.targets:
             # The etcd roll's per-stage record starts again (ADR 0120 §3.3); etcdRestartedAt stays.
             ca["etcdRestarted"] = []

@@ -4,6 +4,13 @@ Which machines a pass still has to visit is never stored: it is re-derived from 
 running configuration against the stage's render), so a pass killed after any apply resumes with
 no apply repeated (ADR 0063 step 3). Control planes first, then workers; dry run, then NO_REBOOT.
 Verification is a separate step from applying, so a CA change's kubelet restart has begun first.
+
+Talos RPCs per machine and pass on the happy path (issue 19): the dry run, which is also the read that tells
+whether the node differs (Talos answers "No changes." for the configuration it runs), the apply, and one verify
+read with the stage's credentials that is also the per-node CA view (a COSI Get of the CA resources; Version
+where the machine has no view). A machine's status.machines entry records the stage and the render's hash once
+the node runs it, so later steps of the same pass do not ask the node again while the render is unchanged; a step
+killed before that write asks again, and the dry run's "No changes." keeps it from applying twice.
 Workers may be applied a few at a time (``Timing.ca_worker_apply_concurrency``); control planes never are,
 and when the pass restarts kube-apiserver one control plane is applied only once the one before it runs a new
 kube-apiserver that answers /readyz (apiserver_instances).
@@ -29,12 +36,12 @@ from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client,
 from ichord.operations.ca_rotation.plan import apply_dial, verify_dial
 from ichord.pki.rotation import Rotation, Target
 from ichord.pki.scrub import SCRUBBER
-from ichord.render.config import ConfigParseError, MachineConfig
+from ichord.render.config import MachineConfig
 from ichord.render.errors import RenderError
 from ichord.render.inputs import MachineInputs
 from ichord.render.stages import StageRenderError, render_stage
 from ichord.talos.client import ApplyMode, TalosClient
-from ichord.talos.errors import TalosError
+from ichord.talos.errors import TalosCertificateError, TalosError, TalosUnreachableError
 
 log = structlog.get_logger("ichord.operations.ca_rotation")
 
@@ -77,39 +84,77 @@ class _Visit:
     applied: bool = False
 
 
+#: The status.machines entry's record of the render a node was seen to run (or was given) in this stage.
+RENDER_KEY = "render"
+#: Set on a control plane's entry once its kube-apiserver was seen to restart after this stage's apply.
+APISERVER_KEY = "apiServer"
+APISERVER_RESTARTED = "Restarted"
+#: The state of a control plane that runs the stage while its kube-apiserver restart is awaited.
+APISERVER_RESTARTING = "APIServerRestarting"
+
+
+def _entries(inputs: Inputs) -> dict[str, dict[str, Any]]:
+    return {str(e.get("name")): dict(e) for e in inputs.status.get("machines") or [] if isinstance(e, dict)}
+
+
+def _runs(entry: dict[str, Any] | None, stage: Stage, render: str) -> bool:
+    """The entry says the node runs exactly this render of ``stage`` (written after it was seen or applied)."""
+    return (entry is not None and entry.get("state") in (stage.value, APISERVER_RESTARTING)
+            and entry.get(RENDER_KEY) == render)
+
+
+def no_changes(mode_details: str) -> bool:
+    """Talos's dry run found nothing to change: its summary ends "Config diff:" then "No changes.".
+
+    Anything else (a diff, or a summary this does not recognise) counts as a change: applying the
+    configuration a node already runs restarts nothing, so erring that way is safe."""
+    _, marker, diff = mode_details.rpartition("Config diff:")
+    return bool(marker) and diff.strip() == "No changes."
+
+
 async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: Stage, m: MachineView,
-                 before_apply: Callable[[], Awaitable[None]] | None = None) -> _Visit:
-    """One machine: render the stage, read what it runs, and where they differ dry run then apply."""
+                 seen: dict[str, Any] | None, before_apply: Callable[[], Awaitable[None]] | None = None) -> _Visit:
+    """One machine: render the stage; unless ``seen`` (its status entry) says it runs that render, dry run, and
+    apply where the dry run finds a change."""
     try:
         desired = stage_render(inputs, rotation, stage, m)
     except (RenderError, StageRenderError) as exc:
         problem = f"machine {m.name} cannot be rendered for {stage.value}: {SCRUBBER.exception(exc)}"
         return _Visit({"name": m.name, "state": "RenderFailed", "message": problem}, problem)
-    try:
-        running = MachineConfig.plain_of(await talos.machine_config(m.address))
-    except (TalosError, ConfigParseError) as exc:
-        problem = f"machine {m.name} ({m.address}) does not answer: {SCRUBBER.exception(exc)}"
-        return _Visit({"name": m.name, "state": UNREACHABLE, "message": problem}, problem)
-    if running == desired.plain():
-        return _Visit({"name": m.name, "state": stage.value, "message": f"runs {stage.value}"})
+    render = desired.hash()
+    carried = {k: seen[k] for k in ("cas", APISERVER_KEY) if seen and k in seen}
+    if seen is not None and _runs(seen, stage, render):
+        return _Visit({**seen, "message": f"runs {stage.value}"} if seen.get("state") == stage.value else {**seen})
     data = desired.to_bytes()
     try:
-        await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT, dry_run=True)
+        dry = await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT, dry_run=True)
+    except (TalosUnreachableError, TalosCertificateError) as exc:
+        problem = f"machine {m.name} ({m.address}) does not answer: {SCRUBBER.exception(exc)}"
+        return _Visit({"name": m.name, "state": UNREACHABLE, "message": problem, **carried}, problem)
+    except TalosError as exc:
+        problem = f"machine {m.name} refused the {stage.value} configuration: {SCRUBBER.exception(exc)}"
+        return _Visit({"name": m.name, "state": "ApplyFailed", "message": problem, **carried}, problem)
+    entry = {"name": m.name, "state": stage.value, RENDER_KEY: render, **carried}
+    if no_changes(dry.mode_details):
+        return _Visit({**entry, "message": f"runs {stage.value}"})
+    try:
         if before_apply is not None:
             await before_apply()
         failpoint(f"ca-rotation.apply.before.{stage.value.lower()}")
         await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT)
     except TalosError as exc:
         problem = f"machine {m.name} refused the {stage.value} configuration: {SCRUBBER.exception(exc)}"
-        return _Visit({"name": m.name, "state": "ApplyFailed", "message": problem}, problem)
+        return _Visit({"name": m.name, "state": "ApplyFailed", "message": problem, **carried}, problem)
     failpoint(f"ca-rotation.apply.after.{stage.value.lower()}")
     log.info("ca-rotation stage applied", cluster=f"{inputs.op_namespace}/{inputs.cluster_name}", operation=inputs.name,
              stage=stage.value, machine=m.name)
-    return _Visit({"name": m.name, "state": stage.value, "message": f"applied {stage.value}"}, applied=True)
+    entry.pop(APISERVER_KEY, None)  # a new apply: its kube-apiserver restart is awaited afresh
+    return _Visit({**entry, "message": f"applied {stage.value}"}, applied=True)
 
 
 async def _visit_concurrently(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: Stage,
-                              machines: list[MachineView], limit: int) -> list[_Visit]:
+                              machines: list[MachineView], seen: dict[str, dict[str, Any]],
+                              limit: int) -> list[_Visit]:
     """Visit ``machines`` at most ``limit`` at a time; after the first problem no further visit starts (those in
     flight finish). Returns the visits made, in the order of ``machines``."""
     visits: list[_Visit | None] = [None] * len(machines)
@@ -121,7 +166,7 @@ async def _visit_concurrently(talos: TalosClient, inputs: Inputs, rotation: Rota
         async with limiter:
             if stopped:
                 return
-            visits[i] = visit = await _visit(talos, inputs, rotation, stage, m)
+            visits[i] = visit = await _visit(talos, inputs, rotation, stage, m, seen.get(m.name))
             stopped = stopped or visit.problem is not None
 
     try:
@@ -152,32 +197,36 @@ async def apply_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, s
     limit = max(1, int(ctx.timing.ca_worker_apply_concurrency))
     serial = [m for m in inputs.machines if m.is_control_plane or limit == 1]
     one_apiserver = apiserver_instances.restarts_apiserver(rotation.targets)
+    seen = _entries(inputs)
     try:
         visits: list[_Visit] = []
         for m in serial:
             gated = one_apiserver and m.is_control_plane
             record = functools.partial(apiserver_instances.record_before_apply, ctx, inputs, talos, m)
-            visits.append(await _visit(talos, inputs, rotation, stage, m, record if gated else None))
+            visits.append(await _visit(talos, inputs, rotation, stage, m, seen.get(m.name), record if gated else None))
             if visits[-1].problem is not None:
                 break
             if gated and visits[-1].applied:
                 break  # the next control plane waits for this one's kube-apiserver (apiserver_instances)
-            if gated and (wait := await apiserver_instances.awaited(ctx, inputs, talos, m,
-                                                                     kubernetes_cas(inputs, rotation))):
-                visits[-1] = _Visit({"name": m.name, "state": "APIServerRestarting", "message": wait.message},
-                                    wait.message)
-                result.restarting, result.waiting = True, not wait.overdue
-                break
+            if not gated:
+                continue
+            entry = visits[-1].entry
+            restarted = entry.get(APISERVER_KEY) == APISERVER_RESTARTED
+            wait = await apiserver_instances.awaited(ctx, inputs, talos, m, kubernetes_cas(inputs, rotation),
+                                                     restarted=restarted)
+            if wait is None:
+                # Its restart was seen: later steps ask only its /readyz, never its container again.
+                visits[-1] = _Visit({**entry, "state": stage.value, APISERVER_KEY: APISERVER_RESTARTED,
+                                     "message": entry.get("message") if entry.get("state") == stage.value
+                                     else f"runs {stage.value}"})
+                continue
+            visits[-1] = _Visit({**entry, "state": APISERVER_RESTARTING, "message": wait.message}, wait.message)
+            result.restarting, result.waiting = True, not wait.overdue
+            break
         else:
             if limit > 1 and workers:
-                visits += await _visit_concurrently(talos, inputs, rotation, stage, workers, limit)
-        by_name = {m.name: m for m in inputs.machines}
+                visits += await _visit_concurrently(talos, inputs, rotation, stage, workers, seen, limit)
         for visit in visits:
-            seen = by_name.get(str(visit.entry["name"]))
-            if seen is not None and visit.entry.get("state") != UNREACHABLE:
-                cas = await ca_view.node_cas(talos, seen, rotation.targets)
-                if cas:
-                    visit.entry["cas"] = cas
             result.machines.append(visit.entry)
             if visit.applied:
                 result.applied.append(str(visit.entry["name"]))
@@ -189,20 +238,63 @@ async def apply_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, s
         talos.close()
 
 
-async def verify_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> PassWait | None:
-    """None when every machine answers the stage's credentials and every Node is Ready; else what it waits for.
+#: Verification reads run this many at once: reads restart nothing, so they need no maxUnavailable.
+VERIFY_CONCURRENCY = 16
 
+
+@dataclass
+class Verified:
+    """Every machine answered the stage's credentials and every Node is Ready; ``cas``: the per-node CA view
+    the verification read, by machine name."""
+
+    cas: dict[str, dict[str, Any]]
+
+    def machines(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The pass's status.machines entries with the view read."""
+        return [{**e, "cas": self.cas[str(e.get("name"))]} if self.cas.get(str(e.get("name"))) else e
+                for e in entries]
+
+
+async def _verify_read(talos: TalosClient, m: MachineView, targets: tuple[Target, ...]) -> dict[str, Any]:
+    """One read with the stage's credentials per CA resource (ca_view), or Version where ``m`` has none."""
+    if not ca_view.reads(m, targets):
+        await talos.version(m.address)
+        return {}
+    try:
+        return await ca_view.read_node_cas(talos, m, targets)
+    except ValueError:
+        return {}  # the node answered (the credentials are proven); a certificate in it did not parse
+
+
+async def verify_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> PassWait | Verified:
+    """Verified when every machine answers the stage's credentials and every Node is Ready; else what it waits for.
+
+    The reads go out at once (VERIFY_CONCURRENCY); the first machine in order that does not answer is named.
     Right after a pass each of these is normal for a while (apid and the kubelet restart on a CA change, the
     API server with them): the caller waits within a bound and only then holds the stage as Blocked."""
     talos = ctx.talos_factory(verify_dial(inputs.bundle, rotation, stage))
-    try:
-        for m in inputs.machines:
+    targets = tuple(rotation.targets)
+    limiter = anyio.CapacityLimiter(VERIFY_CONCURRENCY)
+    views: list[dict[str, Any] | TalosError] = [{} for _ in inputs.machines]
+
+    async def one(i: int, m: MachineView) -> None:
+        async with limiter:
             try:
-                await talos.version(m.address)
+                views[i] = await _verify_read(talos, m, targets)
             except TalosError as exc:
+                views[i] = exc
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for i, m in enumerate(inputs.machines):
+                tg.start_soon(one, i, m)
+        cas: dict[str, dict[str, Any]] = {}
+        for m, view in zip(inputs.machines, views, strict=True):
+            if isinstance(view, TalosError):
                 return PassWait(CARotationReason.VERIFYING_PASS,
                                 f"machine {m.name} ({m.address}) does not answer the {stage.value} credentials "
-                                f"yet: {SCRUBBER.exception(exc)}")
+                                f"yet: {SCRUBBER.exception(view)}")
+            cas[m.name] = view
         try:
             async with admin_client(talos, inputs.control_planes, kubernetes_cas(inputs, rotation)) as kc:
                 not_ready = await not_ready_nodes(kc)
@@ -211,6 +303,6 @@ async def verify_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, 
         if not_ready:
             return PassWait(CARotationReason.AWAITING_NODES,
                             f"waiting for Node(s) to be Ready after {stage.value}: {', '.join(not_ready)}")
-        return None
+        return Verified(cas)
     finally:
         talos.close()

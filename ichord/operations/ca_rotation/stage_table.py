@@ -12,8 +12,8 @@ stages (plan only, pause/resume, lock, finalizer, blocked, fail) is the backbone
     Dropping             pass, then the one Secret update                           -> Finalizing
     Finalizing           replaced bundle verified, Nodes settled, clients restarted -> Done (Completed)
 
-``STAGES`` maps each stage to its step function; a pass stage's steps are ``apply`` then ``verify``
-(status.caRotation.step), with ``roll`` between them when etcd is a target (etcd_roll.py: the control
+``STAGES`` maps each stage to its step function; a pass stage's steps are ``apply``, ``verify`` and ``gates``
+(status.caRotation.step), with ``roll`` between apply and verify when etcd is a target (etcd_roll.py: the control
 planes rebooted one at a time); Finalizing's are in ``finalizing.STEPS``.
 """
 
@@ -54,7 +54,7 @@ from ichord.operations.ca_rotation.lifecycle import (
     stage_mutations,
 )
 from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, root_ca_lagging
-from ichord.operations.ca_rotation.passes import apply_pass, kubernetes_cas, verify_pass
+from ichord.operations.ca_rotation.passes import PassWait, apply_pass, kubernetes_cas, verify_pass
 from ichord.operations.ca_rotation.plan import (
     PlannedMachine,
     TargetSpecError,
@@ -71,6 +71,7 @@ from ichord.operations.ca_rotation.status import (
     APPLY_STEP,
     CA_ROTATION,
     FINALIZING_VERIFY,
+    GATES_STEP,
     VERIFY_STEP,
     blocked,
     event,
@@ -237,9 +238,13 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
         # may have set to verify meanwhile.
         await write(ctx, inputs, step(etcd_roll.ROLL_STEP, ctx.now()))
         return Requeue(0.0, f"etcd roll of {stage.value}")
-    wait = await verify_pass(ctx, inputs, rotation, stage)
-    if wait is not None:
-        return await wait_within_bound(ctx, inputs, wait.reason, wait.message, machines=result.machines)
+    if inputs.ca_status.get("step") != GATES_STEP:
+        verified = await verify_pass(ctx, inputs, rotation, stage)
+        if isinstance(verified, PassWait):
+            return await wait_within_bound(ctx, inputs, verified.reason, verified.message, machines=result.machines)
+        # The per-node CA view the verification read (ca_view); the next stage keeps it until it reads again.
+        machines = verified.machines(result.machines)
+        await write(ctx, inputs, lambda s: s.__setitem__("machines", machines), step(GATES_STEP, ctx.now()))
     if stage is Stage.ACCEPTING:
         return await _after_accepting(ctx, inputs, rotation)
     if stage is Stage.ISSUING:

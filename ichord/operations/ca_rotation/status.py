@@ -37,6 +37,9 @@ CA_ROTATION = OperationKind(names.KIND_CA_ROTATION, names.CA_ROTATION, names.CA_
 #: The steps of a pass stage (status.caRotation.step): apply where a node differs, then verify.
 APPLY_STEP = "apply"
 VERIFY_STEP = "verify"
+#: The pass is verified; the stage's gates run (kube-root-ca.crt, the aggregator ConfigMap, the settle delays),
+#: and their steps do not read every machine again (a node lost meanwhile is met by the next stage's pass).
+GATES_STEP = "gates"
 #: Finalizing's steps, in order (explicit, not inferred from a condition reason).
 FINALIZING_VERIFY = "verify-replaced"
 FINALIZING_AGGREGATOR = "reset-aggregator"

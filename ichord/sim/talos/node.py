@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +103,8 @@ class SimNode:
         self.contract = contract
         self.timings = timings
         self.faults = Faults()
+        #: Calls served for this node, by method ("ApplyConfiguration(dry run)" apart): what a client cost it.
+        self.rpcs: Counter[str] = Counter()
         self.view: ConfigView = read_config(config)
         self.running = config
         self.persistent = config

@@ -68,6 +68,8 @@ class _Base:
             if not node.up:
                 raise GRPCError(Status.UNAVAILABLE,
                                 f"connection error: dial tcp {node.endpoint}: connect: connection refused")
+        # grpclib keeps the request's :path only privately; the simulator's counter accepts that coupling.
+        node.rpcs[str(getattr(stream, "_method_name", "/?")).rsplit("/", 1)[-1]] += 1
         return node, roles
 
     async def unary(self, stream: Stream[Any, Any], allowed: frozenset[str],
@@ -92,6 +94,9 @@ class MachineService(_Base, machine_grpc.MachineServiceBase):
     async def ApplyConfiguration(self, stream: Stream[Any, Any]) -> None:
         async def run(node: SimNode, req: m.ApplyConfigurationRequest, roles: tuple[str, ...]) -> Any:
             timeout = req.try_mode_timeout.ToTimedelta().total_seconds() if req.HasField("try_mode_timeout") else None
+            if req.dry_run:  # counted apart from the applies (target() counted it as one)
+                node.rpcs["ApplyConfiguration"] -= 1
+                node.rpcs["ApplyConfiguration(dry run)"] += 1
             mode, details = await node.apply(req.data, int(req.mode), req.dry_run, timeout)
             return m.ApplyConfigurationResponse(messages=[m.ApplyConfiguration(
                 mode=mode, mode_details=details)])  # type: ignore[arg-type]
