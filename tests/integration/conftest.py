@@ -12,10 +12,12 @@ import pytest
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import Timing
+from ichord.sim.combined import SimEnvironment
 from ichord.sim.kube import KubeSimulator, SimSettings
 from ichord.sim.talos.cluster import SimCluster
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
+from tests.integration._ca_rotation_driver import Driver, driving
 from tests.integration._talos_helpers import TalosLayout
 
 # --- Talos -------------------------------------------------------------------------------------------
@@ -72,3 +74,23 @@ async def kube(sim: KubeSimulator, tmp_path: Path, kube_timing: Timing | None) -
     c = await from_kubeconfig(sim.write_kubeconfig(tmp_path / "kubeconfig"), timing=kube_timing)
     yield c
     await c.close()
+
+
+# --- the ca-rotation driver's world --------------------------------------------------------------------
+
+#: The simulators' time scale of ``env`` (a module that needs another defines its own ``env``).
+ENV_SCALE = 0.02
+
+
+@pytest.fixture
+async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
+    """A self-hosted 3+1 SimEnvironment; modules that add client workloads override it."""
+    async with SimEnvironment(bundle=bundle, time_scale=ENV_SCALE) as e:
+        yield e
+
+
+@pytest.fixture
+async def driver(env: SimEnvironment) -> AsyncIterator[Driver]:
+    """Steps the ca-rotation's ``advance`` on ``env`` as the cluster actor would (_ca_rotation_driver)."""
+    async with driving(env) as d:
+        yield d

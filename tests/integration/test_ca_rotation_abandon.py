@@ -4,7 +4,6 @@ to Done, then gone). Against the simulators, a new context per step."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,32 +18,13 @@ from ichord.machines.reconciler import reconcile_machine
 from ichord.operations.ca_rotation import abandon as abandon_module
 from ichord.operations.lock import lock_holder
 from ichord.operations.outcome import Done
-from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
-from tests.integration._ca_rotation_driver import Crash, Driver, at, driving, live_bundle, secret_data, stages_seen
+from tests.integration._ca_rotation_driver import Crash, Driver, at, live_bundle, secret_data, stages_seen
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-SCALE = 0.02
-
-
-@pytest.fixture(scope="module")
-def bundle() -> SecretsBundle:
-    return generate_bundle()
-
-
-@pytest.fixture
-async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
-    async with SimEnvironment(bundle=bundle, time_scale=SCALE) as e:
-        yield e
-
-
-@pytest.fixture
-async def driver(env: SimEnvironment) -> AsyncIterator[Driver]:
-    async with driving(env) as d:
-        yield d
 
 
 async def _events(driver: Driver, reason: str) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@ deletes a ConfigMap kube-apiserver recreated meanwhile."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -26,23 +25,6 @@ from tests.integration._ca_rotation_driver import Driver, driving, live_bundle, 
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 SCALE = 0.02
-
-
-@pytest.fixture(scope="module")
-def bundle() -> SecretsBundle:
-    return generate_bundle()
-
-
-@pytest.fixture
-async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
-    async with SimEnvironment(bundle=bundle, time_scale=SCALE) as e:
-        yield e
-
-
-@pytest.fixture
-async def driver(env: SimEnvironment) -> AsyncIterator[Driver]:
-    async with driving(env) as d:
-        yield d
 
 
 def ext_auth_cas(env: SimEnvironment) -> list[bytes]:

@@ -18,14 +18,13 @@ from ichord.api.conditions import find
 from ichord.kube.client import from_kubeconfig
 from ichord.kube.events import EventRecorder
 from ichord.operations.outcome import Blocked, Done
-from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 from ichord.talos.errors import TalosError
 from tests._etcd_history import ca_fp, etcd_violations, final_trust
-from tests.integration._apiserver_history import overlapping_restarts
 from tests.integration._ca_rotation_driver import (
     Driver,
     add_clients,
@@ -43,22 +42,11 @@ SCALE = 0.02
 Obj = dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def bundle() -> SecretsBundle:
-    return generate_bundle()
-
-
 @pytest.fixture
 async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
     async with SimEnvironment(bundle=bundle, time_scale=SCALE) as e:
         add_clients(e)
         yield e
-
-
-@pytest.fixture
-async def driver(env: SimEnvironment) -> AsyncIterator[Driver]:
-    async with driving(env) as d:
-        yield d
 
 
 def control_planes(env: SimEnvironment) -> list[str]:
@@ -92,7 +80,8 @@ async def test_an_etcd_rotation_reboots_each_control_plane_once_per_pass_and_nev
     assert isinstance(outcome, Done)
     assert dialled_while_rebooting == []  # Amendment 1 §1.3: the pass does nothing else while a node reboots
     # Each pass's applies restart kube-apiserver (its etcd client CA): one control plane at a time (ADR 0120 §3).
-    assert overlapping_restarts(env.talos.history.events) == []
+    # At this time scale a restart is shorter than an apply, so overlaps could not show here: the record is what
+    # is checked; tests/e2e/test_ca_rotation_etcd_daemon.py checks overlaps where they could happen.
     recorded = {i["machine"] for snap in driver.snapshots
                 for i in ((snap.get("status") or {}).get("caRotation") or {}).get("apiServerInstances") or []}
     assert recorded == set(cps)  # each control plane's restart was recorded and awaited before the next apply

@@ -15,7 +15,7 @@ from ichord.api.conditions import find
 from ichord.kube import crds
 from ichord.operations.lock import lock_holder
 from ichord.operations.outcome import Blocked, Done
-from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.pki.rotation import Target
 from ichord.render.config import MachineConfig
@@ -28,7 +28,6 @@ from tests.integration._ca_rotation_driver import (
     Driver,
     add_clients,
     at,
-    driving,
     live_bundle,
     live_rotation,
     secret_data,
@@ -39,22 +38,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 SCALE = 0.02
 
 
-@pytest.fixture(scope="module")
-def bundle() -> SecretsBundle:
-    return generate_bundle()
-
-
 @pytest.fixture
 async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
     async with SimEnvironment(bundle=bundle, time_scale=SCALE) as e:
         add_clients(e)
         yield e
-
-
-@pytest.fixture
-async def driver(env: SimEnvironment) -> AsyncIterator[Driver]:
-    async with driving(env) as d:
-        yield d
 
 
 async def running(env: SimEnvironment, dial: DialBundle, machine: str) -> MachineConfig:

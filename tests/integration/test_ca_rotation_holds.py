@@ -4,7 +4,7 @@ held by the finalizer; and the leak test (dial errors echo CA keys; nothing reac
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -16,7 +16,6 @@ from ichord.kube import crds
 from ichord.kube.errors import NotFound
 from ichord.operations.ca_rotation import stage_table
 from ichord.operations.outcome import Done
-from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.pki.scrub import REDACTED
 from ichord.sim.combined import SimEnvironment
@@ -34,24 +33,6 @@ from tests.integration._ca_rotation_driver import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-SCALE = 0.02
-
-
-@pytest.fixture(scope="module")
-def bundle() -> SecretsBundle:
-    return generate_bundle()
-
-
-@pytest.fixture
-async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
-    async with SimEnvironment(bundle=bundle, time_scale=SCALE) as e:
-        yield e
-
-
-@pytest.fixture
-async def driver(env: SimEnvironment) -> AsyncIterator[Driver]:
-    async with driving(env) as d:
-        yield d
 
 
 async def test_an_unreachable_machine_and_a_node_not_ready_hold_the_stage_and_it_resumes(

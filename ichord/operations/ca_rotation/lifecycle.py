@@ -48,14 +48,17 @@ def stage_mutations(ctx: RotationContext, inputs: Inputs, rotation: Rotation, st
 
     def m(s: Obj) -> None:
         ca = s.setdefault("caRotation", {})
+        before = str(ca.get("stage") or "")
         ca["stage"] = stage.value
         ca["targets"] = [t.value for t in rotation.targets]
         ca["certificates"] = certs
         ca.pop("step", None)  # a new stage starts at its first step
         ca.pop("apiServerInstances", None)  # per stage, like status.machines
-        # Emptied when the stage changes, but for the per-node CA view, which the next verification reads again.
-        s["machines"] = [{"name": e["name"], "cas": e["cas"]} for e in s.get("machines") or []
-                         if isinstance(e, dict) and e.get("name") and e.get("cas")]
+        # Emptied when the stage changes, but for the per-node CA view the last verification read, kept (under
+        # the stage it was read in) until the new stage's pass reads the machine again.
+        s["machines"] = [{"name": e["name"], "state": before, "message": f"runs {before}; {stage.value} not yet",
+                          "cas": e["cas"]} for e in s.get("machines") or []
+                         if before and isinstance(e, dict) and e.get("name") and e.get("cas")]
         if Target.ETCD in rotation.targets:
             # The etcd roll's per-stage record starts again (ADR 0120 §3.3); etcdRestartedAt stays.
             ca["etcdRestarted"] = []
