@@ -4,7 +4,7 @@ Which machines a pass still has to visit is never stored: it is re-derived from 
 running configuration against the stage's render), so a pass killed after any apply resumes with
 no apply repeated (ADR 0063 step 3). Control planes first, then workers; dry run, then NO_REBOOT.
 Verification is a separate step from applying, so a CA change's kubelet restart has begun first.
-Workers may be applied a few at a time (``Timing.ca_worker_apply_concurrency``); control planes never are,
+Workers may be applied a few at a time (``Inputs.worker_bound``: maxUnavailable); control planes never are,
 and when the pass restarts kube-apiserver one control plane is applied only once the one before it runs a new
 kube-apiserver that answers /readyz (apiserver_instances).
 """
@@ -145,11 +145,11 @@ async def apply_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, s
     """Apply ``stage`` to every machine that does not run it yet (one step; failpoints around each apply).
 
     Control planes one at a time, in order (each apply restarts that node's kube-apiserver); then the workers,
-    up to ``ca_worker_apply_concurrency`` at once. The first problem (in machine order) holds the stage."""
+    up to ``inputs.worker_bound.at_once`` at once. The first problem (in machine order) holds the stage."""
     result = PassResult()
     talos = ctx.talos_factory(apply_dial(inputs.bundle, rotation, stage))
     workers = [m for m in inputs.machines if not m.is_control_plane]
-    limit = max(1, int(ctx.timing.ca_worker_apply_concurrency))
+    limit = inputs.worker_bound.at_once
     serial = [m for m in inputs.machines if m.is_control_plane or limit == 1]
     one_apiserver = apiserver_instances.restarts_apiserver(rotation.targets)
     try:
