@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
 import structlog
 
 from ichord import log
+from ichord.api.max_unavailable import MaxUnavailable, MaxUnavailableError
 from ichord.daemon import DaemonSettings, run_daemon
 from ichord.errors import IchordError
 from ichord.kube.client import check_kubeconfig, kubeconfig_files
 from ichord.leader import LeadershipLost
-from ichord.settings import SettingsError, Timing
+from ichord.settings import DEPRECATED_CONCURRENCY_ENV, SettingsError, Timing
 
 
 def register(subparsers: Any) -> None:
@@ -23,9 +25,7 @@ def register(subparsers: Any) -> None:
         "run",
         help="run the daemon (in-cluster, or against --kubeconfig)",
         description="Run ichord: informers on every replica, the cluster actors on the elected leader. "
-        "ICHORD_TIME_SCALE scales every duration (tests and the demo); ICHORD_FAILPOINTS arms failpoints; "
-        "ICHORD_CA_WORKER_APPLY_CONCURRENCY (default 4) bounds the workers a CA-rotation pass applies at once "
-        "(control planes are always one at a time).",
+        "ICHORD_TIME_SCALE scales every duration (tests and the demo); ICHORD_FAILPOINTS arms failpoints.",
     )
     p.add_argument(
         "--kubeconfig",
@@ -64,6 +64,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--allow-secret-namespace", action="append", default=[], metavar="NS",
                    help="a namespace, besides a TalosCluster's own, that its spec.secretsRef may name (repeat for "
                    "more); a reference elsewhere is refused (Ready=False/CrossNamespaceRefused), nothing is read")
+    p.add_argument("--max-unavailable", default=None, metavar="N|N%",
+                   help="the workers a ca-rotation pass or a config rollout changes at once when neither the "
+                   "TalosOperation nor its TalosCluster sets spec.maxUnavailable: a whole number of at least 1 or a "
+                   "percentage of the cluster's workers (rounded down, at least 1), as Kubernetes' maxUnavailable; "
+                   "control planes are always one at a time (default $ICHORD_MAX_UNAVAILABLE or 25%%)")
     p.add_argument("--log-level", default=os.environ.get("ICHORD_LOG_LEVEL", "info"))
     p.add_argument("--log-format", choices=("json", "console"), default="json")
     p.set_defaults(func=run)
@@ -99,6 +104,12 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         if args.trust_sync_tick <= 0:
             raise SettingsError("--trust-sync-tick must be a positive number of seconds")
         settings.timing = dataclasses.replace(settings.timing, trust_sync_tick=args.trust_sync_tick)
+    if args.max_unavailable is not None:
+        try:
+            bound = MaxUnavailable.parse_text(str(args.max_unavailable))
+        except MaxUnavailableError as exc:
+            raise SettingsError(str(exc)) from None
+        settings.timing = dataclasses.replace(settings.timing, max_unavailable=bound)
     if args.ca_file and not args.kubeconfig:
         raise SettingsError("--ca-file applies with --kubeconfig only; in-cluster the service account's ca.crt "
                             "is the base")
@@ -108,6 +119,12 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
     if args.identity:
         settings.identity = args.identity
     return settings
+
+
+def deprecated_concurrency_env(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
+    """True when the old ICHORD_CA_WORKER_APPLY_CONCURRENCY is what set the daemon's maxUnavailable."""
+    return bool(environ.get(DEPRECATED_CONCURRENCY_ENV, "").strip()) and args.max_unavailable is None \
+        and not environ.get("ICHORD_MAX_UNAVAILABLE", "").strip()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,6 +137,10 @@ def run(args: argparse.Namespace) -> int:
         # Logged, not printed: the daemon's output is JSON lines that collectors parse.
         structlog.get_logger("ichord.run").warning(
             "`ichord run --namespace` is deprecated; use --controller-namespace", namespace=settings.namespace)
+    if deprecated_concurrency_env(args, os.environ):
+        structlog.get_logger("ichord.run").warning(
+            f"{DEPRECATED_CONCURRENCY_ENV} is deprecated; use --max-unavailable or ICHORD_MAX_UNAVAILABLE",
+            max_unavailable=str(settings.timing.max_unavailable))
     try:
         anyio.run(run_daemon, settings, backend="asyncio")
     except BaseException as exc:  # every way out of the task tree becomes one structured line and an exit code

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields, replace
 
+from ichord.api.max_unavailable import DEFAULT as DEFAULT_MAX_UNAVAILABLE
+from ichord.api.max_unavailable import MaxUnavailable, MaxUnavailableError
 from ichord.errors import IchordError
 
 
@@ -16,8 +18,11 @@ class SettingsError(IchordError):
     """A setting is malformed or inconsistent."""
 
 
+#: Deprecated alias of ICHORD_MAX_UNAVAILABLE (a count of workers; ``ichord run`` warns when it is used).
+DEPRECATED_CONCURRENCY_ENV = "ICHORD_CA_WORKER_APPLY_CONCURRENCY"
+
 #: Fields of Timing that are counts, not durations: ``scaled`` leaves them alone.
-_NOT_DURATIONS = frozenset({"ca_worker_apply_concurrency"})
+_NOT_DURATIONS = frozenset({"max_unavailable"})
 
 
 @dataclass(frozen=True)
@@ -71,9 +76,10 @@ class Timing:
     # A cluster actor that will not step again for this long closes its Talos channels (each holds ~0.3 MiB
     # and an fd per machine at idle); the next step dials again (one TLS handshake per machine).
     talos_channel_keep: float = 60.0
-    # Not a duration (never scaled): how many workers a ca-rotation pass applies at once (control planes are
-    # always one at a time); 1 applies them one by one. ICHORD_CA_WORKER_APPLY_CONCURRENCY overrides it.
-    ca_worker_apply_concurrency: int = 4
+    # Not a duration (never scaled): the daemon's maxUnavailable (`ichord run --max-unavailable`,
+    # ICHORD_MAX_UNAVAILABLE), the workers a ca-rotation pass or a config rollout changes at once when neither
+    # the operation nor its TalosCluster says (api/max_unavailable.py). Carried here so it reaches every step.
+    max_unavailable: MaxUnavailable = DEFAULT_MAX_UNAVAILABLE
     # The start-up API wait (ADR 0063 "leader election outlives an API server restart"): give up after
     # api_wait_timeout, probe every api_wait_probe, log a failed probe at most every api_wait_log_interval.
     api_wait_timeout: float = 300.0
@@ -96,7 +102,8 @@ class Timing:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Timing:
-        """Defaults scaled by ``ICHORD_TIME_SCALE`` (1 when unset); ``ICHORD_CA_WORKER_APPLY_CONCURRENCY``."""
+        """Defaults scaled by ``ICHORD_TIME_SCALE`` (1 when unset); ``ICHORD_MAX_UNAVAILABLE`` (else its deprecated
+        alias ``ICHORD_CA_WORKER_APPLY_CONCURRENCY``) as the daemon's maxUnavailable."""
         env = os.environ if environ is None else environ
         timing = cls()
         raw = env.get("ICHORD_TIME_SCALE", "").strip()
@@ -106,16 +113,14 @@ class Timing:
             except ValueError:
                 raise SettingsError(f"ICHORD_TIME_SCALE must be a number such as 0.01, got {raw!r}") from None
             timing = timing.scaled(factor)
-        raw = env.get("ICHORD_CA_WORKER_APPLY_CONCURRENCY", "").strip()
+        raw, name = env.get("ICHORD_MAX_UNAVAILABLE", "").strip(), "ICHORD_MAX_UNAVAILABLE"
+        if not raw:  # the deprecated spelling of a whole number of workers (before issue 19)
+            raw, name = env.get(DEPRECATED_CONCURRENCY_ENV, "").strip(), DEPRECATED_CONCURRENCY_ENV
         if raw:
             try:
-                concurrency = int(raw)
-            except ValueError:
-                concurrency = 0
-            if concurrency < 1:
-                raise SettingsError(f"ICHORD_CA_WORKER_APPLY_CONCURRENCY must be a whole number of at least 1 "
-                                    f"(1: workers one by one), got {raw!r}")
-            timing = replace(timing, ca_worker_apply_concurrency=concurrency)
+                timing = replace(timing, max_unavailable=MaxUnavailable.parse_text(raw, field=name))
+            except MaxUnavailableError as exc:
+                raise SettingsError(str(exc)) from None
         return timing
 
     @property

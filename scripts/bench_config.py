@@ -57,7 +57,7 @@ def limit(control_planes: int, workers: int, k: int, reboot: float) -> float:
 
 async def one_run(bundle: Any, workers: int, k: int, reboot_time: float, scale: float) -> dict[str, Any]:
     timings = replace(scaled(scale), reboot=reboot_time * scale)
-    timing = replace(Timing().scaled(scale), ca_worker_apply_concurrency=4)
+    timing = Timing().scaled(scale)  # every operation names its maxUnavailable: the daemon default is not used
     async with SimEnvironment(bundle=bundle, time_scale=scale, control_planes=3, workers=workers,
                               management_api="separate", timings=timings) as env, \
             await from_kubeconfig(env.kubeconfig, timing=timing) as kube:

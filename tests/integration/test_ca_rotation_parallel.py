@@ -1,4 +1,5 @@
-"""A ca-rotation pass applies the workers a bounded few at a time, the control planes one by one and first.
+"""A ca-rotation pass applies the workers a bounded few at a time, the control planes one by one and first; the bound
+is maxUnavailable, the operation's, else the TalosCluster's, else the daemon's (issue 19).
 
 Every ApplyConfiguration (dry run included) takes ``APPLY`` seconds on the simulated node, so the apply
 intervals read from the simulator's history (``at`` is recorded when the apply ends) show what ran at
@@ -14,6 +15,8 @@ import pytest
 
 from ichord.api import names
 from ichord.api.conditions import find
+from ichord.api.max_unavailable import DEFAULT, MaxUnavailable
+from ichord.kube import crds
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import SettingsError, Timing
 from ichord.sim.combined import SimEnvironment
@@ -37,8 +40,9 @@ def environment(bundle: SecretsBundle, workers: int, apply: float = APPLY) -> Si
                           timings=replace(scaled(SCALE), apply_duration=apply))
 
 
-def driving(env: SimEnvironment, concurrency: int) -> contextlib.AbstractAsyncContextManager[Driver]:
-    return shared_driving(env, timing=replace(TIMING, ca_worker_apply_concurrency=concurrency))
+def driving(env: SimEnvironment, concurrency: int | str) -> contextlib.AbstractAsyncContextManager[Driver]:
+    """A driver whose daemon default (--max-unavailable) is ``concurrency``."""
+    return shared_driving(env, timing=replace(TIMING, max_unavailable=MaxUnavailable.parse(concurrency)))
 
 
 def intervals(env: SimEnvironment, apply: float, role: str) -> list[Interval]:
@@ -117,17 +121,6 @@ async def test_the_first_failing_worker_holds_the_stage_and_the_pass_resumes_wit
             assert {m: len(env.applies(m)) for m in names_} == dict.fromkeys(names_, 1)
 
 
-def test_the_worker_concurrency_is_a_count_that_no_time_scale_changes() -> None:
-    default = Timing().ca_worker_apply_concurrency
-    assert default >= 1
-    assert Timing().scaled(0.01).ca_worker_apply_concurrency == default
-    assert Timing.from_env({"ICHORD_TIME_SCALE": "0.01"}).ca_worker_apply_concurrency == default
-    assert Timing.from_env({"ICHORD_CA_WORKER_APPLY_CONCURRENCY": "2"}).ca_worker_apply_concurrency == 2
-    for bad in ("0", "two", "-1"):
-        with pytest.raises(SettingsError, match="ICHORD_CA_WORKER_APPLY_CONCURRENCY"):
-            Timing.from_env({"ICHORD_CA_WORKER_APPLY_CONCURRENCY": bad})
-
-
 def _rpcs(env: SimEnvironment) -> dict[str, Counter[str]]:
     return {m: Counter(env.node(m).rpcs) for m in env.machine_names}
 
@@ -161,3 +154,72 @@ async def test_a_pass_costs_a_worker_three_talos_rpcs(bundle: SecretsBundle) -> 
                     assert core == {"ApplyConfiguration(dry run)": 1, "ApplyConfiguration": 1, "Get": 2}, \
                         (stage, m, c)
                     assert c["List"] >= 1 and set(c) <= {*core, "List", "Kubeconfig"}, (stage, m, c)
+
+
+async def _most_workers_at_once(bundle: SecretsBundle, *, cluster: int | str | None, operation: int | str | None,
+                                daemon: int | str = 1) -> tuple[int, dict[str, object]]:
+    """Run Accepting over 3 control planes + 12 workers with maxUnavailable set where named; the most worker applies
+    in flight at once (from the simulators' history) and the plan's workerBound."""
+    apply = 0.3
+    async with environment(bundle, workers=12, apply=apply) as env, driving(env, concurrency=daemon) as driver:
+        if cluster is not None:
+            await crds.clusters(driver.kube).patch(env.namespace, env.cluster_name,
+                                                   {"spec": {"maxUnavailable": cluster}})
+        await driver.create()
+        if operation is not None:
+            await crds.operations(driver.kube).patch(env.namespace, driver.op_name,
+                                                     {"spec": {"maxUnavailable": operation}})
+        await driver.run(until=at("AwaitingCredentials"))
+        assert {m: len(env.applies(m)) for m in env.machine_names} == dict.fromkeys(env.machine_names, 1)
+        cps, workers = intervals(env, apply, "-cp-"), intervals(env, apply, "-worker-")
+        assert len(workers) == 12 and most_at_once(cps) == 1, cps
+        return most_at_once(workers), (await driver.get())["status"]["plan"]["workerBound"]
+
+
+@pytest.mark.anyio
+async def test_the_clusters_percentage_bounds_the_workers_in_flight(bundle: SecretsBundle) -> None:
+    most, plan = await _most_workers_at_once(bundle, cluster="50%", operation=None)
+    assert most == 6, most  # 50% of 12 workers: never more than 6 in flight, and 6 reached
+    assert plan == {"atOnce": 6, "maxUnavailable": "50%", "source": "cluster", "workers": 12,
+                    "message": "workers 6 at a time (maxUnavailable 50% of 12 workers, the TalosCluster's)"}
+
+
+@pytest.mark.anyio
+async def test_the_operations_value_overrides_the_clusters(bundle: SecretsBundle) -> None:
+    most, plan = await _most_workers_at_once(bundle, cluster="50%", operation=2, daemon="100%")
+    assert most == 2, most
+    assert (plan["atOnce"], plan["source"]) == (2, "operation"), plan
+
+
+@pytest.mark.anyio
+async def test_an_invalid_value_holds_the_operation_before_anything_is_applied(bundle: SecretsBundle) -> None:
+    """Only past the CRD's validation (an older CRD): the cluster's value is written straight into the simulator's
+    store, the operation is Blocked with a message saying what to write, and no node is touched."""
+    async with environment(bundle, workers=2, apply=0.05) as env, driving(env, concurrency=1) as driver:
+        store = env.management.store
+        resource = store.resolve(names.GROUP, names.VERSION, "talosclusters")
+        store.objects[resource.key][(env.namespace, env.cluster_name)]["spec"]["maxUnavailable"] = "0%"
+        await driver.create()
+        await driver.run(until=blocked_on("maxUnavailable"), max_steps=20)
+        op = await driver.get()
+        cond = find(op["status"]["conditions"], names.CA_ROTATION)
+        assert op["status"]["phase"] == "Paused" and cond is not None and cond["reason"] == "Blocked", op["status"]
+        assert "the TalosCluster's spec.maxUnavailable must be a whole number of at least 1 or a percentage" in \
+            cond["message"] and "'0%'" in cond["message"], cond
+        assert env.talos.history.of("apply") == [] and "plan" not in op["status"]
+
+
+def test_the_daemon_default_is_a_bound_that_no_time_scale_changes() -> None:
+    assert Timing().max_unavailable == DEFAULT == MaxUnavailable(percent=25)
+    assert Timing().scaled(0.01).max_unavailable == DEFAULT
+    assert Timing.from_env({"ICHORD_TIME_SCALE": "0.01"}).max_unavailable == DEFAULT
+    assert Timing.from_env({"ICHORD_MAX_UNAVAILABLE": "10%"}).max_unavailable == MaxUnavailable(percent=10)
+    assert Timing.from_env({"ICHORD_MAX_UNAVAILABLE": "3"}).max_unavailable == MaxUnavailable(count=3)
+    # The deprecated spelling still sets a count, and ICHORD_MAX_UNAVAILABLE wins over it.
+    assert Timing.from_env({"ICHORD_CA_WORKER_APPLY_CONCURRENCY": "2"}).max_unavailable == MaxUnavailable(count=2)
+    assert Timing.from_env({"ICHORD_CA_WORKER_APPLY_CONCURRENCY": "2", "ICHORD_MAX_UNAVAILABLE": "5"}
+                           ).max_unavailable == MaxUnavailable(count=5)
+    for var in ("ICHORD_MAX_UNAVAILABLE", "ICHORD_CA_WORKER_APPLY_CONCURRENCY"):
+        for bad in ("0", "two", "-1", "0%", "101%"):
+            with pytest.raises(SettingsError, match=f"{var} must be a whole number of at least 1 or a percentage"):
+                Timing.from_env({var: bad})

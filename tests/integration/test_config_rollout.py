@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -19,6 +18,7 @@ import pytest
 
 from ichord.api import names
 from ichord.api.conditions import find
+from ichord.api.max_unavailable import MaxUnavailable
 from ichord.kube import crds
 from ichord.kube.nodes import CORDONED_BY_ICHORD_ANNOTATION
 from ichord.operations.config.cli import config_apply, format_plan
@@ -38,7 +38,7 @@ from tests.integration._config_world import (
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 Obj = dict[str, Any]
-TIMING = replace(Timing().scaled(0.01), ca_worker_apply_concurrency=4)
+TIMING = Timing().scaled(0.01)
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +214,8 @@ async def test_config_apply_creates_a_plan_only_operation_and_prints_the_plan(wo
     got: list[Obj] = []
 
     async def apply() -> None:
-        got.append(await config_apply(world.kube, world.env.cluster_name, world.env.namespace, max_unavailable=2,
+        got.append(await config_apply(world.kube, world.env.cluster_name, world.env.namespace,
+                                      max_unavailable=MaxUnavailable(count=2),
                                       wait=30))
 
     async with anyio.create_task_group() as tg:
@@ -251,9 +252,14 @@ async def test_workers_go_up_to_max_unavailable_at_once_and_the_last_alone(bundl
                     cordoned.append(sum(1 for n in nodes if (n.get("spec") or {}).get("unschedulable")))
 
             env.kube.store.listeners.append(count)
-            await _create(world, "wide", paused=False, maxUnavailable=2)
+            # The cluster's maxUnavailable, a percentage: 40% of 5 workers, rounded down, is 2.
+            await crds.clusters(world.kube).patch(env.namespace, env.cluster_name, {"spec": {"maxUnavailable": "40%"}})
+            await _create(world, "wide", paused=False)
             op = await _phase(world, "wide", "Completed", "Failed", "Paused")
             assert op["status"]["phase"] == "Completed", op["status"]
+            assert op["status"]["plan"]["workerBound"] == {
+                "atOnce": 2, "maxUnavailable": "40%", "source": "cluster", "workers": 5,
+                "message": "workers 2 at a time (maxUnavailable 40% of 5 workers, the TalosCluster's)"}
             assert op["status"]["plan"]["kubernetesAPIUnavailable"] is True
             assert reboots(env, since) == {m: 1 for m in env.machine_names}
             assert most_down_at_once(env, f"{env.cluster_name}-worker-", since) <= 2

@@ -119,7 +119,23 @@ async def test_schema_refusals_and_defaults(kube: KubeClient) -> None:
     # Defaults are applied and unknown fields pruned, like a structural schema does.
     op = await ops.create(NS, {"metadata": {"name": "o"}, "spec": {"clusterRef": {"name": "c"}, "kind": "config",
                                                                    "bogus": 1}})
-    assert op["spec"]["maxUnavailable"] == 1 and op["spec"]["paused"] is False and "bogus" not in op["spec"]
+    assert op["spec"]["paused"] is False and "bogus" not in op["spec"]
+    assert "maxUnavailable" not in op["spec"]  # no schema default: absent means the cluster's or the daemon's
+    # maxUnavailable is an int-or-string: an int of at least 1 or a percentage in (0%, 100%].
+    for good in (3, "25%", "100%"):
+        made = await ops.create(NS, {"metadata": {"name": f"mu-{str(good).strip('%')}"}, "spec": {
+            "clusterRef": {"name": "c"}, "kind": "config", "maxUnavailable": good}})
+        assert made["spec"]["maxUnavailable"] == good
+    refusals = {0: "spec.maxUnavailable in body should be greater than or equal to 1",
+                "0%": "spec.maxUnavailable in body should match '^(100|[1-9][0-9]?)%$'",
+                "4": "spec.maxUnavailable in body should match",
+                "101%": "spec.maxUnavailable in body should match",
+                True: "spec.maxUnavailable in body must be of type integer,string"}
+    for bad_value, expected in refusals.items():
+        with pytest.raises(errors.Invalid) as refused:
+            await ops.create(NS, {"metadata": {"name": "mu-bad"}, "spec": {
+                "clusterRef": {"name": "c"}, "kind": "config", "maxUnavailable": bad_value}})
+        assert expected in str(refused.value), (bad_value, str(refused.value))
     with pytest.raises(errors.BadRequest) as strict, errors.translate():  # fieldValidation=Strict refuses, not prunes
         await kube.custom().create_namespaced_custom_object(
             GROUP, VERSION, NS, "talosoperations", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TalosOperation",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -45,7 +45,7 @@ Obj = dict[str, Any]
 TOY = OperationKind("config", names.CONFIG_ROLLOUT, f"{names.GROUP}/toy-roll")
 ROLL_FIELDS = MarkerFields(section="roll", rebooting="rebooting", boot_id="rebootBootID",
                            requested_at="requestedAt", done="done")
-TIMING = replace(Timing().scaled(0.01), ca_worker_apply_concurrency=4)
+TIMING = Timing().scaled(0.01)
 
 
 # ---- the toy kind: everything a new kind writes (its stage table is one stage, a two-node roll) ------------

@@ -135,6 +135,9 @@ def test_printer_columns_and_explain(control_plane: ControlPlane, crds: list[str
     assert ops[1].split()[:3] == ["cols-rot", "cols", "ca-rotation"]
     explain = run_kubectl(kc, "explain", "talosoperation.spec.kind")
     assert "ca-rotation" in explain and "config" in explain
+    for kind in ("talosoperation", "taloscluster"):  # int-or-string (explain shows <Object>), described for both
+        explain = run_kubectl(kc, "explain", f"{kind}.spec.maxUnavailable")
+        assert "percentage" in explain and "25%" in explain and "--max-unavailable" in explain, explain
     explain = run_kubectl(kc, "explain", "talosmachine.spec")
     assert "clusterRef" in explain and "role" in explain
     run_kubectl(kc, "delete", "-f", "-", stdin=OBJECTS)

@@ -9,6 +9,7 @@ import pytest
 
 from ichord.api.carotation import Stage
 from ichord.api.conditions import Condition, find
+from ichord.api.max_unavailable import DEFAULT, resolve
 from ichord.api.names import CA_ROTATION_TEMPLATE_ANNOTATION
 from ichord.contract import V1_13, V1_14
 from ichord.operations.ca_rotation import clients
@@ -75,6 +76,11 @@ def test_an_etcd_plan_reboots_the_control_planes_and_says_how_often() -> None:
     assert any("etcd snapshot" in w and "ichord etcd backup now" in w for w in plan["warnings"])
     assert not any("AwaitingCredentials" in w for w in plan["warnings"])
     assert plan["kubernetesAPIUnavailable"] is False
+    assert "workerBound" not in plan
+    bound = resolve(None, None, DEFAULT, 100)
+    assert plan_status((Target.ETCD,), machines, bound)["workerBound"] == {
+        "atOnce": 25, "maxUnavailable": "25%", "source": "daemon", "workers": 100,
+        "message": "workers 25 at a time (maxUnavailable 25% of 100 workers, the daemon's --max-unavailable)"}
     for targets in ((Target.ETCD,), (Target.KUBERNETES_AGGREGATOR,), (K,)):
         lone = plan_status(targets, [PlannedMachine("cp-1", "controlplane"), PlannedMachine("w-1", "worker")])
         assert lone["kubernetesAPIUnavailable"] is True, targets

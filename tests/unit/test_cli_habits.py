@@ -7,7 +7,11 @@ import importlib.metadata
 
 import pytest
 
+from ichord.api.max_unavailable import MaxUnavailable
 from ichord.cli import build_parser, main
+from ichord.operations.config.cli import operation_object
+from ichord.run_cli import deprecated_concurrency_env, settings_from_args
+from ichord.settings import SettingsError
 
 Parsers = dict[tuple[str, ...], argparse.ArgumentParser]
 
@@ -54,3 +58,35 @@ def test_run_takes_controller_namespace_and_still_the_old_spelling() -> None:
     run_help = subcommands(parser)[("run",)].format_help()
     assert "--controller-namespace" in run_help and "--namespace" not in run_help.replace("--controller-namespace", "")
     assert "-n" not in options(subcommands(parser)[("run",)])  # -n would mean a TalosCluster's namespace
+
+
+@pytest.mark.parametrize(("argv", "env", "want"), [
+    ([], {}, "25%"),  # the daemon's default (issue 19)
+    (["--max-unavailable", "10%"], {}, "10%"),
+    (["--max-unavailable", "3"], {"ICHORD_MAX_UNAVAILABLE": "50%"}, "3"),  # the flag wins
+    ([], {"ICHORD_MAX_UNAVAILABLE": "50%"}, "50%"),
+    ([], {"ICHORD_CA_WORKER_APPLY_CONCURRENCY": "4"}, "4"),  # the deprecated alias, a count
+])
+def test_run_takes_the_daemons_max_unavailable(monkeypatch: pytest.MonkeyPatch, argv: list[str], env: dict[str, str],
+                                               want: str) -> None:
+    for var in ("ICHORD_MAX_UNAVAILABLE", "ICHORD_CA_WORKER_APPLY_CONCURRENCY"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    args = build_parser().parse_args(["run", *argv])
+    assert str(settings_from_args(args).timing.max_unavailable) == want
+    assert deprecated_concurrency_env(args, dict(env)) == ("ICHORD_CA_WORKER_APPLY_CONCURRENCY" in env)
+
+
+@pytest.mark.parametrize("bad", ["0", "0%", "150%", "quarter"])
+def test_run_refuses_a_bad_max_unavailable(bad: str) -> None:
+    with pytest.raises(SettingsError, match="--max-unavailable must be a whole number of at least 1 or a percentage"):
+        settings_from_args(build_parser().parse_args(["run", "--max-unavailable", bad]))
+
+
+def test_config_apply_leaves_max_unavailable_to_the_cluster_unless_given(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "maxUnavailable" not in operation_object("c", "op", max_unavailable=None, start=False)["spec"]
+    spec = operation_object("c", "op", max_unavailable=MaxUnavailable.parse_text("20%"), start=True)["spec"]
+    assert spec["maxUnavailable"] == "20%" and spec["paused"] is False
+    assert main(["cluster", "config-apply", "c", "--max-unavailable", "0%"]) == 2
+    assert "--max-unavailable must be a whole number of at least 1" in capsys.readouterr().err

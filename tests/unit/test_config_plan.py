@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from ichord.api.max_unavailable import DEFAULT, resolve
 from ichord.api.views import OperationView
 from ichord.operations.config.plan import (
     ORDER_LABEL,
@@ -62,12 +63,19 @@ def test_plan_order_and_classes(case: str) -> None:
 
 def test_the_plan_round_trips_through_status_and_flags_a_single_control_plane() -> None:
     planned = plan_machines([cp("cp1", reboot=R), worker("w1", reboot=R)])
-    status = {"plan": plan_status(planned, control_planes=1, max_unavailable=3)}
+    bound = resolve(None, "50%", DEFAULT, 6)
+    status = {"plan": plan_status(planned, control_planes=1, worker_bound=bound)}
     assert status["plan"]["kubernetesAPIUnavailable"] is True
+    # The bound as resolved, in words and as data.
+    assert status["plan"]["workerBound"] == {"atOnce": 3, "maxUnavailable": "50%", "source": "cluster", "workers": 6,
+                                             "message": "workers 3 at a time (maxUnavailable 50% of 6 workers, the "
+                                                        "TalosCluster's)"}
+    assert any("then workers 3 at a time (maxUnavailable 50% of 6 workers" in w for w in status["plan"]["warnings"])
     assert planned_from_status(status) == planned
     assert status["plan"]["machines"][0] == {"name": "cp1", "role": "controlplane", "order": 1, "reboots": True,
                                              "change": "Reboot", "paths": list(R)}
-    restart_only = plan_status(plan_machines([cp("cp1", restart=A)]), control_planes=3, max_unavailable=1)
+    restart_only = plan_status(plan_machines([cp("cp1", restart=A)]), control_planes=3,
+                               worker_bound=resolve(1, None, DEFAULT, 0))
     assert restart_only["kubernetesAPIUnavailable"] is False
     assert any("no reboot" in w for w in restart_only["warnings"])
 

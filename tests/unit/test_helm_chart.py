@@ -109,6 +109,15 @@ def test_the_values_are_valid_and_the_schema_refuses_unknown_keys() -> None:
         node[path[-1]] = 1
         with pytest.raises(jsonschema.ValidationError, match="Additional properties are not allowed"):
             jsonschema.validate(bad, schema())
+    for bound in ("0%", "101%", "4", 0, "a quarter"):  # controller.maxUnavailable as the daemon's flag takes it
+        bad_bound = copy.deepcopy(v)
+        bad_bound["controller"]["maxUnavailable"] = bound
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad_bound, schema())
+    for bound in ("10%", "100%", 3):
+        good = copy.deepcopy(v)
+        good["controller"]["maxUnavailable"] = bound
+        jsonschema.validate(good, schema())
     wrong = copy.deepcopy(v)
     wrong["podAntiAffinity"] = "sometimes"
     with pytest.raises(jsonschema.ValidationError):
@@ -220,6 +229,7 @@ def test_the_deployment_runs_ichord_safely_on_separate_nodes() -> None:
     (container,) = pod["containers"]
     assert container["command"] == ["ichord"] and container["args"][0] == "run"
     assert "--certificate-expiry-warning-days=30" in container["args"]
+    assert "--max-unavailable=25%" in container["args"]  # controller.maxUnavailable, the daemon's default bound
     assert container["image"] == f"ghcr.io/maesh/ichord:{yamlio.load((CHART / 'Chart.yaml').read_text())['appVersion']}"
     for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}

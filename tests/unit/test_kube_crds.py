@@ -27,7 +27,9 @@ def crds() -> dict[str, dict[str, Any]]:
 
 
 def untyped(schema: dict[str, Any], path: str = "") -> list[str]:
-    bad = [] if "type" in schema or schema.get("x-kubernetes-preserve-unknown-fields") else [path or "<root>"]
+    typed = "type" in schema or schema.get("x-kubernetes-preserve-unknown-fields") or \
+        schema.get("x-kubernetes-int-or-string")  # int-or-string has no type (structural schema rule)
+    bad = [] if typed else [path or "<root>"]
     for key, sub in (schema.get("properties") or {}).items():
         bad += untyped(sub, f"{path}.{key}")
     if isinstance(schema.get("items"), dict):
@@ -119,6 +121,19 @@ def test_new_contract_fields() -> None:
             {"rule": "self == oldSelf", "message": "clusterRef is immutable"}]
     assert props("TalosOperation", "spec", "kind")["x-kubernetes-validations"] == [
         {"rule": "self == oldSelf", "message": "kind is immutable"}]
+
+
+@pytest.mark.parametrize("kind", ["TalosOperation", "TalosCluster"])
+def test_max_unavailable_is_int_or_string_without_a_schema_default(kind: str) -> None:
+    """Absent means "the cluster's, else the daemon's" (issue 19), so the schema defaults nothing; it refuses an int
+    below 1 and any string but a percentage in (0%, 100%]."""
+    field = crds()[kind]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "maxUnavailable"]
+    assert field["x-kubernetes-int-or-string"] is True and "type" not in field and "default" not in field
+    assert field["minimum"] == 1
+    good, bad = ["1%", "25%", "50%", "99%", "100%"], ["0%", "101%", "05%", "4", "25", "2.5%", "", "%", "25 %"]
+    assert [v for v in good if not re.search(field["pattern"], v)] == []
+    assert [v for v in bad if re.search(field["pattern"], v)] == []
 
 
 def _rules(schema: dict[str, Any]) -> list[str]:

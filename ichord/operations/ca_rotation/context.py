@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ichord.api import names
+from ichord.api.max_unavailable import MaxUnavailableError, WorkerBound, resolve
 from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
@@ -84,6 +85,9 @@ class Inputs:
     secret: SecretData = field(repr=False)
     bundle: SecretsBundle = field(repr=False)
     rotation: Rotation | None = field(repr=False)
+    #: The workers a pass (or a config rollout) changes at once: spec.maxUnavailable of the operation, else of the
+    #: cluster, else the daemon's --max-unavailable, over the approved workers (api/max_unavailable.py).
+    worker_bound: WorkerBound
 
     @property
     def uid(self) -> str:
@@ -143,8 +147,14 @@ async def load_inputs(ctx: RotationContext, op: Obj) -> Inputs:
             machines.append(machine)
     machines.sort(key=lambda m: (not m.is_control_plane, m.name))
     try:
+        worker_bound = resolve(view.spec.get("maxUnavailable"), cluster_view.spec.get("maxUnavailable"),
+                               ctx.timing.max_unavailable, sum(1 for m in machines if not m.is_control_plane))
+    except MaxUnavailableError as exc:
+        # Only past the CRD's own validation (an older CRD, a write that bypassed it): nothing is applied until fixed.
+        raise InputsError(names.CARotationReason.INVALID_SPEC, str(exc)) from None
+    try:
         read = await read_cluster_bundle(ctx.kube, cluster_view, ctx.allowed_secret_namespaces)
         bundle, rotation = read.full(), read.rotation()
     except BundleSourceError as exc:
         raise InputsError(exc.reason, exc.message) from None
-    return Inputs(op, cluster, cluster_inputs, machines, read.secret, bundle, rotation)
+    return Inputs(op, cluster, cluster_inputs, machines, read.secret, bundle, rotation, worker_bound)

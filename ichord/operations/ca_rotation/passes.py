@@ -11,7 +11,7 @@ read with the stage's credentials that is also the per-node CA view (a COSI Get 
 where the machine has no view). A machine's status.machines entry records the stage and the render's hash once
 the node runs it, so later steps of the same pass do not ask the node again while the render is unchanged; a step
 killed before that write asks again, and the dry run's "No changes." keeps it from applying twice.
-Workers may be applied a few at a time (``Timing.ca_worker_apply_concurrency``); control planes never are,
+Workers may be applied a few at a time (``Inputs.worker_bound``: maxUnavailable); control planes never are,
 and when the pass restarts kube-apiserver one control plane is applied only once the one before it runs a new
 kube-apiserver that answers /readyz (apiserver_instances).
 """
@@ -190,11 +190,11 @@ async def apply_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, s
     """Apply ``stage`` to every machine that does not run it yet (one step; failpoints around each apply).
 
     Control planes one at a time, in order (each apply restarts that node's kube-apiserver); then the workers,
-    up to ``ca_worker_apply_concurrency`` at once. The first problem (in machine order) holds the stage."""
+    up to ``inputs.worker_bound.at_once`` at once. The first problem (in machine order) holds the stage."""
     result = PassResult()
     talos = ctx.talos_factory(apply_dial(inputs.bundle, rotation, stage))
     workers = [m for m in inputs.machines if not m.is_control_plane]
-    limit = max(1, int(ctx.timing.ca_worker_apply_concurrency))
+    limit = inputs.worker_bound.at_once
     serial = [m for m in inputs.machines if m.is_control_plane or limit == 1]
     one_apiserver = apiserver_instances.restarts_apiserver(rotation.targets)
     seen = _entries(inputs)

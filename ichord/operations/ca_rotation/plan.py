@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ichord.api.carotation import Stage
+from ichord.api.max_unavailable import WorkerBound
 from ichord.contract import VersionContract
 from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle
@@ -118,8 +119,10 @@ def machine_order(machines: Iterable[PlannedMachine]) -> list[PlannedMachine]:
     return sorted(machines, key=lambda m: (m.role != "controlplane", m.name))
 
 
-def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine]) -> dict[str, Any]:
-    """status.plan: what will be done, written before anything is (and alone when spec.paused)."""
+def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine],
+                worker_bound: WorkerBound | None = None) -> dict[str, Any]:
+    """status.plan: what will be done, written before anything is (and alone when spec.paused); with
+    ``worker_bound``, the workers each pass applies at once as resolved now (maxUnavailable)."""
     ordered = machine_order(machines)
     cps = [m for m in ordered if m.role == "controlplane"]
     warnings = ["in-cluster clients that load the Kubernetes CA once may need a restart; ichord restarts the CNI, "
@@ -138,7 +141,7 @@ def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine]) -
     if Target.KUBERNETES_AGGREGATOR in targets:
         warnings.append(EXTENSION_APISERVERS_NOTE)
     warnings.append("after the rotation the exported secrets bundle is stale: run ichord cluster bundle-export NAME")
-    return {
+    plan: dict[str, Any] = {
         "targets": [t.value for t in targets],
         "stages": [s.value for s in stages(targets)],
         "machines": [{"name": m.name, "role": m.role, "order": i + 1,
@@ -148,6 +151,9 @@ def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine]) -
         # the API is gone meanwhile.
         "kubernetesAPIUnavailable": len(cps) == 1 and bool(API_DISRUPTING_TARGETS & set(targets)),
     }
+    if worker_bound is not None:
+        plan["workerBound"] = worker_bound.to_status()
+    return plan
 
 
 # ---- status.caRotation.certificates and the hand-off token ----------------------------------

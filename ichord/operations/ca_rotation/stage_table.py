@@ -147,7 +147,7 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     refusal_of_contract = contract_refusal(targets, inputs.cluster_inputs.contract)
     if refusal_of_contract is not None:  # refused at plan: nothing is written (ADR 0120 §2)
         return await fail(ctx, inputs.op, CARotationReason.UNSUPPORTED_TARGET, refusal_of_contract)
-    plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines])
+    plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines], inputs.worker_bound)
     spec = inputs.op.get("spec") or {}
     if spec.get("paused"):
         await backbone.plan_only(ctx, CA_ROTATION, inputs, plan)

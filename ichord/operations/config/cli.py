@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 
 from ichord.api import names
+from ichord.api.max_unavailable import MaxUnavailable, MaxUnavailableError
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
@@ -36,17 +37,22 @@ def register(sub: Any, cluster_args: Callable[[argparse.ArgumentParser], None]) 
             "operation is created paused: nothing runs until spec.paused is set to false."),
     )
     cluster_args(p)
-    p.add_argument("--max-unavailable", type=int, default=1, metavar="N", help="workers changed at once (default 1)")
+    p.add_argument("--max-unavailable", default=None, metavar="N|N%",
+                   help="workers changed at once: a whole number of at least 1 or a percentage of the cluster's "
+                   "workers (rounded down, at least 1); default: the TalosCluster's spec.maxUnavailable, else the "
+                   "daemon's --max-unavailable (25%%)")
     p.add_argument("--start", action="store_true", help="start at once instead of creating a plan only")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the daemon to write the plan (default 60)")
     p.set_defaults(func=_main)
 
 
-def operation_object(cluster: str, name: str, *, max_unavailable: int, start: bool) -> Obj:
-    return {"apiVersion": names.API_VERSION, "kind": names.TALOS_OPERATION, "metadata": {"name": name},
-            "spec": {"clusterRef": {"name": cluster}, "kind": names.KIND_CONFIG, "maxUnavailable": max_unavailable,
-                     "paused": not start}}
+def operation_object(cluster: str, name: str, *, max_unavailable: MaxUnavailable | None, start: bool) -> Obj:
+    """The operation; without ``max_unavailable`` the spec leaves it to the cluster's or the daemon's value."""
+    spec: Obj = {"clusterRef": {"name": cluster}, "kind": names.KIND_CONFIG, "paused": not start}
+    if max_unavailable is not None:
+        spec["maxUnavailable"] = max_unavailable.to_api()
+    return {"apiVersion": names.API_VERSION, "kind": names.TALOS_OPERATION, "metadata": {"name": name}, "spec": spec}
 
 
 def format_plan(op: Obj) -> str:
@@ -74,7 +80,7 @@ def format_plan(op: Obj) -> str:
     return "\n".join(lines) + "\n"
 
 
-async def config_apply(kube: KubeClient, cluster: str, namespace: str, *, max_unavailable: int = 1,
+async def config_apply(kube: KubeClient, cluster: str, namespace: str, *, max_unavailable: MaxUnavailable | None = None,
                        start: bool = False, wait: float = 60.0, now: dt.datetime | None = None) -> Obj:
     """Create the operation and wait (up to ``wait`` s) for the daemon's plan or refusal; the object as read."""
     stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%d-%H%M%S")
@@ -92,11 +98,13 @@ async def config_apply(kube: KubeClient, cluster: str, namespace: str, *, max_un
 
 
 def _main(args: argparse.Namespace) -> int:
-    if args.max_unavailable < 1:
-        print("ichord: --max-unavailable must be at least 1", file=sys.stderr)
+    try:
+        bound = None if args.max_unavailable is None else MaxUnavailable.parse_text(args.max_unavailable)
+    except MaxUnavailableError as exc:
+        print(f"ichord: {exc}", file=sys.stderr)
         return 2
     try:
-        op = asyncio.run(_cli(args))
+        op = asyncio.run(_cli(args, bound))
     except IchordError as exc:
         print(f"ichord: {SCRUBBER.text(str(exc))}", file=sys.stderr)
         return 2
@@ -104,8 +112,8 @@ def _main(args: argparse.Namespace) -> int:
     return 1 if (op.get("status") or {}).get("phase") == names.Phase.FAILED else 0
 
 
-async def _cli(args: argparse.Namespace) -> Obj:
+async def _cli(args: argparse.Namespace, max_unavailable: MaxUnavailable | None) -> Obj:
     kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
     async with kube:
         return await config_apply(kube, args.name, args.namespace or kube.namespace,
-                                  max_unavailable=args.max_unavailable, start=args.start, wait=args.wait)
+                                  max_unavailable=max_unavailable, start=args.start, wait=args.wait)

@@ -18,7 +18,8 @@ Failpoints (ICHORD_FAILPOINTS), besides the roll's (roll.py)::
     config.apiserver.apply.after     applied, nothing recorded
     config.apiserver.done.before     restarted and Ready, not recorded done
 
-Control planes one at a time in the plan's order, then workers up to ``maxUnavailable`` at once (workers.py),
+Control planes one at a time in the plan's order, then workers up to ``maxUnavailable`` at once (workers.py; the
+operation's, else the cluster's, else the daemon's --max-unavailable, a percentage of the cluster's workers),
 then the plan's last machine alone (ichord's own node when it is in the plan).
 """
 
@@ -128,8 +129,7 @@ async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, i
         log.info("config operation refused", operation=op.name, reason=reason)
         backbone.event(ctx, inputs, "Warning", names.EventReason.OPERATION_BLOCKED, message)
         return await backbone.fail(ctx, CONFIG, op.obj, reason, message)
-    max_unavailable = int(op.spec.get("maxUnavailable") or 1)
-    plan = plan_status(planned, len(inputs.control_planes), max_unavailable)
+    plan = plan_status(planned, len(inputs.control_planes), inputs.worker_bound)
     if op.paused:
         await backbone.plan_only(ctx, CONFIG, inputs, plan)
         return Done()
@@ -206,10 +206,9 @@ async def _rolling(ctx: RotationContext, inputs: Inputs, objects: dict[str, Obj]
 
 
 async def _workers(ctx: RotationContext, inputs: Inputs, world: World, planned: list[PlannedMachine]) -> Outcome:
-    """One step of every worker under way, then take new ones up to maxUnavailable (workers.py)."""
+    """One step of every worker under way, then take new ones up to maxUnavailable as resolved this step."""
     objects = crds.operations(ctx.kube)
-    bound = int(OperationView.of(inputs.op).spec.get("maxUnavailable") or 1)
-    for taken in workers.to_start(planned, inputs.status, bound):
+    for taken in workers.to_start(planned, inputs.status, inputs.worker_bound.at_once):
         inputs.op = await workers.open_slot(objects, inputs.op_namespace, inputs.name, taken.name)
         ctx.observe(inputs.op)
     by_name = {p.name: p for p in planned}
@@ -241,7 +240,8 @@ async def _workers(ctx: RotationContext, inputs: Inputs, world: World, planned: 
     if blocked is not None:
         return await backbone.blocked(ctx, CONFIG, inputs, blocked.message)
     summary = "; ".join(f"{p.name}: {r}" for p, r, _ in shown) or "taking the next workers"
-    await _operation_status(ctx, inputs, "RollingWorkers", f"workers under way (at most {bound}): {summary}",
+    at_most = inputs.worker_bound.at_once
+    await _operation_status(ctx, inputs, "RollingWorkers", f"workers under way (at most {at_most}): {summary}",
                             [{"name": p.name, "state": r, "message": SCRUBBER.text(msg)} for p, r, msg in shown])
     return soonest(*outcomes) if outcomes else Requeue(0.0, "workers")
 

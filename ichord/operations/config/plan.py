@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ichord.api import names
+from ichord.api.max_unavailable import WorkerBound
 from ichord.api.views import OperationView
 
 #: Label on a TalosMachine: its place in its tier (lower first; unlabelled machines follow, by name).
@@ -115,20 +116,22 @@ def plan_machines(candidates: Sequence[Candidate], own_node: str | None = None) 
             for i, (c, ch) in enumerate(ordered)]
 
 
-def plan_status(planned: Sequence[PlannedMachine], control_planes: int, max_unavailable: int) -> Obj:
-    """``status.plan``: what `kubectl get -o yaml` shows for consent before anything runs."""
+def plan_status(planned: Sequence[PlannedMachine], control_planes: int, worker_bound: WorkerBound) -> Obj:
+    """``status.plan``: what `kubectl get -o yaml` shows for consent before anything runs; ``worker_bound`` is
+    maxUnavailable as resolved now (each step resolves it again: a changed value applies to workers not begun)."""
     reboots = any(p.reboots for p in planned)
     touches_cp = any(p.is_control_plane for p in planned)
     warnings = []
     if reboots:
-        warnings.append("machines in the plan reboot, one control plane at a time, then workers "
-                        f"{max_unavailable} at a time, each cordoned and drained first")
+        warnings.append(f"machines in the plan reboot, one control plane at a time, then {worker_bound.describe()}, "
+                        "each cordoned and drained first")
     else:
         warnings.append("restarts the Kubernetes API server on each control plane, one at a time; no reboot")
     if any(p.reboots and p.is_control_plane for p in planned):
         warnings.append("take an etcd snapshot first")
     return {"machines": [p.to_status() for p in planned], "warnings": warnings,
-            "stages": ["Rolling"], "kubernetesAPIUnavailable": control_planes == 1 and touches_cp}
+            "stages": ["Rolling"], "kubernetesAPIUnavailable": control_planes == 1 and touches_cp,
+            "workerBound": worker_bound.to_status()}
 
 
 def planned_from_status(status: Mapping[str, Any]) -> list[PlannedMachine]:

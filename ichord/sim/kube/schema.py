@@ -126,6 +126,10 @@ def _check(value: Any, schema: JSON, path: str, old: Any, causes: list[Cause], r
         causes.append(("FieldValueTypeInvalid", path, f"Invalid value: \"{_type_name(value)}\": "
                        f"{path} in body must be of type {want}: \"{_type_name(value)}\""))
         return
+    if schema.get("x-kubernetes-int-or-string") and _type_name(value) not in ("integer", "string"):
+        causes.append(("FieldValueTypeInvalid", path, f"Invalid value: \"{_type_name(value)}\": "
+                       f"{path} in body must be of type integer,string: \"{_type_name(value)}\""))
+        return
     if "enum" in schema and value not in schema["enum"]:
         supported = ", ".join(_quote(v) for v in schema["enum"])
         causes.append(("FieldValueNotSupported", path,
