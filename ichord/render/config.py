@@ -20,7 +20,7 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
 from ichord.errors import IchordError
-from ichord.render import fastload
+from ichord.render import fastload, wire
 
 V1ALPHA1 = "v1alpha1"
 DocKey = tuple[str, str | None]  # (kind, name); the v1alpha1 document is ("v1alpha1", None)
@@ -103,6 +103,13 @@ class MachineConfig:
 
     def to_bytes(self) -> bytes:
         return self.to_yaml().encode()
+
+    def wire_bytes(self) -> bytes:
+        """The same values as ``to_bytes`` in libyaml's layout, ~10x cheaper (render/wire.py): what is applied."""
+        try:
+            return wire.encode(self.plain())
+        except wire.WireEncodeError:
+            return self.to_bytes()
 
     def hash(self) -> str:
         """SHA-256 (hex) of the documents as canonical JSON (sorted keys): equal when ``plain()`` is equal.

@@ -504,7 +504,7 @@ def test_every_rotation_stage_overlay_passes_talos_validator(contract: VersionCo
                 config = render_stage(bundle, rotation, stage, cluster, machine, targets=targets)
                 case_id = f"{n}:{machine.role}:{'+'.join(t.value for t in targets)}:{stage.value}"
                 labels[case_id] = config
-                cases.append({"id": case_id, "validate": {"config": config.to_yaml(), "mode": "metal"}})
+                cases.append({"id": case_id, "validate": {"config": config.wire_bytes().decode(), "mode": "metal"}})
         final = f"{n}:{machine.role}:finalized"
         labels[final] = render_stage(bundle, rotation, Stage.FINALIZING, cluster, machine)
         cases.append(_generate_case(final, rotated.to_yaml(), cluster, machine))

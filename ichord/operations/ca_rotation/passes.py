@@ -125,7 +125,7 @@ async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: 
     carried = {k: seen[k] for k in ("cas", APISERVER_KEY) if seen and k in seen}
     if seen is not None and _runs(seen, stage, render):
         return _Visit({**seen, "message": f"runs {stage.value}"} if seen.get("state") == stage.value else {**seen})
-    data = desired.to_bytes()
+    data = desired.wire_bytes()
     try:
         dry = await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT, dry_run=True)
     except (TalosUnreachableError, TalosCertificateError) as exc:
