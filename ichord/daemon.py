@@ -285,6 +285,8 @@ class Daemon:
             for rec in self._reconcilers.values():
                 rec.close()
             self._reconcilers.clear()
+            with anyio.CancelScope(shield=True):  # leadership lost or stopping: the operations' held clients go
+                await self.runtime.registry.close()
 
     # ---- the tree ---------------------------------------------------------------------------
 

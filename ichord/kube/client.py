@@ -83,7 +83,9 @@ class _TrustingSession:
         self.reachability = Reachability()
 
     def ssl_context(self) -> ssl.SSLContext:
-        pems = b"".join(_pem.pem_blocks(b"\n".join(self._trust())))
+        # A set: a CA both in ca.crt and among the trust pool's extras (after a rotation, until the pool clears) is
+        # the same trust, so clearing it keeps the context and its pooled connections (no new TLS handshake).
+        pems = b"".join(dict.fromkeys(_pem.pem_blocks(b"\n".join(self._trust()))))
         if not pems:
             raise NoTrustError("no CA certificate to verify the Kubernetes API server with; check the "
                                "kubeconfig's certificate-authority or the service account's ca.crt")

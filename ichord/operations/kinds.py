@@ -7,12 +7,12 @@ Adding a kind: a package under ``ichord/operations/`` whose ``operation.py`` bui
 from __future__ import annotations
 
 from ichord.operations.ca_rotation.operation import OPERATION as CA_ROTATION
-from ichord.operations.config.operation import OPERATION as CONFIG
+from ichord.operations.config.operation import config_operation
 from ichord.operations.registry import Registry
 
 
 def default_registry() -> Registry:
     registry = Registry()
     registry.register(CA_ROTATION)
-    registry.register(CONFIG)
+    registry.register(config_operation())  # its own managed-cluster clients
     return registry

@@ -37,12 +37,18 @@ UNSUPPORTED_KIND = "UnsupportedKind"
 Advance = Callable[[ClusterScope, OperationView], Awaitable[Outcome]]
 
 
+async def _nothing_held() -> None:
+    """A kind that keeps nothing between steps has nothing to close."""
+
+
 @dataclass(frozen=True)
 class Operation:
     """A registered kind: what the backbone needs (``spec``) and the step that advances one operation."""
 
     spec: OperationKind
     advance: Advance
+    #: Closes what the kind keeps between steps (connections); called when the process stops leading.
+    close: Callable[[], Awaitable[None]] = _nothing_held
 
 
 @dataclass
@@ -56,6 +62,11 @@ class Registry:
 
     def get(self, kind: str) -> Operation | None:
         return self.kinds.get(kind)
+
+    async def close(self) -> None:
+        """Close what every kind keeps between steps (the next leader, or this one again, starts afresh)."""
+        for operation in self.kinds.values():
+            await operation.close()
 
     async def advance_all(self, scope: ClusterScope) -> Outcome:
         """One step of each of the cluster's operations that still has something to do; the soonest outcome."""

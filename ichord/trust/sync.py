@@ -13,6 +13,10 @@ then publishes, but only for the cluster this process's API server belongs to (t
 its current or new CA): another cluster's CA would never reach the base, so it could never be
 pruned. With none under way it calls ``clear_once_base_trusts``: a pending rotation's CA is never
 in the base yet, and one that starts again is republished long before Issuing.
+
+A rotation an event showed under way is trusted and published first, before the LIST: the event is
+the operation as written, and trusting one more CA is never wrong (only clearing needs the whole,
+uncached list). Its bundle Secret is still read uncached; the LIST then settles everything else.
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ class TrustSync:
         self.timing = timing
         self._cluster_cache = cluster_cache
         self._requested = False  # the one slot: set by request(), taken by the loop
+        #: Rotations events showed under way since the last pass, by namespace/name: trusted before the LIST.
+        self._evented: dict[tuple[str, str], Obj] = {}
         self._wake: anyio.Event | None = None
         self.passes = 0
 
@@ -83,6 +89,7 @@ class TrustSync:
         if event.type == "DELETED" or not view.is_ca_rotation:
             return
         if view.rotation_under_way:
+            self._evented[(view.namespace, view.name)] = event.obj
             self.request()
         elif view.phase == Phase.COMPLETED and (event.old is None
                                                 or OperationView.of(event.old).phase != Phase.COMPLETED):
@@ -106,6 +113,12 @@ class TrustSync:
     async def pass_once(self) -> PassResult:
         self.passes += 1
         result = PassResult()
+        evented, self._evented = list(self._evented.values()), {}
+        done: set[tuple[str, str, str]] = set()  # rotations trusted in this pass already
+        if evented:
+            # The LIST costs a round trip on the way from Accepting to the publish; the event already says.
+            await self._trust(evented, result, done)
+            self._publish(result)
         try:
             ops, _ = await crds.operations(self.kube).list_objects(None)
         except KubeError as exc:
@@ -122,7 +135,13 @@ class TrustSync:
                 log.warning("cannot remove the trust file", path=str(self.trust_file),
                             error=exc.strerror or type(exc).__name__)
             return result
-        for op in underway:
+        await self._trust([op for op in underway if _identity(op) not in done], result, done)
+        self._publish(result)
+        return result
+
+    async def _trust(self, ops: list[Obj], result: PassResult, done: set[tuple[str, str, str]]) -> None:
+        """Add the new Kubernetes CA of each rotation (of this process's cluster) to the pool."""
+        for op in ops:
             try:
                 cert = await self._new_kubernetes_ca(op)
             except (KubeError, BundleSourceError) as exc:
@@ -144,14 +163,16 @@ class TrustSync:
                 result.failed = True
                 continue
             result.trusted += 1
+            done.add(_identity(op))
+
+    def _publish(self, result: PassResult) -> None:
         try:
-            result.published = self.pool.publish(self.trust_file)
+            result.published = self.pool.publish(self.trust_file) or result.published
         except OSError as exc:
             log.warning("cannot publish the trust file; this process trusts the new CA, a restarted container "
                         "will not until the next pass", path=str(self.trust_file),
                         error=exc.strerror or type(exc).__name__)
             result.failed = True
-        return result
 
     async def _new_kubernetes_ca(self, op: Obj) -> tuple[bytes, bytes | None] | None:
         """(the new Kubernetes CA, the bundle's current one) of the rotation's cluster; None when there is none."""
@@ -171,3 +192,8 @@ class TrustSync:
         if new is None:
             return None
         return new, read.ca_certificate(CAKind.KUBERNETES)
+
+
+def _identity(op: Obj) -> tuple[str, str, str]:
+    meta = op.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or "")

@@ -147,4 +147,5 @@ async def world_on(env: SimEnvironment, timing: Timing) -> AsyncIterator[World]:
             reconciler = ClusterReconciler(rt, env.namespace, env.cluster_name)
             yield World(env, kube, reconciler, timing)
             reconciler.close()
+            await rt.registry.close()
             tg.cancel_scope.cancel()

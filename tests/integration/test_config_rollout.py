@@ -10,7 +10,7 @@ naming the pod, uncordoned, nothing rebooted), an unowned pod, and the API-serve
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -294,6 +294,46 @@ async def test_a_node_that_does_not_come_back_pauses_naming_it(world: World) -> 
     op = await world.op("stuck")
     assert op["status"]["phase"] == "Paused" and first in op["status"]["message"]
     assert all(env.node(m).boots == (2 if m == first else 1) for m in env.machine_names)  # nothing else went
+
+
+async def test_no_control_plane_reboots_while_etcd_is_not_whole_by_the_etcd_rolls_own_check(world: World) -> None:
+    """The gate is ca_rotation.etcd_health: kube-apiserver not ready on another control plane holds the first
+    reboot (a check the config gate of its own did not make), and an alarm is named first; cleared, it goes on."""
+    env = world.env
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    third = f"{env.cluster_name}-cp-3"
+    since = len(env.talos.history.events)
+    env.node(third).apiserver_ready = False
+    await _create(world, "whole", paused=False)
+
+    def held_on(text: str) -> Callable[[], Awaitable[bool]]:
+        async def there() -> bool:
+            return text in str(((await world.op("whole")).get("status") or {}).get("message"))
+        return there
+
+    await world.run_until(held_on(f"kube-apiserver on {third} is not ready"), what="the etcd gate")
+    for _ in range(10):
+        await world.step()
+    op = await world.op("whole")
+    assert f"{env.cluster_name}-cp-1: etcd is not whole" in op["status"]["message"], op["status"]["message"]
+    assert set(reboots(env, since).values()) == {0}  # nothing rebooted while etcd is not whole
+
+    env.node(f"{env.cluster_name}-cp-2").raise_etcd_alarm(2)
+    await world.run_until(held_on("the alarm CORRUPT"), what="the alarm named")
+    first_named = op_message(await world.op("whole")).split("reboots now: ", 1)[1].split(";")[0]
+    assert "alarm CORRUPT" in first_named, first_named  # what waiting will not clear comes first
+    assert set(reboots(env, since).values()) == {0}
+
+    env.talos.etcd.disarm(f"{env.cluster_name}-cp-2")
+    env.node(third).apiserver_ready = True
+    op = await _phase(world, "whole", "Completed", "Failed", "Paused")
+    assert op["status"]["phase"] == "Completed", op["status"]
+    assert reboots(env, since) == {m: 1 for m in env.machine_names}
+
+
+def op_message(op: Obj) -> str:
+    return str((op.get("status") or {}).get("message") or "")
 
 
 async def test_a_node_that_boots_without_the_staged_configuration_fails_and_is_uncordoned(world: World) -> None:

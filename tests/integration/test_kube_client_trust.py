@@ -95,3 +95,25 @@ async def test_generated_api_calls_are_bounded_and_measured(tmp_path: Path) -> N
                 await kube.core().read_namespaced_config_map("kube-root-ca.crt", "default")
         finally:
             await kube.close()
+
+
+async def test_a_ca_trusted_twice_is_one_trust_set_so_the_context_and_its_connections_stay(tmp_path: Path) -> None:
+    """ca.crt and the trust pool's extras hold the same CA once the kubelet refreshed ca.crt after a rotation; the
+    pool's clear then changes nothing trusted, and must not cost a new context (a new TLS connection)."""
+    async with KubeSimulator(SimSettings(token="t")) as sim:
+        trust = [sim.ca_pem]
+        kube = await from_kubeconfig(sim.write_kubeconfig(tmp_path / "kubeconfig", token="t"),
+                                     trust=lambda: list(trust))
+        try:
+            session = kube.api.rest_client.pool_manager
+            assert (await read_config_map(kube, "default", "kube-root-ca.crt"))["data"]
+            first = session.ssl_context()
+            trust.append(sim.ca_pem)  # an extra that ca.crt holds too
+            assert session.ssl_context() is first
+            trust.pop()  # the pool cleared
+            assert session.ssl_context() is first
+            trust.append(generate_ca(CAKind.KUBERNETES).cert_pem)  # another CA: another trust set
+            assert session.ssl_context() is not first
+            assert (await read_config_map(kube, "default", "kube-root-ca.crt"))["data"]
+        finally:
+            await kube.close()

@@ -28,6 +28,7 @@ from ichord.sim.kube import KubeSimulator
 from ichord.trust.pool import TrustPool
 from ichord.trust.sync import TrustSync
 from ichord.watchers import Informer, Resource
+from ichord.watchers.informer import WatchEvent
 from tests.integration._kube_helpers import eventually, fast_bookmarks
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -145,6 +146,25 @@ async def test_accepting_publishes_at_once_and_the_client_survives_the_switch(wo
         assert w.pool.extras == []
         assert (await read_config_map(w.kube, "default", "kube-root-ca.crt"))["data"]
         tg.cancel_scope.cancel()
+
+
+async def test_an_events_rotation_is_published_before_the_list_which_settles_the_rest(world: World) -> None:
+    """The event is the operation as written: its rotation is trusted without waiting for the uncached LIST (a round
+    trip on the way to the publish); the LIST still decides everything else, and alone may clear."""
+    w = world
+    sync = sync_of(w, tick=60.0)
+    ops = w.sim.store.resolve(crds.GROUP, crds.VERSION, "talosoperations")
+    put_operation(w.sim, "rotate", "c1", "Accepting")
+    sync.on_operation(WatchEvent("MODIFIED", w.sim.store.get(ops, NS, "rotate"), None))
+    w.sim.faults.error_rate = {"list": 1.0}  # the LIST fails: the event's rotation is published all the same
+    result = await sync.pass_once()
+    assert result.published and result.failed and result.trusted == 1
+    assert w.trust_file.read_bytes() == w.rotation.new[Target.KUBERNETES].cert_pem
+    assert w.sim.requests.count("list", 500) >= 1 and w.sim.requests.count("list", 200) == 0
+
+    w.sim.faults.error_rate = {}
+    result = await sync.pass_once()  # no event: the LIST alone, and the rotation counted once
+    assert result.underway == 1 and result.trusted == 1 and not result.failed and not result.published
 
 
 async def test_the_tick_publishes_without_events_and_bad_inputs_do_not_stop_it(world: World) -> None:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
-from ichord.operations.bundle_source import BundleSourceError, rotation_ca_certificate
+from ichord.api.names import SECRETS_KEY
+from ichord.kube.reads import SecretData
+from ichord.operations.bundle_source import BundleRead, BundleSourceError, rotation_ca_certificate
+from ichord.pki.bundle import generate_bundle
 from ichord.pki.ca import CAKind, generate_ca
 from ichord.pki.rotation import Rotation, Target, generate_rotation
 
@@ -22,3 +27,18 @@ def test_rotation_yaml_gives_the_kubernetes_certificate_never_the_key() -> None:
         with pytest.raises(BundleSourceError, match=why):
             rotation_ca_certificate(bad, Target.KUBERNETES)
 
+
+
+def test_the_current_ca_certificate_is_read_by_libyaml_and_ruamel_decides_what_it_does_not_mirror() -> None:
+    bundle = generate_bundle()
+    raw = bundle.to_yaml().encode()
+    read = BundleRead(SecretData("secrets", "ns", "1", {SECRETS_KEY: raw}))
+    assert read.ca_certificate(CAKind.KUBERNETES) == bundle.k8s.cert_pem
+    assert read.ca_certificate(CAKind.OS) == bundle.os.cert_pem
+    # A merge key is YAML libyaml reads otherwise than ruamel: ruamel's answer is the one given.
+    crt = base64.b64encode(bundle.k8s.cert_pem).decode()
+    merged = f"base: &b {{crt: {crt}}}\ncerts:\n  k8s:\n    <<: *b\n".encode()
+    read = BundleRead(SecretData("secrets", "ns", "2", {SECRETS_KEY: merged}))
+    assert read.ca_certificate(CAKind.KUBERNETES) == bundle.k8s.cert_pem
+    read = BundleRead(SecretData("secrets", "ns", "3", {SECRETS_KEY: b"certs: {k8s: [1, 2"}))
+    assert read.ca_certificate(CAKind.KUBERNETES) is None  # not YAML for either: no certificate, no error

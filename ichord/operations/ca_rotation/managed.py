@@ -2,14 +2,20 @@
 
 There is no standing credential for the managed cluster (ADR 0120 Amendment 3): each check asks a
 control plane for a fresh admin kubeconfig (signed by its issuing Kubernetes CA) and trusts every
-Kubernetes CA of the rotation, so the serving-CA switch of Issuing cannot fail the read.
+Kubernetes CA of the rotation, so the serving-CA switch of Issuing cannot fail the read. ``ManagedClients``
+keeps one such client per cluster in memory for the length of an operation (a config rollout steps many
+times a minute); it is replaced when the credentials change and dropped when it fails.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import anyio
 
 from ichord.api.names import ROOT_CA_CONFIGMAP
 from ichord.api.views import MachineView
@@ -27,9 +33,7 @@ class ManagedAPIError(IchordError):
     """The managed cluster's API cannot be reached or read; the operation waits (Blocked)."""
 
 
-@contextlib.asynccontextmanager
-async def admin_client(talos: TalosClient, control_planes: Sequence[MachineView],
-                       trusted: Sequence[bytes]) -> AsyncIterator[KubeClient]:
+async def _issue(talos: TalosClient, control_planes: Sequence[MachineView], trusted: Sequence[bytes]) -> KubeClient:
     """A client from the first control plane that issues an admin kubeconfig; trust = ``trusted`` CAs."""
     errors = []
     raw: bytes | None = None
@@ -44,14 +48,94 @@ async def admin_client(talos: TalosClient, control_planes: Sequence[MachineView]
     trust = [block for ca in trusted for block in _pem.pem_blocks(ca)]
     try:
         # From memory: the cluster-admin key of the managed cluster is never written anywhere (issue 14).
-        client = await from_kubeconfig_data(raw, what="the admin kubeconfig a Talos node issued",
-                                            trust=lambda: trust, namespace="kube-system")
+        return await from_kubeconfig_data(raw, what="the admin kubeconfig a Talos node issued",
+                                          trust=lambda: trust, namespace="kube-system")
     except KubeError as exc:
         raise ManagedAPIError(f"the admin kubeconfig cannot be used: {SCRUBBER.exception(exc)}") from None
+
+
+@contextlib.asynccontextmanager
+async def admin_client(talos: TalosClient, control_planes: Sequence[MachineView],
+                       trusted: Sequence[bytes]) -> AsyncIterator[KubeClient]:
+    """A client of its own (closed on exit) from the first control plane that issues an admin kubeconfig."""
+    client = await _issue(talos, control_planes, trusted)
     try:
         yield client
     finally:
         await client.close()
+
+
+def credentials_fingerprint(talos: TalosClient, control_planes: Sequence[MachineView],
+                            trusted: Sequence[bytes]) -> str:
+    """What an admin client was issued with (public parts only): the Talos credentials, who issued, the trust."""
+    h = hashlib.sha256(talos.dial.fingerprint.encode())
+    for cp in control_planes:
+        h.update(b"\0" + cp.address.encode())
+    for ca in trusted:
+        h.update(b"\0" + ca)
+    return h.hexdigest()
+
+
+@dataclass
+class _Held:
+    fingerprint: str
+    client: KubeClient
+
+
+class ManagedClients:
+    """One admin client per cluster kept across steps, so a long operation does not ask a control plane for a
+    kubeconfig (a Kubeconfig RPC, a TLS set-up) on every step.
+
+    The client is replaced when what it was issued with changes (credentials_fingerprint), dropped when a use
+    raises or leaves its requests failing (the next use asks for a new kubeconfig), and closed by ``close``
+    when the operation ends. The cluster-admin key stays in memory only, as with ``admin_client``.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, _Held] = {}
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._held
+
+    @contextlib.asynccontextmanager
+    async def client(self, key: str, talos: TalosClient, control_planes: Sequence[MachineView],
+                     trusted: Sequence[bytes]) -> AsyncIterator[KubeClient]:
+        """The cluster ``key``'s client, issued now only when none is held for these credentials."""
+        fingerprint = credentials_fingerprint(talos, control_planes, trusted)
+        held = self._held.get(key)
+        if held is not None and held.fingerprint != fingerprint:
+            await self.close(key)
+            held = None
+        if held is None:
+            held = _Held(fingerprint, await _issue(talos, control_planes, trusted))
+            self._held[key] = held
+        try:
+            yield held.client
+        except BaseException:
+            await self._drop(key, held)
+            raise
+        if held.client.reachability.failing_since is not None:
+            await self._drop(key, held)
+
+    async def close(self, key: str) -> None:
+        """The operation ended (or its credentials changed): its client goes."""
+        held = self._held.pop(key, None)
+        if held is not None:
+            await self._close(held)
+
+    async def close_all(self) -> None:
+        for key in list(self._held):
+            await self.close(key)
+
+    async def _drop(self, key: str, held: _Held) -> None:
+        if self._held.get(key) is held:
+            del self._held[key]
+        await self._close(held)
+
+    @staticmethod
+    async def _close(held: _Held) -> None:
+        with anyio.CancelScope(shield=True):  # a cancelled step still closes the sockets it held
+            await held.client.close()
 
 
 async def not_ready_nodes(kc: KubeClient) -> list[str]:

@@ -4,9 +4,8 @@
 - Node Ready, read live from the managed cluster;
 - not held by the ``upgrade-hold`` annotation;
 - the dry run of the rendered configuration is accepted;
-- etcd, for a control plane: every approved control plane is a member, every member's etcd answers healthy
-  and no alarm is raised (a reboot takes one member down; with another missing, quorum would be lost). A
-  small gate of this package's own; the etcd CA target has its own, to be unified later.
+- etcd, for a control plane, before and after its reboot: whole, by the etcd CA roll's own check
+  (ca_rotation.etcd_health; a reboot takes one member down; with another missing, quorum would be lost).
 - after the reboot: the new boot runs the rendered configuration (else the machine fails for good).
 """
 
@@ -18,11 +17,15 @@ from ichord.api.views import MachineView
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import KubeError
 from ichord.kube.reads import node_ready, read_node
+from ichord.operations.ca_rotation.etcd_health import etcd_problems
 from ichord.operations.roll_state import OPEN, GateResult, closed, failed
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.config import ConfigParseError, MachineConfig
 from ichord.talos.client import ApplyMode, TalosClient
 from ichord.talos.errors import TalosError
+
+#: Problems named in a closed gate's message (the rest are counted).
+SHOWN = 3
 
 
 async def runs_rendered(talos: TalosClient, endpoint: str, rendered: MachineConfig) -> bool:
@@ -55,31 +58,17 @@ async def dry_run(talos: TalosClient, endpoint: str, rendered: MachineConfig, ma
     return OPEN
 
 
-async def etcd_healthy(talos: TalosClient, control_planes: Sequence[MachineView]) -> GateResult:
-    """Every approved control plane in etcd, each member answering without errors, no alarm."""
-    if not control_planes:
+async def etcd_whole(talos: TalosClient, control_planes: Sequence[MachineView]) -> GateResult:
+    """etcd whole on every approved control plane, as the etcd CA roll asks it (ca_rotation.etcd_health): the
+    service running and healthy, a leader, one member per control plane, no alarm, kube-apiserver ready.
+    The problems that waiting will not clear (an alarm, a foreign or missing member) are named first."""
+    problems = await etcd_problems(talos, control_planes)
+    if not problems:
         return OPEN
-    errors: list[str] = []
-    members: list[str] = []
-    for cp in control_planes:
-        try:
-            if not members:
-                members = [str(m.hostname) for m in await talos.etcd_member_list(cp.address)]
-            status = await talos.etcd_status(cp.address)
-            alarms = await talos.etcd_alarms(cp.address)
-        except TalosError as exc:
-            errors.append(f"{cp.name}: {SCRUBBER.exception(exc)}")
-            continue
-        if status.errors:
-            errors.append(f"{cp.name}: {'; '.join(status.errors)}")
-        if alarms:
-            errors.append(f"{cp.name}: alarm {', '.join(str(a.alarm) for a in alarms)}")
-    if errors:
-        return closed("etcd is not healthy on every control plane (" + "; ".join(errors) + ")")
-    if len(members) < len(control_planes):
-        return closed(f"etcd lists {len(members)} member(s) ({', '.join(members)}) for {len(control_planes)} "
-                      "approved control planes")
-    return OPEN
+    shown = sorted(problems, key=lambda p: not p.fault)
+    text = "; ".join(p.text for p in shown[:SHOWN]) + (f" (and {len(shown) - SHOWN} more)" if len(shown) > SHOWN
+                                                         else "")
+    return closed(f"etcd is not whole, so no control plane reboots now: {text}")
 
 
 async def back_on_render(talos: TalosClient, endpoint: str, rendered: MachineConfig, machine: str) -> GateResult:

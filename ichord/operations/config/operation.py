@@ -32,14 +32,14 @@ import structlog
 from ichord.api import names
 from ichord.api.conditions import find, now_rfc3339
 from ichord.api.names import Phase
-from ichord.api.views import OperationView
+from ichord.api.views import MachineView, OperationView
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.errors import KubeError
 from ichord.operations import backbone
 from ichord.operations.backbone import OperationKind
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
-from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client
+from ichord.operations.ca_rotation.managed import ManagedAPIError, ManagedClients
 from ichord.operations.ca_rotation.operation import context_of
 from ichord.operations.config import workers
 from ichord.operations.config.apiserver import RestartMarker, advance_restart
@@ -62,6 +62,7 @@ from ichord.operations.roll import RollReason
 from ichord.operations.roll_store import marker_from_status
 from ichord.operations.scope import ClusterScope
 from ichord.pki.scrub import SCRUBBER
+from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 
 log = structlog.get_logger("ichord.operations.config")
@@ -85,7 +86,17 @@ def own_node() -> str | None:
     return os.environ.get("NODE_NAME") or None
 
 
-async def advance_in_scope(scope: ClusterScope, op: OperationView) -> Outcome:
+def config_operation() -> Operation:
+    """The ``config`` kind for one registry: its managed-cluster clients are kept across steps, one per cluster."""
+    clients = ManagedClients()
+
+    async def advance(scope: ClusterScope, op: OperationView) -> Outcome:
+        return await advance_in_scope(scope, op, clients)
+
+    return Operation(CONFIG, advance, close=clients.close_all)
+
+
+async def advance_in_scope(scope: ClusterScope, op: OperationView, clients: ManagedClients) -> Outcome:
     ctx = context_of(scope)
     if op.deleting and not op.finished and op.stage:
         # Deleted mid-rollout: ichord's cordons go back before the lock does (release.py).
@@ -97,6 +108,7 @@ async def advance_in_scope(scope: ClusterScope, op: OperationView) -> Outcome:
         else:
             await release_cordons(ctx, inputs_now)
     if op.finished or op.deleting:
+        await clients.close(scope.key)
         await backbone.let_go(ctx, CONFIG, op.obj)
         return Done()
     try:
@@ -117,7 +129,7 @@ async def advance_in_scope(scope: ClusterScope, op: OperationView) -> Outcome:
     if op.paused:
         return await backbone.hold_paused(ctx, CONFIG, inputs, op.stage)
     await backbone.resume_if_paused(ctx, CONFIG, inputs, op.stage)
-    return await _rolling(ctx, inputs, objects)
+    return await _rolling(ctx, inputs, objects, clients, scope.key)
 
 
 async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, inputs: Inputs,
@@ -164,10 +176,18 @@ def _current(planned: list[PlannedMachine], status: Obj) -> PlannedMachine | Non
     return next((p for p in planned if p.name not in done), None)
 
 
-async def _rolling(ctx: RotationContext, inputs: Inputs, objects: dict[str, Obj]) -> Outcome:
+def _issuer(ctx: RotationContext, inputs: Inputs) -> tuple[TalosClient, list[MachineView], list[bytes]]:
+    """Who issues the admin kubeconfig (the control planes, through Talos) and the Kubernetes CA it is verified by."""
+    return ctx.talos_factory(DialBundle.from_bundle(inputs.bundle)), inputs.control_planes, \
+        [inputs.bundle.k8s.cert_pem]
+
+
+async def _rolling(ctx: RotationContext, inputs: Inputs, objects: dict[str, Obj], clients: ManagedClients,
+                   key: str) -> Outcome:
     planned = planned_from_status(inputs.status)
     current = _current(planned, inputs.status)
     if current is None:
+        await clients.close(key)
         return await _complete(ctx, inputs, planned)
     parallel = not current.is_control_plane and current.name != planned[-1].name \
         and not marker_from_status(inputs.status, ROLL_FIELDS).rebooting
@@ -175,12 +195,12 @@ async def _rolling(ctx: RotationContext, inputs: Inputs, objects: dict[str, Obj]
     if m is None:
         return await backbone.blocked(ctx, CONFIG, inputs, f"TalosMachine {current.name} of the plan is not approved "
                                       "or does not exist; the rollout waits for it")
-    talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
+    talos, control_planes, trusted = _issuer(ctx, inputs)
     outstanding = bool(marker_from_status(inputs.status, ROLL_FIELDS).rebooting or
                        RestartMarker.of(inputs.status).machine or workers.in_flight(inputs.status))
     try:
         try:
-            async with admin_client(talos, inputs.control_planes, [inputs.bundle.k8s.cert_pem]) as managed:
+            async with clients.client(key, talos, control_planes, trusted) as managed:
                 world = World(ctx, inputs, talos, managed, objects)
                 if parallel:
                     return await _workers(ctx, inputs, world, planned)
@@ -302,5 +322,3 @@ async def _complete(ctx: RotationContext, inputs: Inputs, planned: list[PlannedM
     await backbone.let_go(ctx, CONFIG, inputs.op)
     return Done()
 
-
-OPERATION = Operation(CONFIG, advance_in_scope)

@@ -84,7 +84,7 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
         return await checks.dry_run(world.talos, m.address, rendered, m.name)
 
     async def etcd(_t: RollTarget) -> GateResult:
-        return await checks.etcd_healthy(world.talos, world.control_planes)
+        return await checks.etcd_whole(world.talos, world.control_planes)
 
     async def back(_t: RollTarget) -> GateResult:
         return await checks.back_on_render(world.talos, m.address, rendered, m.name)

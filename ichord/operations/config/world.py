@@ -1,7 +1,7 @@
 """What one step of the ``config`` executor works with: the machines, their renders, the Talos and managed clients.
 
-Built fresh every step from what the operation step read (nothing kept between steps: a restarted daemon
-resumes from the operation's status, the Nodes and the nodes themselves).
+Built fresh every step from what the operation step read; only the managed-cluster client is kept between steps
+(a connection, no state: a restarted daemon resumes from the operation's status, the Nodes and the nodes).
 """
 
 from __future__ import annotations
