@@ -47,7 +47,7 @@ FINALIZING_SETTLE = "settle-nodes"
 FINALIZING_RESTART = "restart-clients"
 
 __all__ = ["APPLY_STEP", "CA_ROTATION", "FINALIZING_AGGREGATOR", "FINALIZING_RESTART", "FINALIZING_SETTLE",
-           "FINALIZING_VERIFY", "VERIFY_STEP", "Mutation", "blocked", "condition", "event", "in_progress",
+           "FINALIZING_VERIFY", "GATES_STEP", "VERIFY_STEP", "Mutation", "blocked", "condition", "event", "in_progress",
            "log_transition", "phase",
            "set_ca_condition", "since_transition", "started", "step", "step_since", "wait_within_bound", "write"]
 
