@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import math
 import time
@@ -163,7 +164,7 @@ class PodModel:
         return pem_blocks((cm.get("data") or {}).get("ca.crt") or "")
 
     def _nodes(self) -> dict[str, JSON]:
-        return {n["metadata"]["name"]: n for n in self.store.list(self._rt("", "nodes"), None)[0]}
+        return {n["metadata"]["name"]: n for n in self.store.peek(self._rt("", "nodes"), None)}
 
     def _pick_node(self, owner_uid: str, tolerations: list[JSON],
                    nodes: dict[str, JSON] | None = None) -> str | None:
@@ -311,9 +312,10 @@ class PodModel:
             else:
                 taints = [t for t in taints if t.get("key") != CILIUM_TAINT["key"]]
                 lifted = True
-            node.setdefault("spec", {})["taints"] = taints
+            changed = copy.deepcopy(node)  # the store's own object (Store.peek): written only through the store
+            changed.setdefault("spec", {})["taints"] = taints
             with contextlib.suppress(ApiError):
-                self.store.apply(self._rt("", "nodes"), node)
+                self.store.apply(self._rt("", "nodes"), changed)
             self.record("node_taint", on_node=name, taint=CILIUM_TAINT["key"], present=want)
         return lifted
 

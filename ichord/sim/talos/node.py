@@ -385,7 +385,8 @@ class SimNode:
         if self.running.plain() == cfg.plain():  # the diff is empty: no YAML to write out
             diff = "No changes."
         else:
-            old, new = self.running.to_yaml().splitlines(), cfg.to_yaml().splitlines()
+            # libyaml's text (render/wire.py) rather than ruamel's: the same values at a tenth of the cost.
+            old, new = self.running.wire_bytes().decode().splitlines(), cfg.wire_bytes().decode().splitlines()
             diff = "\n".join(difflib.unified_diff(old, new, "a/config", "b/config", lineterm="")) or "No changes."
         return f"Dry run summary:\n{details} (skipped in dry-run).\nConfig diff:\n\n{diff}"
 
