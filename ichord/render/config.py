@@ -13,7 +13,7 @@ import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
@@ -82,6 +82,17 @@ class MachineConfig:
             if not isinstance(d, dict):
                 raise ConfigParseError(f"document {i + 1} of the machine configuration is not a mapping")
         return cls([_strip_comments(d) for d in docs])
+
+    @classmethod
+    def parse_values(cls, data: str | bytes) -> MachineConfig:
+        """``parse(data)`` for a reader of values only: plain dicts from libyaml when fastload mirrors ruamel
+        (no comments, no ruamel node types), ruamel's parse otherwise; ~20x cheaper. The Talos simulator takes
+        applies with it, as machined's Go parser costs next to nothing."""
+        try:
+            docs = fastload.load_documents(data)
+        except fastload.Unsupported:
+            return cls.parse(data)
+        return cls([cast(CommentedMap, _plain(d)) for d in docs])
 
     @classmethod
     def plain_of(cls, data: str | bytes) -> list[Any]:

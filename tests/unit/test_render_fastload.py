@@ -108,3 +108,10 @@ def test_talos_own_files_read_the_same(talos_samples: Path) -> None:
         except ConfigParseError:
             continue
         assert MachineConfig.plain_of(data) == ref, path.name
+
+
+def test_parse_values_reads_what_parse_reads() -> None:
+    for text in (SCALARS, "a: 2024-01-01\n", "base: &b {x: 1}\nm:\n  <<: *b\n"):
+        assert MachineConfig.parse_values(text).plain() == MachineConfig.parse(text).plain()
+    with pytest.raises(ConfigParseError):
+        MachineConfig.parse_values("a: [1, 2\n")

@@ -378,7 +378,7 @@ class SimNode:
         cost would otherwise make the simulator, not the client, the bottleneck of a wide pass."""
         digest = hashlib.sha256(data).digest()
         if self._parsed is None or self._parsed[0] != digest:
-            self._parsed = (digest, MachineConfig.parse(data))
+            self._parsed = (digest, MachineConfig.parse_values(data))
         return self._parsed[1].copy()
 
     def _dry_run_summary(self, cfg: MachineConfig, details: str) -> str:
