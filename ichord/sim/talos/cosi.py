@@ -19,6 +19,7 @@ from grpclib.exceptions import GRPCError
 
 from ichord import yamlio
 from ichord.contract import V1_14
+from ichord.sim.talos import encoding
 from ichord.sim.talos.certs import sign_leaf
 from ichord.talos.proto.gen.common import common_pb2
 from ichord.talos.proto.gen.cosi import resource_pb2
@@ -48,10 +49,10 @@ def _pem_pair(crt: bytes, key: bytes | None) -> tuple[common_pb2.PEMEncodedCerti
 
 def _machine_config(node: SimNode, rid: str) -> tuple[Message, Any] | None:
     cfg = node.running if rid == "v1alpha1" else node.persistent
-    # Encoding costs ~25 ms and a node's configuration changes only on apply/reboot: reuse it per object.
+    # A node's configuration changes only on apply/reboot: its encoding is reused per object (encoding.py).
     cached = node.encoded.get(id(cfg))
     if cached is None or cached[0] is not cfg:
-        cached = (cfg, cfg.to_bytes())
+        cached = (cfg, encoding.encode(cfg))
         live = {id(c): node.encoded[id(c)] for c in (node.running, node.persistent)
                 if id(c) in node.encoded and node.encoded[id(c)][0] is c}
         node.encoded = {**live, id(cfg): cached}
