@@ -22,10 +22,11 @@ from typing import Any
 import anyio
 import structlog
 
+from ichord.actors.machine_index import MachinesByCluster
 from ichord.api import names
 from ichord.api.conditions import Condition, find, set_condition, set_operation_phase
 from ichord.api.names import ReadyReason
-from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView, cluster_ref
+from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
@@ -76,6 +77,11 @@ class Runtime:
     trust: TrustHooks = field(default_factory=TrustHooks)
     #: Namespaces other than a cluster's own that its secretsRef may name (--allow-secret-namespace).
     allowed_secret_namespaces: frozenset[str] = frozenset()
+    #: Each cluster's machines, from the machines informer's events (a step never scans the whole fleet).
+    machine_index: MachinesByCluster = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.machine_index = MachinesByCluster(self.machines)
 
 
 def publish_conditions(namespace: str, name: str, cluster: Obj | None,
@@ -142,9 +148,7 @@ class ClusterReconciler:
     async def _scope(self) -> ClusterScope:
         cluster = self.rt.clusters.get(self.namespace, self.name)
         machines = []
-        for (ns, _name), obj in sorted(self.rt.machines.cache.items()):
-            if ns != self.namespace or cluster_ref(obj) != self.name:
-                continue
+        for _key, obj in self.rt.machine_index.machines(self.namespace, self.name):
             try:
                 machines.append(MachineView.of(obj))
             except MachineSpecError:
