@@ -26,9 +26,10 @@ from ichord.api import names
 from ichord.api.conditions import Condition
 from ichord.api.names import ReadyReason
 from ichord.api.views import MachineView
+from ichord.machines.memo import MachineMemo
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.scrub import SCRUBBER
-from ichord.render.config import ConfigParseError, MachineConfig
+from ichord.render.config import ConfigParseError, MachineConfig, plain_hash
 from ichord.render.errors import RenderError
 from ichord.render.fieldmeta import Classification, classify, summarize_paths
 from ichord.render.generate import render
@@ -80,7 +81,9 @@ async def reconcile_machine(
     rotation_in_progress: bool,
     retry_after: float,
     resync_after: float,
+    memo: MachineMemo | None = None,
 ) -> MachineResult:
+    """One step of one machine; ``memo`` (kept per machine by the caller) spares re-deriving unchanged content."""
     if rotation_in_progress:
         # Standing aside: no render, no dial, no apply (ADR 0063 "does not fight the stages").
         return MachineResult(
@@ -90,22 +93,29 @@ async def reconcile_machine(
                 "a CA rotation is under way for this cluster; the machine is reconciled again when it completes",
             ),
         )
+    memo = memo if memo is not None else MachineMemo()  # none given: everything is derived afresh
     try:
         inputs = MachineInputs.from_spec(machine.spec)
-        rendered = render(bundle, cluster, inputs)
+        key = (bundle, cluster, inputs)
+        rendered: MachineConfig | None = None
+        rendered_plain: list[Any] | None = None
+        rendered_hash = memo.rendered_hash(key)  # the same inputs render the same configuration
+        if rendered_hash is None:
+            rendered = render(bundle, cluster, inputs)
+            rendered_plain = rendered.plain()
+            rendered_hash = plain_hash(rendered_plain)
+            memo.remember_render(key, rendered_hash)
     except RenderError as exc:
-        return MachineResult(
-            _ready("False", ReadyReason.RENDER_FAILED, f"cannot render the configuration: {_error_message(exc)}"),
-            event=(
-                "Warning",
-                names.EventReason.RENDER_FAILED,
-                f"cannot render the configuration: {_error_message(exc)}",
-            ),
-        )
+        return _render_failed(exc)
     endpoint = machine.address
     try:
         running_bytes = await talos.machine_config(endpoint)
-        running_plain = MachineConfig.plain_of(running_bytes)  # the common case, converged, needs no more
+        running_plain: list[Any] | None = None
+        running_hash = memo.running_hash(running_bytes)  # the same bytes read the same
+        if running_hash is None:
+            running_plain = MachineConfig.plain_of(running_bytes)
+            running_hash = plain_hash(running_plain)
+            memo.remember_running(running_bytes, running_hash)
         node_name = machine.hostname or await talos.nodename(endpoint)
         version = await talos.version(endpoint)
     except (TalosUnreachableError, TalosCertificateError) as exc:
@@ -119,13 +129,25 @@ async def reconcile_machine(
         msg = f"cannot read the node's configuration: {_error_message(exc)}"
         return MachineResult(_ready("False", ReadyReason.UNREACHABLE, msg), requeue_after=retry_after)
 
-    base = {"nodeName": node_name, "talosVersion": version.tag, "configHash": rendered.hash()}
-    if running_plain == rendered.plain():
+    base = {"nodeName": node_name, "talosVersion": version.tag, "configHash": rendered_hash}
+    converged = running_hash == rendered_hash  # the common case, converged, needs no more
+    if not converged:
+        # Equal plain forms can still hash apart (1 and 1.0): the plain comparison decides, as it always has.
+        try:
+            if rendered is None:
+                rendered = render(bundle, cluster, inputs)
+        except RenderError as exc:
+            return _render_failed(exc)
+        rendered_plain = rendered_plain if rendered_plain is not None else rendered.plain()
+        running_plain = running_plain if running_plain is not None else MachineConfig.plain_of(running_bytes)
+        converged = running_plain == rendered_plain
+    if converged:
         return MachineResult(
             _ready("True", ReadyReason.CONVERGED, "the node runs the rendered configuration"),
             fields={**base, "rebootPaths": [], "apiServerRestartPaths": []},
             requeue_after=_jittered(resync_after),
         )
+    assert rendered is not None  # rendered above whenever the hashes differ
 
     try:
         running = MachineConfig.parse(running_bytes)  # round-trip documents, for the field-by-field classification
@@ -170,6 +192,17 @@ async def reconcile_machine(
         event=("Normal", names.EventReason.CONFIG_APPLIED, message),
         requeue_after=0.0,  # verify on the next step that the node runs it
         applied=True,
+    )
+
+
+def _render_failed(exc: RenderError) -> MachineResult:
+    return MachineResult(
+        _ready("False", ReadyReason.RENDER_FAILED, f"cannot render the configuration: {_error_message(exc)}"),
+        event=(
+            "Warning",
+            names.EventReason.RENDER_FAILED,
+            f"cannot render the configuration: {_error_message(exc)}",
+        ),
     )
 
 
