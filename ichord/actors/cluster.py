@@ -34,7 +34,7 @@ from ichord.kube.errors import KubeError, NotFound
 from ichord.kube.events import EventRecorder, ObjectRef
 from ichord.kube.reads import label_secret
 from ichord.kube.status import update_status
-from ichord.machines.memo import MachineMemo
+from ichord.machines.memo import ConfigMemo
 from ichord.machines.reconciler import OWNED_FIELDS, MachineResult, reconcile_machine
 from ichord.metrics import CLUSTER_CONDITION, RECONCILE_OUTCOMES
 from ichord.operations.bundle_source import BundleSourceError
@@ -118,8 +118,8 @@ class ClusterReconciler:
         self._expiry_due: float | None = None
         self._last: dict[str, tuple[str, str]] = {}  # phase -> (outcome type, reason) last logged
         self._conditions: set[tuple[str, str, str]] = set()  # ichord_cluster_condition series published
-        #: Per machine of this cluster, what its last step derived, by content (ichord.machines.memo).
-        self._memos: dict[tuple[str, str], MachineMemo] = {}
+        #: Configuration hashes by content, shared by this cluster's machines (ichord.machines.memo).
+        self._memo = ConfigMemo()
 
     def close(self) -> None:
         if self._talos is not None:
@@ -233,11 +233,10 @@ class ClusterReconciler:
                     rotation_in_progress=rotating,
                     retry_after=self.rt.timing.retry,
                     resync_after=self.rt.resync,
-                    memo=self._memos.setdefault(m.key, MachineMemo()),
+                    memo=self._memo,
                 )
 
-        # Bounded by the cluster's machines: a deleted or unapproved machine's memo goes.
-        self._memos = {m.key: self._memos[m.key] for m in machines if m.approved and m.key in self._memos}
+        self._memo.bound(len(machines))  # an entry per machine at most: what deleted machines left goes
         async with anyio.create_task_group() as tg:
             for m in machines:
                 if m.approved:

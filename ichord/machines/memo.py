@@ -1,51 +1,77 @@
-"""What a machine's last step learned, kept by content so a converged machine is checked without re-deriving it.
+"""Hashes of configurations, kept by content so a machine is checked without re-deriving what did not change.
 
-A converged machine is read again every drift resync (and on every step of its cluster). Rendering its
-configuration and parsing what the node runs were the largest costs of such a step, and both are functions of
-content: the render of its inputs (the bundle, the cluster's inputs, the machine's own), the plain form of the
-node's bytes. The memo keeps only their hashes, one of each per machine (no documents: a fleet of 4,000 machines
-would hold gigabytes), and each is used only when its content is equal to what it was computed from: the
-inputs compared by value, the node's bytes by SHA-256. A changed spec, bundle or node configuration is a miss.
+Every step of a cluster checks each machine: render its configuration, read what the node runs, compare. Both
+sides are functions of content: the render of its inputs (the bundle, the cluster's inputs, the machine's own),
+the plain form of the node's bytes. A cluster's machines share one memo: control planes without per-machine
+patches render, and run, the very same configuration, so a cold start renders and parses it once per cluster
+and role, and a drift resync of an unchanged machine does neither.
+
+Only hashes are kept (no documents: a fleet of 4,000 machines would hold gigabytes), at most ``limit`` of each
+kind (the cluster's machine count; the least recently used go first), and each is given back only for content
+equal to what it was computed from: the inputs compared by value, the node's bytes by SHA-256. A changed spec,
+bundle or node configuration is a miss.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from typing import Any
 
 from ichord.pki.bundle import SecretsBundle
 from ichord.render.inputs import ClusterInputs, MachineInputs
 
-RenderKey = tuple[SecretsBundle, ClusterInputs, MachineInputs]
 
+class ConfigMemo:
+    def __init__(self, limit: int = 8) -> None:
+        self.limit = max(1, limit)
+        # machine inputs -> (bundle, cluster inputs, hash of the render); keyed by the part that is hashable
+        self._renders: dict[MachineInputs, tuple[SecretsBundle, ClusterInputs, str]] = {}
+        self._running: dict[bytes, str] = {}  # SHA-256 of a node's configuration -> hash of its plain form
 
-@dataclass
-class MachineMemo:
-    _render_key: RenderKey | None = field(default=None, repr=False)  # holds the bundle: never in a repr
-    _rendered_hash: str = ""
-    _running_digest: bytes = b""
-    _running_hash: str = ""
+    def __repr__(self) -> str:  # the entries hold bundles: never in a repr
+        return f"ConfigMemo(renders={len(self._renders)}, running={len(self._running)}, limit={self.limit})"
 
-    def rendered_hash(self, key: RenderKey) -> str | None:
-        """The hash of what ``key`` renders to, when it was rendered last; None otherwise."""
-        if self._render_key is not None and self._render_key == key:
-            return self._rendered_hash
-        return None
+    def rendered_hash(self, bundle: SecretsBundle, cluster: ClusterInputs, machine: MachineInputs) -> str | None:
+        """The hash of what these inputs render to, when they were rendered before; None otherwise."""
+        hit = self._renders.get(machine)
+        if hit is None or hit[1] != cluster or hit[0] != bundle:
+            return None
+        self._renders[machine] = self._renders.pop(machine)  # most recently used last
+        return hit[2]
 
-    def remember_render(self, key: RenderKey, config_hash: str) -> None:
-        self._render_key, self._rendered_hash = key, config_hash
+    def remember_render(self, bundle: SecretsBundle, cluster: ClusterInputs, machine: MachineInputs,
+                        config_hash: str) -> None:
+        self._renders.pop(machine, None)
+        self._renders[machine] = (bundle, cluster, config_hash)
+        _trim(self._renders, self.limit)
 
     def running_hash(self, running: bytes) -> str | None:
-        """The hash of the plain form of the node's configuration ``running``, when these bytes were read last."""
-        if self._running_digest and self._running_digest == _digest(running):
-            return self._running_hash
-        return None
+        """The hash of the plain form of the node configuration ``running``, when these bytes were read before."""
+        digest = _digest(running)
+        found = self._running.pop(digest, None)
+        if found is not None:
+            self._running[digest] = found
+        return found
 
     def remember_running(self, running: bytes, config_hash: str) -> None:
-        self._running_digest, self._running_hash = _digest(running), config_hash
+        digest = _digest(running)
+        self._running.pop(digest, None)
+        self._running[digest] = config_hash
+        _trim(self._running, self.limit)
 
-    def forget(self) -> None:
-        self._render_key, self._rendered_hash, self._running_digest, self._running_hash = None, "", b"", ""
+    def bound(self, limit: int) -> None:
+        """Keep at most ``limit`` entries of each kind from now on (the cluster's machine count)."""
+        self.limit = max(1, limit)
+        _trim(self._renders, self.limit)
+        _trim(self._running, self.limit)
+
+    def __len__(self) -> int:
+        return len(self._renders) + len(self._running)
+
+
+def _trim(entries: dict[Any, Any], limit: int) -> None:
+    while len(entries) > limit:
+        del entries[next(iter(entries))]  # the least recently used
 
 
 def _digest(data: bytes) -> bytes:

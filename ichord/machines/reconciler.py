@@ -26,7 +26,7 @@ from ichord.api import names
 from ichord.api.conditions import Condition
 from ichord.api.names import ReadyReason
 from ichord.api.views import MachineView
-from ichord.machines.memo import MachineMemo
+from ichord.machines.memo import ConfigMemo
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.config import ConfigParseError, MachineConfig, plain_hash
@@ -81,9 +81,9 @@ async def reconcile_machine(
     rotation_in_progress: bool,
     retry_after: float,
     resync_after: float,
-    memo: MachineMemo | None = None,
+    memo: ConfigMemo | None = None,
 ) -> MachineResult:
-    """One step of one machine; ``memo`` (kept per machine by the caller) spares re-deriving unchanged content."""
+    """One step of one machine; ``memo`` (the caller's, per cluster) spares re-deriving unchanged content."""
     if rotation_in_progress:
         # Standing aside: no render, no dial, no apply (ADR 0063 "does not fight the stages").
         return MachineResult(
@@ -93,18 +93,17 @@ async def reconcile_machine(
                 "a CA rotation is under way for this cluster; the machine is reconciled again when it completes",
             ),
         )
-    memo = memo if memo is not None else MachineMemo()  # none given: everything is derived afresh
+    memo = memo if memo is not None else ConfigMemo()  # none given: everything is derived afresh
     try:
         inputs = MachineInputs.from_spec(machine.spec)
-        key = (bundle, cluster, inputs)
         rendered: MachineConfig | None = None
         rendered_plain: list[Any] | None = None
-        rendered_hash = memo.rendered_hash(key)  # the same inputs render the same configuration
+        rendered_hash = memo.rendered_hash(bundle, cluster, inputs)  # the same inputs render the same configuration
         if rendered_hash is None:
             rendered = render(bundle, cluster, inputs)
             rendered_plain = rendered.plain()
             rendered_hash = plain_hash(rendered_plain)
-            memo.remember_render(key, rendered_hash)
+            memo.remember_render(bundle, cluster, inputs, rendered_hash)
     except RenderError as exc:
         return _render_failed(exc)
     endpoint = machine.address

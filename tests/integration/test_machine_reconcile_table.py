@@ -125,7 +125,7 @@ async def test_a_memo_spares_the_unchanged_and_never_hides_a_change(
     """Kept per machine by the cluster actor: a converged machine is checked without render or parse, and a
     changed spec (the cluster's patch) or a node changed behind ichord's back (drift) is still seen."""
     from ichord.machines import reconciler
-    from ichord.machines.memo import MachineMemo
+    from ichord.machines.memo import ConfigMemo
     from ichord.render.config import MachineConfig
     from ichord.render.inputs import MachineInputs
     from ichord.talos.client import ApplyMode
@@ -149,7 +149,7 @@ async def test_a_memo_spares_the_unchanged_and_never_hides_a_change(
     machine = MachineView.of({"metadata": {"namespace": env.namespace, "name": name}, "spec": spec})
     base = env.cluster_inputs()
     changed = replace(base, patches=(SAFE,))
-    memo = MachineMemo()
+    memo = ConfigMemo()
     async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=1, rpc_timeout=5) as talos:
         async def step(cluster: Any) -> tuple[str, int, int]:
             before = dict(calls)
