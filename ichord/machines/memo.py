@@ -14,27 +14,30 @@ bundle or node configuration is a miss.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
 from ichord.pki.bundle import SecretsBundle
+from ichord.pki.ca import CertificateAuthority
 from ichord.render.inputs import ClusterInputs, MachineInputs
 
 
 class ConfigMemo:
     def __init__(self, limit: int = 8) -> None:
         self.limit = max(1, limit)
-        # machine inputs -> (bundle, cluster inputs, hash of the render); keyed by the part that is hashable
-        self._renders: dict[MachineInputs, tuple[SecretsBundle, ClusterInputs, str]] = {}
+        # machine inputs -> (bundle digest, cluster inputs, hash of the render); keyed by the part that is hashable.
+        # The bundle itself is not kept: its parsed keys and certificates would stay alive per cluster.
+        self._renders: dict[MachineInputs, tuple[bytes, ClusterInputs, str]] = {}
         self._running: dict[bytes, str] = {}  # SHA-256 of a node's configuration -> hash of its plain form
 
-    def __repr__(self) -> str:  # the entries hold bundles: never in a repr
+    def __repr__(self) -> str:  # the entries hold cluster inputs (patches may hold credentials): never in a repr
         return f"ConfigMemo(renders={len(self._renders)}, running={len(self._running)}, limit={self.limit})"
 
     def rendered_hash(self, bundle: SecretsBundle, cluster: ClusterInputs, machine: MachineInputs) -> str | None:
         """The hash of what these inputs render to, when they were rendered before; None otherwise."""
         hit = self._renders.get(machine)
-        if hit is None or hit[1] != cluster or hit[0] != bundle:
+        if hit is None or hit[1] != cluster or hit[0] != bundle_digest(bundle):
             return None
         self._renders[machine] = self._renders.pop(machine)  # most recently used last
         return hit[2]
@@ -42,7 +45,7 @@ class ConfigMemo:
     def remember_render(self, bundle: SecretsBundle, cluster: ClusterInputs, machine: MachineInputs,
                         config_hash: str) -> None:
         self._renders.pop(machine, None)
-        self._renders[machine] = (bundle, cluster, config_hash)
+        self._renders[machine] = (bundle_digest(bundle), cluster, config_hash)
         _trim(self._renders, self.limit)
 
     def running_hash(self, running: bytes) -> str | None:
@@ -72,6 +75,26 @@ class ConfigMemo:
 def _trim(entries: dict[Any, Any], limit: int) -> None:
     while len(entries) > limit:
         del entries[next(iter(entries))]  # the least recently used
+
+
+def bundle_digest(bundle: SecretsBundle) -> bytes:
+    """SHA-256 over every compared field of the bundle (each length-prefixed): equal digests, equal bundles."""
+    h = hashlib.sha256()
+    for f in dataclasses.fields(bundle):
+        if not f.compare:
+            continue
+        value = getattr(bundle, f.name)
+        parts = (value.cert_pem, value.key_pem) if isinstance(value, CertificateAuthority) else (value,)
+        for part in parts:
+            if part is None:
+                h.update(b"\xff" * 8)  # no length prefix is all ones: None differs from every value
+                continue
+            data = part.encode() if isinstance(part, str) else part
+            if not isinstance(data, bytes):
+                raise TypeError(f"SecretsBundle.{f.name}: a {type(part).__name__} the memo cannot digest")
+            h.update(len(data).to_bytes(8, "big"))
+            h.update(data)
+    return h.digest()
 
 
 def _digest(data: bytes) -> bytes:

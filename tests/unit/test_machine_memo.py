@@ -65,3 +65,19 @@ def test_repr_holds_no_bundle() -> None:
     bundle = generate_bundle()
     memo.remember_render(bundle, ClusterInputs.from_spec("demo", SPEC), MachineInputs(), "h")
     assert bundle.cluster_secret not in repr(memo) and bundle.trustd_token not in repr(memo)
+
+
+def test_bundle_digest_sees_every_field() -> None:
+    from ichord.machines.memo import bundle_digest
+    from ichord.pki.ca import CertificateAuthority
+
+    bundle = generate_bundle()
+    assert bundle_digest(bundle) == bundle_digest(replace(bundle))
+    other_ca = CertificateAuthority(bundle.os.cert_pem, None)  # the same certificate without its key
+    aescbc = None if bundle.aescbc_encryption_secret else "x"
+    changed = [replace(bundle, cluster_id="x"), replace(bundle, aescbc_encryption_secret=aescbc),
+               replace(bundle, secretbox_encryption_secret=(bundle.secretbox_encryption_secret or "") + "x"),
+               replace(bundle, os=other_ca), replace(bundle, k8s_service_account_key=b"x"),
+               replace(bundle, etcd=bundle.k8s)]
+    digests = {bundle_digest(b) for b in changed}
+    assert bundle_digest(bundle) not in digests and len(digests) == len(changed)
