@@ -132,8 +132,10 @@ class ClusterReconciler:
         idle = _idle_for(outcome)
         if self._talos is not None and (idle is None or idle >= self.rt.timing.talos_channel_keep):
             # Idle until the drift resync (minutes): holding a channel per machine costs memory and fds for
-            # nothing; a 4,000-machine fleet held 1.6 GiB that way. The client redials on the next step.
+            # nothing; a 4,000-machine fleet held 1.6 GiB that way. The client goes too (its TLS context and
+            # minted certificate, ~25 KiB a cluster); the next step mints and dials afresh.
             self._talos.close()
+            self._talos = None
         return outcome
 
     async def _step(self, messages: dict[Hashable, str]) -> Outcome:
