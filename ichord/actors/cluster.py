@@ -388,9 +388,7 @@ class ClusterReconciler:
             return status
 
         try:
-            # The informer's latest copy saves a read; a stale one (expiry wrote this step) costs a 409 and a read.
-            await update_status(crds.clusters(self.rt.kube), self.namespace, self.name, mutate,
-                                current=self.rt.clusters.cache.get((self.namespace, self.name)))
+            await update_status(crds.clusters(self.rt.kube), self.namespace, self.name, mutate)
         except NotFound:
             return False
         return True
