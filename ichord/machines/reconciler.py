@@ -96,24 +96,19 @@ async def reconcile_machine(
     memo = memo if memo is not None else ConfigMemo()  # none given: everything is derived afresh
     try:
         inputs = MachineInputs.from_spec(machine.spec)
-        rendered: MachineConfig | None = None
-        rendered_plain: list[Any] | None = None
         rendered_hash = memo.rendered_hash(bundle, cluster, inputs)  # the same inputs render the same configuration
         if rendered_hash is None:
-            rendered = render(bundle, cluster, inputs)
-            rendered_plain = rendered.plain()
-            rendered_hash = plain_hash(rendered_plain)
+            # Only the hash outlives this line: no documents are held across the node's reads below.
+            rendered_hash = plain_hash(render(bundle, cluster, inputs).plain())
             memo.remember_render(bundle, cluster, inputs, rendered_hash)
     except RenderError as exc:
         return _render_failed(exc)
     endpoint = machine.address
     try:
         running_bytes = await talos.machine_config(endpoint)
-        running_plain: list[Any] | None = None
         running_hash = memo.running_hash(running_bytes)  # the same bytes read the same
         if running_hash is None:
-            running_plain = MachineConfig.plain_of(running_bytes)
-            running_hash = plain_hash(running_plain)
+            running_hash = plain_hash(MachineConfig.plain_of(running_bytes))
             memo.remember_running(running_bytes, running_hash)
         node_name = machine.hostname or await talos.nodename(endpoint)
         version = await talos.version(endpoint)
@@ -130,23 +125,21 @@ async def reconcile_machine(
 
     base = {"nodeName": node_name, "talosVersion": version.tag, "configHash": rendered_hash}
     converged = running_hash == rendered_hash  # the common case, converged, needs no more
+    rendered: MachineConfig | None = None
     if not converged:
+        # A difference: render again for the comparison and the classification (both parsed fine above).
         # Equal plain forms can still hash apart (1 and 1.0): the plain comparison decides, as it always has.
         try:
-            if rendered is None:
-                rendered = render(bundle, cluster, inputs)
+            rendered = render(bundle, cluster, inputs)
         except RenderError as exc:
             return _render_failed(exc)
-        rendered_plain = rendered_plain if rendered_plain is not None else rendered.plain()
-        running_plain = running_plain if running_plain is not None else MachineConfig.plain_of(running_bytes)
-        converged = running_plain == rendered_plain
-    if converged:
+        converged = MachineConfig.plain_of(running_bytes) == rendered.plain()
+    if converged or rendered is None:  # rendered is None exactly when the hashes matched
         return MachineResult(
             _ready("True", ReadyReason.CONVERGED, "the node runs the rendered configuration"),
             fields={**base, "rebootPaths": [], "apiServerRestartPaths": []},
             requeue_after=_jittered(resync_after),
         )
-    assert rendered is not None  # rendered above whenever the hashes differ
 
     try:
         running = MachineConfig.parse(running_bytes)  # round-trip documents, for the field-by-field classification

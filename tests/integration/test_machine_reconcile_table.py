@@ -164,7 +164,8 @@ async def test_a_memo_spares_the_unchanged_and_never_hides_a_change(
         applies = len(env.applies(name))
         drifted = real_render(bundle, base, MachineInputs.from_spec(spec))
         await talos.apply_configuration(env.endpoints[name], drifted.to_bytes(), ApplyMode.NO_REBOOT)
-        # drift behind ichord's back, same inputs: the bytes are parsed again, the render redone to classify
+        # Drift behind ichord's back, same inputs: the node's bytes are the first step's again, so their hash is
+        # known (content, not time), and it differs from the render's: rendered again and compared (one parse).
         assert await step(changed) == ("Applied", 1, 1)
         assert len(env.applies(name)) == applies + 2  # the drift, then ichord's own apply (the node's history)
         assert (await step(changed))[0] == "Converged"
