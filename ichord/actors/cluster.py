@@ -214,9 +214,12 @@ class ClusterReconciler:
         bundle = await self._bundle(scope)
         if bundle is None:
             return Requeue(self.rt.timing.retry, "bundle unreadable")
+        before = find(cluster.status.get("conditions"), names.READY)
         if await self._set_cluster_ready(cluster.obj, Condition(names.READY, "True", "Reconciled",
-                                                                "the bundle is readable")):
+                                                                "the bundle is readable")) and (
+                before is not None and before.get("reason") in _UNUSABLE_BUNDLE):
             # The bundle just became usable (it was missing or invalid): publish expiry now, not at its retry.
+            # A cluster's first Ready needs no second pass: this step's expiry phase read the same bundle.
             self._expiry_due = None
             await self._expiry(scope, {})
         talos = self._client(bundle)
