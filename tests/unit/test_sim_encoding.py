@@ -59,3 +59,13 @@ def test_a_changed_configuration_encodes_differently() -> None:
     other.documents[0]["machine"]["type"] = "controlplane"
     assert encode(cfg) != encode(other)
     assert MachineConfig.plain_of(encode(other))[0]["machine"]["type"] == "controlplane"
+
+
+def test_a_reader_keeping_styles_re_encodes_the_original_text() -> None:
+    """ruamel's round trip keeps literal blocks: what a client reads back and re-encodes is the original YAML
+    (the simulated dry run diffs the encodings, so an unchanged configuration must show no changes)."""
+    bundle = generate_bundle()
+    cluster = ClusterInputs.from_spec("demo", {"endpoint": "https://demo:6443", "kubernetesVersion": "1.34.1"})
+    for role in ("controlplane", "worker"):
+        cfg = render(bundle, cluster, MachineInputs.from_spec({"clusterRef": {"name": "demo"}, "role": role}))
+        assert MachineConfig.parse(encode(cfg)).to_yaml() == cfg.to_yaml()

@@ -41,7 +41,17 @@ def _int(dumper: Any, data: int) -> Any:
 
 _Dumper.add_multi_representer(int, _int)
 _Dumper.add_multi_representer(float, lambda d, data: d.represent_float(float(data)))
-_Dumper.add_multi_representer(str, lambda d, data: d.represent_str(str(data)))
+def _str(dumper: Any, data: str) -> Any:
+    # Multi-line strings (certificates, manifests) as literal blocks, as ichord and Talos write them: a reader
+    # that keeps styles (ruamel's round trip) then re-encodes them as they were (the dry run's diff).
+    text = str(data)
+    if "\n" in text:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|")
+    return dumper.represent_str(text)
+
+
+_Dumper.add_representer(str, _str)
+_Dumper.add_multi_representer(str, _str)
 
 
 def encode(config: MachineConfig) -> bytes:
