@@ -8,7 +8,7 @@ the adjustment off (mallopt(3)); glibc's own default, 128 KiB, is kept as the va
 
 What a burst frees inside the heap (parsed configurations, API responses) is kept by glibc as well until the
 heap's top is free. ``IdleTrim`` hands it back with malloc_trim(3) when no cluster step runs, at most once per
-interval. bench_idle at 200 clusters x 4 machines: idle RSS 146 MiB without either, 121 MiB with both.
+interval. bench_idle at 200 clusters x 4 machines: idle RSS 146 MiB without either, 121-126 MiB with both.
 Where the C library is not glibc (musl), both do nothing.
 """
 
