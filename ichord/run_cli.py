@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import structlog
 
-from ichord import log
+from ichord import log, malloc
 from ichord.api.max_unavailable import MaxUnavailable, MaxUnavailableError
 from ichord.daemon import DaemonSettings, run_daemon
 from ichord.errors import IchordError
@@ -129,6 +129,7 @@ def deprecated_concurrency_env(args: argparse.Namespace, environ: Mapping[str, s
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    malloc.fix_mmap_threshold()  # idle memory: the TLS buffers of closed connections are returned (ichord.malloc)
     if settings.kubeconfig:
         # Before logging starts: a kubeconfig that cannot be used is one line naming the file, exit 2.
         check_kubeconfig(kubeconfig_files(settings.kubeconfig), None)

@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 import structlog
 
-from ichord import metrics
+from ichord import malloc, metrics
 from ichord.actors.mailbox import Mailbox
 from ichord.operations.outcome import Outcome, earliest, next_delay
 from ichord.pki.scrub import SCRUBBER
@@ -31,9 +31,10 @@ log = structlog.get_logger("ichord.actors")
 
 class ClusterActor:
     def __init__(self, key: str, step: StepFn, *, clock: Clock = time.monotonic,
-                 limiter: anyio.CapacityLimiter | None = None) -> None:
+                 limiter: anyio.CapacityLimiter | None = None, on_idle: Callable[[], object] | None = None) -> None:
         self.key = key
         self._limiter = limiter
+        self._on_idle = on_idle  # called after a step when no other step of the limiter runs
         self.mailbox = Mailbox()
         self._step = step
         self._clock = clock
@@ -69,6 +70,8 @@ class ClusterActor:
                 started = time.perf_counter()
                 outcome = await self._step(messages)
             metrics.ACTOR_STEP_DURATION.observe(time.perf_counter() - started)
+            if self._on_idle is not None and (self._limiter is None or self._limiter.borrowed_tokens == 0):
+                self._on_idle()  # the burst is over: e.g. give freed memory back (ichord.malloc.IdleTrim)
             self.steps += 1
             self.last_outcome = outcome
             delay = earliest(next_delay(outcome), self._requested)
@@ -87,8 +90,10 @@ class Supervisor:
         backoff_max: float = 60.0,
         clock: Clock = time.monotonic,
         max_concurrent_steps: int = 16,
+        on_idle: Callable[[], object] | None = malloc.IDLE_TRIM.maybe_trim,
     ) -> None:
         self._tg = task_group
+        self._on_idle = on_idle
         # A thousand actors woken together (start-up, a resync) must not all step at once: their
         # API calls would time out behind each other and the leader's lease renewal with them.
         self._limiter = anyio.CapacityLimiter(max_concurrent_steps)
@@ -109,7 +114,7 @@ class Supervisor:
         async def step(messages: Messages) -> Outcome:
             return await self._step_for(key, holder[0])(messages)
 
-        actor = ClusterActor(key, step, clock=self._clock, limiter=self._limiter)
+        actor = ClusterActor(key, step, clock=self._clock, limiter=self._limiter, on_idle=self._on_idle)
         holder.append(actor)
         self.actors[key] = actor
         scope = anyio.CancelScope()

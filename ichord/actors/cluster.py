@@ -22,10 +22,11 @@ from typing import Any
 import anyio
 import structlog
 
+from ichord.actors.machine_index import MachinesByCluster
 from ichord.api import names
 from ichord.api.conditions import Condition, find, set_condition, set_operation_phase
 from ichord.api.names import ReadyReason
-from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView, cluster_ref
+from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
@@ -33,6 +34,7 @@ from ichord.kube.errors import KubeError, NotFound
 from ichord.kube.events import EventRecorder, ObjectRef
 from ichord.kube.reads import label_secret
 from ichord.kube.status import update_status
+from ichord.machines.memo import ConfigMemo
 from ichord.machines.reconciler import OWNED_FIELDS, MachineResult, reconcile_machine
 from ichord.metrics import CLUSTER_CONDITION, RECONCILE_OUTCOMES
 from ichord.operations.bundle_source import BundleSourceError
@@ -76,6 +78,11 @@ class Runtime:
     trust: TrustHooks = field(default_factory=TrustHooks)
     #: Namespaces other than a cluster's own that its secretsRef may name (--allow-secret-namespace).
     allowed_secret_namespaces: frozenset[str] = frozenset()
+    #: Each cluster's machines, from the machines informer's events (a step never scans the whole fleet).
+    machine_index: MachinesByCluster = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.machine_index = MachinesByCluster(self.machines)
 
 
 def publish_conditions(namespace: str, name: str, cluster: Obj | None,
@@ -111,6 +118,8 @@ class ClusterReconciler:
         self._expiry_due: float | None = None
         self._last: dict[str, tuple[str, str]] = {}  # phase -> (outcome type, reason) last logged
         self._conditions: set[tuple[str, str, str]] = set()  # ichord_cluster_condition series published
+        #: Configuration hashes by content, shared by this cluster's machines (ichord.machines.memo).
+        self._memo = ConfigMemo()
 
     def close(self) -> None:
         if self._talos is not None:
@@ -123,8 +132,10 @@ class ClusterReconciler:
         idle = _idle_for(outcome)
         if self._talos is not None and (idle is None or idle >= self.rt.timing.talos_channel_keep):
             # Idle until the drift resync (minutes): holding a channel per machine costs memory and fds for
-            # nothing; a 4,000-machine fleet held 1.6 GiB that way. The client redials on the next step.
+            # nothing; a 4,000-machine fleet held 1.6 GiB that way. The client goes too (its TLS context and
+            # minted certificate, ~25 KiB a cluster); the next step mints and dials afresh.
             self._talos.close()
+            self._talos = None
         return outcome
 
     async def _step(self, messages: dict[Hashable, str]) -> Outcome:
@@ -142,9 +153,7 @@ class ClusterReconciler:
     async def _scope(self) -> ClusterScope:
         cluster = self.rt.clusters.get(self.namespace, self.name)
         machines = []
-        for (ns, _name), obj in sorted(self.rt.machines.cache.items()):
-            if ns != self.namespace or cluster_ref(obj) != self.name:
-                continue
+        for _key, obj in self.rt.machine_index.machines(self.namespace, self.name):
             try:
                 machines.append(MachineView.of(obj))
             except MachineSpecError:
@@ -205,9 +214,12 @@ class ClusterReconciler:
         bundle = await self._bundle(scope)
         if bundle is None:
             return Requeue(self.rt.timing.retry, "bundle unreadable")
+        before = find(cluster.status.get("conditions"), names.READY)
         if await self._set_cluster_ready(cluster.obj, Condition(names.READY, "True", "Reconciled",
-                                                                "the bundle is readable")):
+                                                                "the bundle is readable")) and (
+                before is not None and before.get("reason") in _UNUSABLE_BUNDLE):
             # The bundle just became usable (it was missing or invalid): publish expiry now, not at its retry.
+            # A cluster's first Ready needs no second pass: this step's expiry phase read the same bundle.
             self._expiry_due = None
             await self._expiry(scope, {})
         talos = self._client(bundle)
@@ -226,8 +238,10 @@ class ClusterReconciler:
                     rotation_in_progress=rotating,
                     retry_after=self.rt.timing.retry,
                     resync_after=self.rt.resync,
+                    memo=self._memo,
                 )
 
+        self._memo.bound(len(machines))  # an entry per machine at most: what deleted machines left goes
         async with anyio.create_task_group() as tg:
             for m in machines:
                 if m.approved:

@@ -29,10 +29,12 @@ from urllib.parse import urlencode
 
 import aiohttp
 import yaml
+from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMerger
+from yarl import URL  # aiohttp's own URL type (a dependency of aiohttp's public API)
 
 from ichord.kube.errors import KubeConfigError, KubeError, from_status, translate
 from ichord.kube.reachability import Reachability
@@ -79,6 +81,7 @@ class _TrustingSession:
         self._timeout = timeout
         self._client_cert = client_cert
         self._contexts: dict[bytes, ssl.SSLContext] = {}
+        self._proxies: dict[tuple[str, str], tuple[URL | None, aiohttp.BasicAuth | None]] = {}
         #: Every request reports here (an answer, or a failure to reach or verify the server): /readyz reads it.
         self.reachability = Reachability()
 
@@ -97,7 +100,25 @@ class _TrustingSession:
             self._contexts = {pems: ctx}  # one live set: an old trust set is not kept
         return ctx
 
+    def env_proxy(self, url: str | URL) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+        """HTTPS_PROXY/NO_PROXY for ``url``'s host, read once per host as client-go reads them once per process.
+
+        aiohttp's ``trust_env`` read them (and ~/.netrc) on every request, each time in a worker thread: two
+        thread hops per request were the kube client's largest cost while a fleet converged."""
+        u = URL(url)
+        key = (u.scheme, u.host or "")
+        found = self._proxies.get(key)
+        if found is None:
+            try:
+                found = get_env_proxy_for_url(u)
+            except LookupError:
+                found = (None, None)
+            self._proxies[key] = found
+        return found
+
     async def request(self, **kwargs: Any) -> aiohttp.ClientResponse:
+        if kwargs.get("proxy") is None:
+            kwargs["proxy"], kwargs["proxy_auth"] = self.env_proxy(kwargs["url"])
         try:
             kwargs["ssl"] = self.ssl_context()
         except NoTrustError as exc:
@@ -213,7 +234,12 @@ def _build(cfg: k8s.Configuration, namespace: str, timeout: float, trust: TrustS
         trust = file_trust(cfg.ssl_ca_cert)
     # The library's private session is replaced (pyproject bounds kubernetes-asyncio to the versions
     # whose RESTClientObject sends every request through ``pool_manager.request``).
-    session = _TrustingSession(rest.pool_manager, trust, timeout, client_cert)
+    # Its proxy settings are read once per host (_TrustingSession.env_proxy), not per request with trust_env.
+    library = rest.pool_manager
+    untrusting = aiohttp.ClientSession(connector=library.connector, trust_env=False,
+                                       read_bufsize=2**21)  # watch events of large objects, as the library sets
+    library.detach()  # the connector now belongs to the new session
+    session = _TrustingSession(untrusting, trust, timeout, client_cert)
     rest.pool_manager = session  # type: ignore[assignment]  # duck-typed: request() and close()
     return KubeClient(api, namespace, timeout, session)
 

@@ -26,9 +26,10 @@ from ichord.api import names
 from ichord.api.conditions import Condition
 from ichord.api.names import ReadyReason
 from ichord.api.views import MachineView
+from ichord.machines.memo import ConfigMemo
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.scrub import SCRUBBER
-from ichord.render.config import ConfigParseError, MachineConfig
+from ichord.render.config import ConfigParseError, MachineConfig, plain_hash
 from ichord.render.errors import RenderError
 from ichord.render.fieldmeta import Classification, classify, summarize_paths
 from ichord.render.generate import render
@@ -80,7 +81,9 @@ async def reconcile_machine(
     rotation_in_progress: bool,
     retry_after: float,
     resync_after: float,
+    memo: ConfigMemo | None = None,
 ) -> MachineResult:
+    """One step of one machine; ``memo`` (the caller's, per cluster) spares re-deriving unchanged content."""
     if rotation_in_progress:
         # Standing aside: no render, no dial, no apply (ADR 0063 "does not fight the stages").
         return MachineResult(
@@ -90,22 +93,23 @@ async def reconcile_machine(
                 "a CA rotation is under way for this cluster; the machine is reconciled again when it completes",
             ),
         )
+    memo = memo if memo is not None else ConfigMemo()  # none given: everything is derived afresh
     try:
         inputs = MachineInputs.from_spec(machine.spec)
-        rendered = render(bundle, cluster, inputs)
+        rendered_hash = memo.rendered_hash(bundle, cluster, inputs)  # the same inputs render the same configuration
+        if rendered_hash is None:
+            # Only the hash outlives this line: no documents are held across the node's reads below.
+            rendered_hash = plain_hash(render(bundle, cluster, inputs).plain())
+            memo.remember_render(bundle, cluster, inputs, rendered_hash)
     except RenderError as exc:
-        return MachineResult(
-            _ready("False", ReadyReason.RENDER_FAILED, f"cannot render the configuration: {_error_message(exc)}"),
-            event=(
-                "Warning",
-                names.EventReason.RENDER_FAILED,
-                f"cannot render the configuration: {_error_message(exc)}",
-            ),
-        )
+        return _render_failed(exc)
     endpoint = machine.address
     try:
         running_bytes = await talos.machine_config(endpoint)
-        running_plain = MachineConfig.plain_of(running_bytes)  # the common case, converged, needs no more
+        running_hash = memo.running_hash(running_bytes)  # the same bytes read the same
+        if running_hash is None:
+            running_hash = plain_hash(MachineConfig.plain_of(running_bytes))
+            memo.remember_running(running_bytes, running_hash)
         node_name = machine.hostname or await talos.nodename(endpoint)
         version = await talos.version(endpoint)
     except (TalosUnreachableError, TalosCertificateError) as exc:
@@ -119,8 +123,18 @@ async def reconcile_machine(
         msg = f"cannot read the node's configuration: {_error_message(exc)}"
         return MachineResult(_ready("False", ReadyReason.UNREACHABLE, msg), requeue_after=retry_after)
 
-    base = {"nodeName": node_name, "talosVersion": version.tag, "configHash": rendered.hash()}
-    if running_plain == rendered.plain():
+    base = {"nodeName": node_name, "talosVersion": version.tag, "configHash": rendered_hash}
+    converged = running_hash == rendered_hash  # the common case, converged, needs no more
+    rendered: MachineConfig | None = None
+    if not converged:
+        # A difference: render again for the comparison and the classification (both parsed fine above).
+        # Equal plain forms can still hash apart (1 and 1.0): the plain comparison decides, as it always has.
+        try:
+            rendered = render(bundle, cluster, inputs)
+        except RenderError as exc:
+            return _render_failed(exc)
+        converged = MachineConfig.plain_of(running_bytes) == rendered.plain()
+    if converged or rendered is None:  # rendered is None exactly when the hashes matched
         return MachineResult(
             _ready("True", ReadyReason.CONVERGED, "the node runs the rendered configuration"),
             fields={**base, "rebootPaths": [], "apiServerRestartPaths": []},
@@ -170,6 +184,17 @@ async def reconcile_machine(
         event=("Normal", names.EventReason.CONFIG_APPLIED, message),
         requeue_after=0.0,  # verify on the next step that the node runs it
         applied=True,
+    )
+
+
+def _render_failed(exc: RenderError) -> MachineResult:
+    return MachineResult(
+        _ready("False", ReadyReason.RENDER_FAILED, f"cannot render the configuration: {_error_message(exc)}"),
+        event=(
+            "Warning",
+            names.EventReason.RENDER_FAILED,
+            f"cannot render the configuration: {_error_message(exc)}",
+        ),
     )
 
 

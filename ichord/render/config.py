@@ -129,8 +129,7 @@ class MachineConfig:
         this hash is taken on every machine step (status.configHash). Key order does not change it, as it
         does not change the plain() comparison that decides convergence.
         """
-        blob = json.dumps(self.plain(), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return plain_hash(self.plain())
 
     def copy(self) -> MachineConfig:
         return MachineConfig(copy.deepcopy(self.documents))
@@ -163,6 +162,12 @@ class MachineConfig:
     def plain(self) -> list[Any]:
         """The documents as plain dicts/lists (for comparisons and JSON)."""
         return [_plain(d) for d in self.documents]
+
+
+def plain_hash(plain: list[Any]) -> str:
+    """``MachineConfig.hash()`` of documents already in their ``plain()`` form (equal hashes: equal plain forms)."""
+    blob = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _plain(node: Any) -> Any:

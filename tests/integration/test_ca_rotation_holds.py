@@ -31,6 +31,7 @@ from tests.integration._ca_rotation_driver import (
     secret_data,
     stages_seen,
 )
+from tests.integration._kube_helpers import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -211,6 +212,9 @@ async def test_an_unreachable_machine_is_a_wait_first_and_blocked_past_the_bound
         op = await driver.get()
         assert op["status"]["phase"] == "Paused"
         assert "waited more than 3 s" in find(op["status"]["conditions"], names.CA_ROTATION)["message"]
+        # The recorder posts from its own task: wait for what it has queued or is posting (not for a time).
+        await driver.recorder.drain()
+        await eventually(lambda: any(e.get("type") == "Warning" for e in _events(env)))
         warnings = [e for e in _events(env) if e.get("type") == "Warning"]
         assert [e["reason"] for e in warnings] == ["OperationBlocked"] and worker in warnings[0]["message"]
         await env.set_unreachable(worker, False)

@@ -118,3 +118,54 @@ async def test_never_reboot_table(env: SimEnvironment, bundle: SecretsBundle, ca
     assert env.node(name).boots == boots_before  # never a reboot, whatever the row
     if r.unreachable:
         assert result.requeue_after == 30.0
+
+
+async def test_a_memo_spares_the_unchanged_and_never_hides_a_change(
+        env: SimEnvironment, bundle: SecretsBundle, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept per machine by the cluster actor: a converged machine is checked without render or parse, and a
+    changed spec (the cluster's patch) or a node changed behind ichord's back (drift) is still seen."""
+    from ichord.machines import reconciler
+    from ichord.machines.memo import ConfigMemo
+    from ichord.render.config import MachineConfig
+    from ichord.render.inputs import MachineInputs
+    from ichord.talos.client import ApplyMode
+
+    calls = {"render": 0, "parse": 0}
+    real_render, real_plain_of = reconciler.render, MachineConfig.plain_of
+
+    def counting_render(*args: Any, **kwargs: Any) -> Any:
+        calls["render"] += 1
+        return real_render(*args, **kwargs)
+
+    def counting_plain_of(data: str | bytes) -> list[Any]:
+        calls["parse"] += 1
+        return real_plain_of(data)
+
+    monkeypatch.setattr(reconciler, "render", counting_render)
+    monkeypatch.setattr(reconciler.MachineConfig, "plain_of", staticmethod(counting_plain_of))
+    name = next(m.name for m in env.machines if m.role == "worker")
+    spec = {"clusterRef": {"name": env.cluster_name}, "role": "worker", "address": env.endpoints[name],
+            "approved": True}
+    machine = MachineView.of({"metadata": {"namespace": env.namespace, "name": name}, "spec": spec})
+    base = env.cluster_inputs()
+    changed = replace(base, patches=(SAFE,))
+    memo = ConfigMemo()
+    async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=1, rpc_timeout=5) as talos:
+        async def step(cluster: Any) -> tuple[str, int, int]:
+            before = dict(calls)
+            result = await reconcile_machine(talos, bundle, cluster, machine, rotation_in_progress=False,
+                                             retry_after=30.0, resync_after=300.0, memo=memo)
+            return result.ready.reason, calls["render"] - before["render"], calls["parse"] - before["parse"]
+
+        assert await step(base) == ("Converged", 1, 1)
+        assert await step(base) == ("Converged", 0, 0)  # nothing changed: nothing derived again
+        assert (await step(changed))[0] == "Applied"  # the cluster's spec changed: a miss, rendered, applied
+        assert await step(changed) == ("Converged", 0, 1)  # the node's bytes changed (the apply): parsed again
+        applies = len(env.applies(name))
+        drifted = real_render(bundle, base, MachineInputs.from_spec(spec))
+        await talos.apply_configuration(env.endpoints[name], drifted.to_bytes(), ApplyMode.NO_REBOOT)
+        # Drift behind ichord's back, same inputs: the node's bytes are the first step's again, so their hash is
+        # known (content, not time), and it differs from the render's: rendered again and compared (one parse).
+        assert await step(changed) == ("Applied", 1, 1)
+        assert len(env.applies(name)) == applies + 2  # the drift, then ichord's own apply (the node's history)
+        assert (await step(changed))[0] == "Converged"

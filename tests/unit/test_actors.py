@@ -113,3 +113,30 @@ async def test_supervisor_restarts_a_crashed_actor_and_keeps_the_others() -> Non
         sup.stop("a")
         sup.stop("b")
         assert sup.actors == {}
+
+
+async def test_on_idle_runs_after_a_step_only_when_no_other_step_runs() -> None:
+    limiter = anyio.CapacityLimiter(2)
+    idle: list[str] = []
+    release = anyio.Event()
+
+    async def slow(_messages: dict[Hashable, str]) -> Outcome:
+        await release.wait()
+        return Done()
+
+    async def quick(_messages: dict[Hashable, str]) -> Outcome:
+        return Done()
+
+    a = ClusterActor("ns/a", slow, limiter=limiter, on_idle=lambda: idle.append("a"))
+    b = ClusterActor("ns/b", quick, limiter=limiter, on_idle=lambda: idle.append("b"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(a.run)
+        await anyio.sleep(0.01)  # a's step holds a token
+        tg.start_soon(b.run)
+        await anyio.sleep(0.01)
+        assert b.steps == 1 and idle == []  # b finished while a still ran: not idle
+        release.set()
+        await anyio.sleep(0.01)
+        assert idle == ["a"]  # a was the last step running
+        a.stop()
+        b.stop()

@@ -132,6 +132,7 @@ class Fleet(Started):
         self.clusters.append(FleetCluster(name, prefix, plans, cspec, mspecs, talos))
         try:
             await talos.start(specs)
+            talos.warm()  # the nodes' serving certificates and encodings exist before any daemon dials
         except OSError as exc:
             raise SimEnvironmentError(f"cannot serve cluster {name}'s Talos nodes on {prefix}x:{self._talos_port}: "
                                       f"{exc.strerror} (another fleet on these blocks: pass another first_a; "

@@ -7,19 +7,21 @@ is, signed by the issuing OS CA a control plane currently runs.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ichord.contract import V1_14, VersionContract
 from ichord.render.config import MachineConfig
+from ichord.sim.talos import cosi
 from ichord.sim.talos.config_view import CAView
 from ichord.sim.talos.etcd import EtcdCluster
 from ichord.sim.talos.history import History
 from ichord.sim.talos.node import SimNode, Timings
 from ichord.sim.talos.server import NodeServer
 from ichord.sim.talos.services import MachineService, StateService
-from ichord.sim.talos.tls import NodeTLS, check_client_certificate
+from ichord.sim.talos.tls import NodeTLS, ServingIdentityError, check_client_certificate
 
 VERSION_TAGS = {(1, 13): "v1.13.9", (1, 14): "v1.14.5"}
 
@@ -56,6 +58,15 @@ class SimCluster:
         # Control planes first: workers need one to sign their apid certificate.
         for node in sorted(self.nodes.values(), key=lambda n: not n.is_control_plane):
             await node.start()
+
+    def warm(self) -> None:
+        """What a real node holds before anyone asks: its apid serving certificate and its configuration's
+        bytes. Both are otherwise made at the first connection and the first Get, which put a fleet's start-up
+        work on the simulator's CPU while a daemon converges (bench_idle)."""
+        for name, node in self.nodes.items():
+            with contextlib.suppress(ServingIdentityError):  # made at the first handshake instead, as before
+                self._tls[name].context(node.view)
+            cosi.encoded_config(node, node.running)
 
     async def close(self) -> None:
         for node in self.nodes.values():

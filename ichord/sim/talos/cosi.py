@@ -26,6 +26,7 @@ from ichord.talos.proto.gen.resource.config import config_pb2
 from ichord.talos.proto.gen.talos.definitions import enums_pb2, k8s_pb2, runtime_pb2, secrets_pb2, v1alpha1_pb2
 
 if TYPE_CHECKING:
+    from ichord.render.config import MachineConfig
     from ichord.sim.talos.node import SimNode
 
 from cryptography.x509.oid import ExtendedKeyUsageOID
@@ -46,16 +47,21 @@ def _pem_pair(crt: bytes, key: bytes | None) -> tuple[common_pb2.PEMEncodedCerti
     return common_pb2.PEMEncodedCertificateAndKey(crt=crt, key=key or b""), y
 
 
-def _machine_config(node: SimNode, rid: str) -> tuple[Message, Any] | None:
-    cfg = node.running if rid == "v1alpha1" else node.persistent
-    # Encoding costs ~25 ms and a node's configuration changes only on apply/reboot: reuse it per object.
+def encoded_config(node: SimNode, cfg: MachineConfig) -> bytes:
+    """The bytes a COSI Get of ``cfg`` (the node's running or persistent configuration) returns."""
+    # A node's configuration changes only on apply/reboot: its encoding (render/wire.py) is reused per object.
     cached = node.encoded.get(id(cfg))
     if cached is None or cached[0] is not cfg:
-        cached = (cfg, cfg.to_bytes())
+        cached = (cfg, cfg.wire_bytes())
         live = {id(c): node.encoded[id(c)] for c in (node.running, node.persistent)
                 if id(c) in node.encoded and node.encoded[id(c)][0] is c}
         node.encoded = {**live, id(cfg): cached}
-    data = cached[1]
+    return cached[1]
+
+
+def _machine_config(node: SimNode, rid: str) -> tuple[Message, Any] | None:
+    cfg = node.running if rid == "v1alpha1" else node.persistent
+    data = encoded_config(node, cfg)
     return config_pb2.MachineConfigSpec(yaml_marshalled=data), data.decode()
 
 

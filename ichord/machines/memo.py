@@ -1,0 +1,101 @@
+"""Hashes of configurations, kept by content so a machine is checked without re-deriving what did not change.
+
+Every step of a cluster checks each machine: render its configuration, read what the node runs, compare. Both
+sides are functions of content: the render of its inputs (the bundle, the cluster's inputs, the machine's own),
+the plain form of the node's bytes. A cluster's machines share one memo: control planes without per-machine
+patches render, and run, the very same configuration, so a cold start renders and parses it once per cluster
+and role, and a drift resync of an unchanged machine does neither.
+
+Only hashes are kept (no documents: a fleet of 4,000 machines would hold gigabytes), at most ``limit`` of each
+kind (the cluster's machine count; the least recently used go first), and each is given back only for content
+equal to what it was computed from: the inputs compared by value, the node's bytes by SHA-256. A changed spec,
+bundle or node configuration is a miss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+from ichord.pki.bundle import SecretsBundle
+from ichord.pki.ca import CertificateAuthority
+from ichord.render.inputs import ClusterInputs, MachineInputs
+
+
+class ConfigMemo:
+    def __init__(self, limit: int = 8) -> None:
+        self.limit = max(1, limit)
+        # machine inputs -> (bundle digest, cluster inputs, hash of the render); keyed by the part that is hashable.
+        # The bundle itself is not kept: its parsed keys and certificates would stay alive per cluster.
+        self._renders: dict[MachineInputs, tuple[bytes, ClusterInputs, str]] = {}
+        self._running: dict[bytes, str] = {}  # SHA-256 of a node's configuration -> hash of its plain form
+
+    def __repr__(self) -> str:  # the entries hold cluster inputs (patches may hold credentials): never in a repr
+        return f"ConfigMemo(renders={len(self._renders)}, running={len(self._running)}, limit={self.limit})"
+
+    def rendered_hash(self, bundle: SecretsBundle, cluster: ClusterInputs, machine: MachineInputs) -> str | None:
+        """The hash of what these inputs render to, when they were rendered before; None otherwise."""
+        hit = self._renders.get(machine)
+        if hit is None or hit[1] != cluster or hit[0] != bundle_digest(bundle):
+            return None
+        self._renders[machine] = self._renders.pop(machine)  # most recently used last
+        return hit[2]
+
+    def remember_render(self, bundle: SecretsBundle, cluster: ClusterInputs, machine: MachineInputs,
+                        config_hash: str) -> None:
+        self._renders.pop(machine, None)
+        self._renders[machine] = (bundle_digest(bundle), cluster, config_hash)
+        _trim(self._renders, self.limit)
+
+    def running_hash(self, running: bytes) -> str | None:
+        """The hash of the plain form of the node configuration ``running``, when these bytes were read before."""
+        digest = _digest(running)
+        found = self._running.pop(digest, None)
+        if found is not None:
+            self._running[digest] = found
+        return found
+
+    def remember_running(self, running: bytes, config_hash: str) -> None:
+        digest = _digest(running)
+        self._running.pop(digest, None)
+        self._running[digest] = config_hash
+        _trim(self._running, self.limit)
+
+    def bound(self, limit: int) -> None:
+        """Keep at most ``limit`` entries of each kind from now on (the cluster's machine count)."""
+        self.limit = max(1, limit)
+        _trim(self._renders, self.limit)
+        _trim(self._running, self.limit)
+
+    def __len__(self) -> int:
+        return len(self._renders) + len(self._running)
+
+
+def _trim(entries: dict[Any, Any], limit: int) -> None:
+    while len(entries) > limit:
+        del entries[next(iter(entries))]  # the least recently used
+
+
+def bundle_digest(bundle: SecretsBundle) -> bytes:
+    """SHA-256 over every compared field of the bundle (each length-prefixed): equal digests, equal bundles."""
+    h = hashlib.sha256()
+    for f in dataclasses.fields(bundle):
+        if not f.compare:
+            continue
+        value = getattr(bundle, f.name)
+        parts = (value.cert_pem, value.key_pem) if isinstance(value, CertificateAuthority) else (value,)
+        for part in parts:
+            if part is None:
+                h.update(b"\xff" * 8)  # no length prefix is all ones: None differs from every value
+                continue
+            data = part.encode() if isinstance(part, str) else part
+            if not isinstance(data, bytes):
+                raise TypeError(f"SecretsBundle.{f.name}: a {type(part).__name__} the memo cannot digest")
+            h.update(len(data).to_bytes(8, "big"))
+            h.update(data)
+    return h.digest()
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
