@@ -154,8 +154,8 @@ async def reconcile_machine(
         return decided
 
     try:
-        await talos.apply_configuration(endpoint, rendered.to_bytes(), ApplyMode.NO_REBOOT, dry_run=True)
-        applied = await talos.apply_configuration(endpoint, rendered.to_bytes(), ApplyMode.NO_REBOOT)
+        await talos.apply_configuration(endpoint, rendered.wire_bytes(), ApplyMode.NO_REBOOT, dry_run=True)
+        applied = await talos.apply_configuration(endpoint, rendered.wire_bytes(), ApplyMode.NO_REBOOT)
     except TalosFailedPreconditionError:
         # another apply is running on the node (talosctl, or a rotation's): look again shortly
         return MachineResult(

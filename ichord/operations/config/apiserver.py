@@ -97,7 +97,7 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
                 await _write(world, RestartMarker(done=(*marker.done, m.name)))
                 return RestartOutcome(Requeue(0.0, "converged"), "Converged",
                                       f"{m.name} already runs the rendered configuration; nothing done")
-            await world.talos.apply_configuration(m.address, rendered.to_bytes(), ApplyMode.NO_REBOOT, dry_run=True)
+            await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.NO_REBOOT, dry_run=True)
             container, _ = await apiserver_container(world.talos, m.address)
         except TalosError as exc:
             message = f"cannot prepare {m.name}'s API server restart: {SCRUBBER.exception(exc)}"
@@ -106,7 +106,7 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
         await _write(world, RestartMarker(m.name, container, now, marker.done))
         failpoint("config.apiserver.marker.after")
         try:
-            await world.talos.apply_configuration(m.address, rendered.to_bytes(), ApplyMode.NO_REBOOT)
+            await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.NO_REBOOT)
         except TalosError as exc:
             # The marker stays: the next step applies again (or waits, if it did land).
             message = f"applying {m.name}'s configuration: {SCRUBBER.exception(exc)}; trying again"
@@ -120,7 +120,7 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
     waiting = ""
     try:
         if not await checks.runs_rendered(world.talos, m.address, rendered):
-            await world.talos.apply_configuration(m.address, rendered.to_bytes(), ApplyMode.NO_REBOOT)
+            await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.NO_REBOOT)
             waiting = "applied again (the last apply did not land)"
         else:
             container, ready = await apiserver_container(world.talos, m.address)

@@ -52,7 +52,7 @@ def not_held(machine: str, annotations: dict[str, str], hold_annotation: str) ->
 
 async def dry_run(talos: TalosClient, endpoint: str, rendered: MachineConfig, machine: str) -> GateResult:
     try:
-        await talos.apply_configuration(endpoint, rendered.to_bytes(), ApplyMode.STAGED, dry_run=True)
+        await talos.apply_configuration(endpoint, rendered.wire_bytes(), ApplyMode.STAGED, dry_run=True)
     except TalosError as exc:
         return closed(f"the dry run of {machine}'s configuration was refused: {SCRUBBER.exception(exc)}")
     return OPEN

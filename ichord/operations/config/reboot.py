@@ -101,7 +101,7 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
             return HookResult(HookVerdict.WAIT, drained.message, world.ctx.timing.reboot_poll)
         failpoint("config.stage.before")
         try:
-            await world.talos.apply_configuration(m.address, rendered.to_bytes(), ApplyMode.STAGED)
+            await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.STAGED)
         except TalosUnreachableError as exc:
             return HookResult(HookVerdict.WAIT, f"cannot stage {m.name}'s configuration yet: {exc}",
                               world.ctx.timing.reboot_poll)
