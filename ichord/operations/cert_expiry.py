@@ -257,7 +257,10 @@ async def expiry_pass(
     publish_metrics(namespace, name, result)
     written = _Written()
     try:
-        obj = await update_status(clusters(kube), namespace, name, _mutation(result, public, now, written))
+        # The caller's copy (the informer's) saves the read; a stale one costs a 409 and a fresh read, never an update.
+        current = cluster_obj if (cluster_obj.get("metadata") or {}).get("resourceVersion") else None
+        obj = await update_status(clusters(kube), namespace, name, _mutation(result, public, now, written),
+                                  current=current)
     except NotFound:
         bound.info("cluster gone before its expiry status was written")
         return timing.expiry_retry
