@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import signal
@@ -305,3 +306,45 @@ async def common_invariants(env: SimEnvironment, name: str, daemons: list[Daemon
     for d in daemons:
         assert leaks(d.log(), secrets) == [], d.name
     assert leaks(published(env), secrets) == []
+
+
+@dataclass
+class SecretHistory:
+    """Every change of the bundle Secret, stamped with the Talos history's length at that moment (both simulators
+    run on one event loop, so this orders the Secret's writes against the nodes' applies exactly)."""
+
+    env: SimEnvironment
+    changes: list[tuple[int, bool, str]] = field(default_factory=list)  # (talos seq, rotation.yaml?, secrets.yaml)
+
+    def __post_init__(self) -> None:
+        store = self.env.management.store
+        self._record(store.get(store.resolve("", "v1", "secrets"), self.env.namespace, self.env.secret_name))
+        store.listeners.append(self._on_change)
+
+    def _on_change(self, change: Any, rt: Any) -> None:
+        obj = change.new
+        if (rt.plural == "secrets" and obj["metadata"]["name"] == self.env.secret_name
+                and obj["metadata"].get("namespace") == self.env.namespace):
+            self._record(obj)
+
+    def _record(self, obj: dict[str, Any]) -> None:
+        data = obj.get("data") or {}
+        self.changes.append((len(self.env.talos.history.events), names.ROTATION_KEY in data,
+                             str(data.get(names.SECRETS_KEY))))
+
+    def violations(self, since: int, *, rotation: bool) -> list[str]:
+        """testing.md (1): rotation.yaml written before any node is told anything; secrets.yaml replaced once (a
+        rotation) or never (any other operation)."""
+        out = []
+        values = [v for _, _, v in self.changes]
+        replaced = sum(1 for a, b in itertools.pairwise(values) if a != b)
+        if replaced != int(rotation):
+            out.append(f"secrets.yaml replaced {replaced} times")
+        if rotation:
+            applies = [e["seq"] for e in self.env.talos.history.since(since) if e["kind"] == "apply"]
+            first = next((seq for seq, has, _ in self.changes if has), None)
+            if first is None:
+                out.append("rotation.yaml never written")
+            elif applies and first >= applies[0]:  # the stamp is the seq of the last event before it
+                out.append(f"rotation.yaml written after the first apply (#{applies[0]})")
+        return out

@@ -28,7 +28,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +42,11 @@ from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
 from tests._etcd_history import ca_fp, etcd_violations, final_trust
-from tests.chaos._chaos import Chaos, common_invariants, inject_until, operator
+from tests.chaos._chaos import Chaos, SecretHistory, common_invariants, inject_until, operator
 from tests.e2e._daemon import all_ready, eventually
 from tests.e2e.conftest import MakeSimEnv
 from tests.e2e.test_ca_rotation_aggregator_daemon import _apiservers_on, _ext_auth
+from tests.e2e.test_ca_rotation_etcd_daemon import CLIENTS, _workload
 from tests.integration._apiserver_history import overlapping_restarts
 from tests.integration._config_world import REBOOT_PATCH
 
@@ -105,7 +106,7 @@ def distinct_per_stage(env: SimEnvironment, since: int, per_machine: Callable[[s
 class Baseline:
     bundle: SecretsBundle
     since: int
-    extra: dict[str, Any] = field(default_factory=dict)
+    secret: SecretHistory
 
 
 # ---- the scenarios -------------------------------------------------------------------------------
@@ -119,6 +120,7 @@ async def rotation_start(env: SimEnvironment, targets: list[str]) -> None:
 
 def check_talos_kubernetes(env: SimEnvironment, base: Baseline) -> None:
     old, new = base.bundle, bundle_of(env)
+    assert base.secret.violations(base.since, rotation=True) == []
     distinct_per_stage(env, base.since, lambda _m: 3)
     assert sum(reboots_since(env, base.since).values()) == 0
     assert ca_fingerprint(new.os) != ca_fingerprint(old.os) and ca_fingerprint(new.k8s) != ca_fingerprint(old.k8s)
@@ -134,6 +136,7 @@ def check_talos_kubernetes(env: SimEnvironment, base: Baseline) -> None:
 
 def check_etcd(env: SimEnvironment, base: Baseline) -> None:
     old, new = base.bundle, bundle_of(env)
+    assert base.secret.violations(base.since, rotation=True) == []
     cps = control_planes(env)
     assert etcd_violations(env.talos.history.events, cps, rounds=3) == []
     assert reboots_since(env, base.since) == {m: 3 if m in cps else 0 for m in env.machine_names}
@@ -146,6 +149,7 @@ def check_etcd(env: SimEnvironment, base: Baseline) -> None:
 
 def check_aggregator(env: SimEnvironment, base: Baseline) -> None:
     old, new = base.bundle, bundle_of(env)
+    assert base.secret.violations(base.since, rotation=True) == []
     assert new.k8s_aggregator.cert_pem != old.k8s_aggregator.cert_pem
     assert ca_fingerprint(new.k8s) == ca_fingerprint(old.k8s)
     assert _ext_auth(env) == _pem.pem_blocks(new.k8s_aggregator.cert_pem)  # the new front-proxy CA alone
@@ -181,7 +185,13 @@ def check_config(env: SimEnvironment, base: Baseline) -> None:
         node = env.node(m)
         assert node.running.hash() == applies_since(env, m, base.since)[-1], m
         assert "br_netfilter" in node.running.to_yaml(), m
-    assert bundle_of(env).os.cert_pem == base.bundle.os.cert_pem
+    assert base.secret.violations(base.since, rotation=False) == []
+
+
+def kube_system_clients(env: SimEnvironment) -> None:
+    """The CNI, kube-proxy and CoreDNS workloads a rotation restarts (as the e2e rotations have them)."""
+    for plural, name in CLIENTS:
+        env.kube.store.create(env.kube.store.resolve("apps", "v1", plural), "kube-system", _workload(plural, name))
 
 
 @dataclass(frozen=True)
@@ -190,12 +200,14 @@ class Scenario:
     env: dict[str, Any]
     start: Callable[[SimEnvironment], Awaitable[None]]
     check: Callable[[SimEnvironment, Baseline], None]
+    prepare: Callable[[SimEnvironment], None] = lambda _env: None
     within: float = 240.0
 
 
 SCENARIOS = {s.id: s for s in [
-    Scenario("ca-rotation", {}, lambda env: rotation_start(env, ["talos", "kubernetes"]), check_talos_kubernetes),
-    Scenario("etcd", {}, lambda env: rotation_start(env, ["etcd"]), check_etcd),
+    Scenario("ca-rotation", {}, lambda env: rotation_start(env, ["talos", "kubernetes"]), check_talos_kubernetes,
+             kube_system_clients),
+    Scenario("etcd", {}, lambda env: rotation_start(env, ["etcd"]), check_etcd, kube_system_clients),
     Scenario("aggregator", {}, lambda env: rotation_start(env, ["kubernetes-aggregator"]), check_aggregator),
     Scenario("config", {"workers": 3}, config_start, check_config),
 ]}
@@ -210,13 +222,14 @@ async def one_run(make_sim_env: MakeSimEnv, workdir: Path, scenario: Scenario, s
           "repeats it)")
     env = await make_sim_env(management_api="separate", **scenario.env)
     assert env.bundle is not None
+    scenario.prepare(env)
     chaos = Chaos(env, random.Random(f"{scenario.id}:{seed}"), workdir)  # the same seed, other faults per scenario
     chaos.start_daemon()
     seen: list[str] = []
     try:
         async with await from_kubeconfig(env.kubeconfig) as kube:
             await eventually(lambda: all_ready(kube, env), within=60, what="every machine converged")
-        base = Baseline(env.bundle, len(env.talos.history.events))
+        base = Baseline(env.bundle, len(env.talos.history.events), SecretHistory(env))
         await scenario.start(env)
         op = await inject_until(chaos, lambda: operator(env, "op", seen), scenario.within)
         await chaos.lift_all()
