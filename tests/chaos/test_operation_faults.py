@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from ichord.api import names
+from ichord.contract import V1_14
 from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig
 from ichord.pki import pem as _pem
@@ -208,13 +209,16 @@ SCENARIOS = {s.id: s for s in [
     Scenario("ca-rotation", {}, lambda env: rotation_start(env, ["talos", "kubernetes"]), check_talos_kubernetes,
              kube_system_clients),
     Scenario("etcd", {}, lambda env: rotation_start(env, ["etcd"]), check_etcd, kube_system_clients),
-    Scenario("aggregator", {}, lambda env: rotation_start(env, ["kubernetes-aggregator"]), check_aggregator),
+    Scenario("aggregator", {"contract": V1_14}, lambda env: rotation_start(env, ["kubernetes-aggregator"]),
+             check_aggregator),
     Scenario("config", {"workers": 3}, config_start, check_config),
 ]}
 
 BASE_SEED = int(os.environ.get("ICHORD_CHAOS_SEED") or time.time_ns() % 1_000_000)
 RUNS = int(os.environ.get("ICHORD_CHAOS_FAULT_RUNS") or 1)
 CHOSEN = [s for s in (os.environ.get("ICHORD_CHAOS_SCENARIOS") or ",".join(SCENARIOS)).split(",") if s]
+if set(CHOSEN) - set(SCENARIOS):
+    raise ValueError(f"ICHORD_CHAOS_SCENARIOS names {sorted(set(CHOSEN) - set(SCENARIOS))}; known: {list(SCENARIOS)}")
 
 
 async def one_run(make_sim_env: MakeSimEnv, workdir: Path, scenario: Scenario, seed: int) -> None:
