@@ -9,7 +9,8 @@
 - ``sigkill_at_random``: the kill loop (a daemon SIGKILLed at a random moment, K times, then one left to finish).
 - ``operator``: the operator's part (the ca-rotation's credentials hand-off), played on the simulator's store so
   that it is not subject to the faults the driver injects.
-- ``common_invariants``: testing.md's invariants every operation shares, read from the simulators.
+- ``common_invariants``: testing.md's invariants every operation shares, read from the simulators;
+  ``SecretHistory``: the bundle Secret's writes ordered against the nodes' applies (testing.md 1).
 """
 
 from __future__ import annotations
