@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import os
 import random
-import signal
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from ichord.operations.lock import lock_name
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
+from tests.chaos._chaos import sigkill_at_random
 from tests.e2e._daemon import Daemon, eventually
 
 # The e2e rotation's operator loop (its world, env and kube, comes through conftest.py).
@@ -148,17 +148,7 @@ async def test_sigkilled_at_random_moments_the_rotation_completes(
     print(f"chaos seed {seed}, {kills} kills (ICHORD_CHAOS_SEED={seed} repeats it)")
     old = await _create(kube, env)
     seen: list[str] = []
-    daemons: list[Daemon] = []
-    for i in range(kills):
-        daemon = Daemon(env, tmp_path, f"rand-{i}")
-        daemons.append(daemon)
-        with anyio.move_on_after(rng.uniform(0.5, 4.0)):
-            op = await _follow(kube, env, seen)
-            if op["status"].get("phase") == "Completed":
-                break
-        if daemon.proc.poll() is None:
-            daemon.proc.send_signal(signal.SIGKILL)  # at a random moment: no cleanup, no Lease release
-        await daemon.stop()
+    daemons = await sigkill_at_random(env, tmp_path, rng, kills, lambda: _follow(kube, env, seen))
     last = Daemon(env, tmp_path, "rand-last")
     daemons.append(last)
     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import pytest
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.sim.combined import SimEnvironment
+from tests.chaos._chaos import sigkill_at_random
 from tests.chaos.test_roll_failpoints import PATH
 from tests.e2e._daemon import Daemon
 from tests.e2e.conftest import MakeSimEnv
@@ -78,17 +78,7 @@ async def test_sigkilled_at_random_moments_the_etcd_rotation_completes(
     async with await from_kubeconfig(env.kubeconfig) as kube:
         await _start(kube, env, ["etcd"])
         seen: list[str] = []
-        daemons: list[Daemon] = []
-        for i in range(kills):
-            daemon = Daemon(env, tmp_path, f"rand-{i}")
-            daemons.append(daemon)
-            with anyio.move_on_after(rng.uniform(0.5, 4.0)):
-                op = await _follow(kube, env, seen)
-                if op["status"].get("phase") == "Completed":
-                    break
-            if daemon.proc.poll() is None:
-                daemon.proc.send_signal(signal.SIGKILL)  # at a random moment: no cleanup, no Lease release
-            await daemon.stop()
+        daemons = await sigkill_at_random(env, tmp_path, rng, kills, lambda: _follow(kube, env, seen))
         op = await _run_to_end(kube, env, seen, tmp_path, daemons)
         assert op["status"]["phase"] == "Completed", (f"seed {seed}", op["status"])
         _check_etcd_end_state(env, old)

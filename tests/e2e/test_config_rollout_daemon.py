@@ -156,6 +156,10 @@ async def test_the_daemon_killed_at_the_roll_failpoints_reboots_each_node_once(
             op = await _finished(env, kube, "roll")
         assert op["status"]["phase"] == "Completed", (op["status"], daemon.log()[-3000:])
         assert reboots(env, since) == {m: 1 for m in env.machine_names}
+        # Killed after the STAGED apply (config.stage.after), before its marker: the restart does not stage it again.
+        staged = {m: [e["mode"] for e in env.talos.history.since(since)
+                      if e["kind"] == "apply" and e["node"] == env.node(m).name] for m in env.machine_names}
+        assert staged == {m: ["STAGED"] for m in env.machine_names}, staged
         assert most_down_at_once(env, f"{env.cluster_name}-cp-", since) == 1
         assert _cordoned(env) == []
         await _converged_after(env, kube)

@@ -28,10 +28,12 @@ from ichord.talos.errors import TalosError
 SHOWN = 3
 
 
-async def runs_rendered(talos: TalosClient, endpoint: str, rendered: MachineConfig) -> bool:
-    """The node's active configuration equals the render (TalosErrors propagate: the caller decides)."""
+async def runs_rendered(talos: TalosClient, endpoint: str, rendered: MachineConfig, *,
+                        persistent: bool = False) -> bool:
+    """The node's active (``persistent``: on-disk, what the next boot runs) configuration equals the render
+    (TalosErrors propagate: the caller decides)."""
     try:
-        return MachineConfig.plain_of(await talos.machine_config(endpoint)) == rendered.plain()
+        return MachineConfig.plain_of(await talos.machine_config(endpoint, persistent=persistent)) == rendered.plain()
     except ConfigParseError:
         return False
 

@@ -101,7 +101,13 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
             return HookResult(HookVerdict.WAIT, drained.message, world.ctx.timing.reboot_poll)
         failpoint("config.stage.before")
         try:
-            await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.STAGED)
+            # Staged by an earlier step whose marker was never written (killed, API down): not applied twice.
+            staged = await checks.runs_rendered(world.talos, m.address, rendered, persistent=True)
+        except TalosError:
+            staged = False  # the apply says whether the node answers
+        try:
+            if not staged:
+                await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.STAGED)
         except TalosUnreachableError as exc:
             return HookResult(HookVerdict.WAIT, f"cannot stage {m.name}'s configuration yet: {exc}",
                               world.ctx.timing.reboot_poll)

@@ -25,6 +25,10 @@ class Faults:
     #: After the server comes back up, requests for a CustomResourceDefinition's group answer 404 with no name
     #: for this long: the group is not served yet ("no matches for kind", ADR 0120 lane F).
     discovery_lag: float = 0.0
+    #: Probability (0..1) that a request of a verb has its connection reset instead of an answer;
+    #: ``reset_after`` resets it after the request was served (a write that happened, its answer lost).
+    reset_rate: dict[str, float] = field(default_factory=dict)
+    reset_after: bool = False
     seed: int | None = None
     _rng: random.Random = field(default_factory=random.Random, repr=False)
 
@@ -39,6 +43,10 @@ class Faults:
 
     def should_fail(self, verb: str) -> bool:
         rate = self.error_rate.get(verb, 0.0)
+        return rate > 0 and self._rng.random() < rate
+
+    def should_reset(self, verb: str) -> bool:
+        rate = self.reset_rate.get(verb, 0.0)
         return rate > 0 and self._rng.random() < rate
 
 

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import NoReturn
 
 from aiohttp import web
 
@@ -263,7 +264,12 @@ class KubeSimulator:
                 raise ApiError(code, reason, self.faults.error_message or f"injected fault: {verb} failed")
             if route is not None and self._group_not_served_yet(route.group):
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            reset = self.faults.should_reset(verb)
+            if reset and not self.faults.reset_after:
+                _reset(request)
             response = await handler(request)
+            if reset:
+                _reset(request)
         except ApiError as err:
             response = json_response(err.status(), err.code)
         except (ConnectionResetError, asyncio.CancelledError):
@@ -328,3 +334,10 @@ def _selected_name(verb: str, field_selector: str) -> str:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+def _reset(request: web.Request) -> NoReturn:
+    """Fault: drop the client's connection without an answer (as a load balancer or a crash would)."""
+    if request.transport is not None:
+        request.transport.abort()
+    raise ConnectionResetError("injected fault: connection reset")

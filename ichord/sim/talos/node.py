@@ -67,6 +67,9 @@ class Faults:
     apply_error: str | None = None
     #: The Reboot RPC fails with Internal and this message; nothing reboots (e.g. a sequence already running).
     reboot_error: str | None = None
+    #: The next accepted apply takes effect, then the node stops answering before it replies (the connection
+    #: drops mid-RPC; the node stays unreachable until ``set_unreachable(False)``).
+    vanish_after_apply: bool = False
 
 
 @dataclass
@@ -301,9 +304,16 @@ class SimNode:
         try:
             if self.timings.apply_duration:
                 await asyncio.sleep(self.timings.apply_duration)
-            return await self._apply(data, mode, dry_run, try_timeout)
+            result = await self._apply(data, mode, dry_run, try_timeout)
         finally:
             self._applying = False
+        if self.faults.vanish_after_apply and not dry_run:
+            self.faults.vanish_after_apply = False
+            self.faults.unreachable = True
+            self._spawn(self.go_down("fault: vanished mid-apply"))  # aborts this very RPC's connection
+            await asyncio.sleep(5)  # cancelled by the shutdown; never answers
+            raise GRPCError(Status.UNAVAILABLE, "connection lost")
+        return result
 
     async def _apply(self, data: bytes, mode: int, dry_run: bool, try_timeout: float | None) -> tuple[int, str]:
         if self.faults.apply_error:
