@@ -6,15 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ichord.api.carotation import Stage
-from ichord.contract import V1_13, V1_14
-from ichord.pki.bundle import generate_bundle
-from ichord.pki.rotation import TARGET_ORDER, Target, generate_rotation
 from ichord.render import fastload
 from ichord.render.config import ConfigParseError, MachineConfig
-from ichord.render.generate import render
-from ichord.render.inputs import ClusterInputs, MachineInputs
-from ichord.render.stages import render_stage
+from tests.unit._renders import every_render_and_stage
 
 #: Scalars where YAML 1.1 (PyYAML's default) and 1.2 (ruamel, Talos's go-yaml v3) disagree, and friends.
 SCALARS = """
@@ -80,22 +74,10 @@ def test_invalid_yaml_is_ruamels_error() -> None:
 
 
 def test_every_render_and_stage_reads_the_same() -> None:
-    bundle = generate_bundle()
-    for contract in (V1_13, V1_14):
-        # v1.13 has no accepted list for the aggregator CA: rotate the others there
-        rotation = generate_rotation([t for t in TARGET_ORDER
-                                      if contract is V1_14 or t is not Target.KUBERNETES_AGGREGATOR])
-        cluster = ClusterInputs.from_spec("demo", {"endpoint": "https://demo:6443", "kubernetesVersion": "1.34.1",
-                                                   "talosVersion": str(contract)})
-        for role in ("controlplane", "worker"):
-            machine = MachineInputs.from_spec({"clusterRef": {"name": "demo"}, "role": role})
-            configs = [render(bundle, cluster, machine)]
-            configs += [render_stage(bundle, rotation, s, cluster, machine)
-                        for s in (Stage.ACCEPTING, Stage.ISSUING, Stage.DROPPING)]
-            for cfg in configs:
-                data = cfg.to_bytes()
-                fastload.load_documents(data)  # no fallback on what ichord renders
-                assert MachineConfig.plain_of(data) == MachineConfig.parse(data).plain() == cfg.plain()
+    for cfg in every_render_and_stage():
+        data = cfg.to_bytes()
+        fastload.load_documents(data)  # no fallback on what ichord renders
+        assert MachineConfig.plain_of(data) == MachineConfig.parse(data).plain() == cfg.plain()
 
 
 def test_talos_own_files_read_the_same(talos_samples: Path) -> None:
