@@ -30,6 +30,7 @@ from ichord.api import names
 from ichord.kube.nodes import CORDONED_BY_ICHORD_ANNOTATION
 from ichord.operations.ca_rotation.plan import handoff_token
 from ichord.pki.bundle import SecretsBundle
+from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
 from ichord.sim.kube import KubeSimulator
 from ichord.sim.kube.status import ApiError
@@ -349,3 +350,14 @@ class SecretHistory:
             elif applies and first >= applies[0]:  # the stamp is the seq of the last event before it
                 out.append(f"rotation.yaml written after the first apply (#{applies[0]})")
         return out
+
+
+def on_new_talos_and_kubernetes_cas(env: SimEnvironment, new: SecretsBundle) -> None:
+    """Every node signs with and trusts only ``new``'s Talos and Kubernetes CAs (the node's own view)."""
+    short = {"os": ca_fingerprint(new.os)[:16], "kubernetes": ca_fingerprint(new.k8s)[:16]}
+    for m in env.machine_names:
+        cas = env.node(m).state()["cas"]
+        assert cas["os"]["issuing"] == short["os"] and cas["os"]["trusted"] == [short["os"]], (m, cas["os"])
+        assert cas["kubernetes"]["trusted"] == [short["kubernetes"]], (m, cas["kubernetes"])
+        if cas["kubernetes"]["issuing"] is not None:
+            assert cas["kubernetes"]["issuing"] == short["kubernetes"], (m, cas["kubernetes"])

@@ -26,7 +26,7 @@ from ichord.operations.lock import lock_name
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
-from tests.chaos._chaos import sigkill_at_random
+from tests.chaos._chaos import on_new_talos_and_kubernetes_cas, sigkill_at_random
 from tests.e2e._daemon import Daemon, eventually
 
 # The e2e rotation's operator loop (its world, env and kube, comes through conftest.py).
@@ -98,13 +98,7 @@ async def _invariants(kube: KubeClient, env: SimEnvironment, old: SecretsBundle,
     assert keys == {names.SECRETS_KEY}  # rotation.yaml gone, secrets.yaml replaced
     assert ca_fingerprint(new.os) != ca_fingerprint(old.os) and ca_fingerprint(new.k8s) != ca_fingerprint(old.k8s)
     assert (new.cluster_id, new.cluster_secret) == (old.cluster_id, old.cluster_secret)
-    short = {"os": ca_fingerprint(new.os)[:16], "kubernetes": ca_fingerprint(new.k8s)[:16]}
-    for m in env.machine_names:  # every node signs with and trusts only the new CAs (the node's own view)
-        cas = env.node(m).state()["cas"]
-        assert cas["os"]["issuing"] == short["os"] and cas["os"]["trusted"] == [short["os"]], (m, cas["os"])
-        assert cas["kubernetes"]["trusted"] == [short["kubernetes"]], (m, cas["kubernetes"])
-        if cas["kubernetes"]["issuing"] is not None:
-            assert cas["kubernetes"]["issuing"] == short["kubernetes"], (m, cas["kubernetes"])
+    on_new_talos_and_kubernetes_cas(env, new)
     async def let_go() -> bool:
         # Completed may have been written by a daemon killed before it let go: the next leader lets go.
         lease = await get_lease(kube, env.namespace, lock_name(env.cluster_name))

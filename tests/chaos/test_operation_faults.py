@@ -43,7 +43,14 @@ from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
 from tests._etcd_history import ca_fp, etcd_violations, final_trust
-from tests.chaos._chaos import Chaos, SecretHistory, common_invariants, inject_until, operator
+from tests.chaos._chaos import (
+    Chaos,
+    SecretHistory,
+    common_invariants,
+    inject_until,
+    on_new_talos_and_kubernetes_cas,
+    operator,
+)
 from tests.e2e._daemon import all_ready, eventually
 from tests.e2e.conftest import MakeSimEnv
 from tests.e2e.test_ca_rotation_aggregator_daemon import _apiservers_on, _ext_auth
@@ -126,13 +133,7 @@ def check_talos_kubernetes(env: SimEnvironment, base: Baseline) -> None:
     assert sum(reboots_since(env, base.since).values()) == 0
     assert ca_fingerprint(new.os) != ca_fingerprint(old.os) and ca_fingerprint(new.k8s) != ca_fingerprint(old.k8s)
     assert (new.cluster_id, new.cluster_secret) == (old.cluster_id, old.cluster_secret)
-    short = {"os": ca_fingerprint(new.os)[:16], "kubernetes": ca_fingerprint(new.k8s)[:16]}
-    for m in env.machine_names:  # every node signs with and trusts only the new CAs (the node's own view)
-        cas = env.node(m).state()["cas"]
-        assert cas["os"]["issuing"] == short["os"] and cas["os"]["trusted"] == [short["os"]], (m, cas["os"])
-        assert cas["kubernetes"]["trusted"] == [short["kubernetes"]], (m, cas["kubernetes"])
-        if cas["kubernetes"]["issuing"] is not None:
-            assert cas["kubernetes"]["issuing"] == short["kubernetes"], (m, cas["kubernetes"])
+    on_new_talos_and_kubernetes_cas(env, new)
 
 
 def check_etcd(env: SimEnvironment, base: Baseline) -> None:
