@@ -17,7 +17,7 @@ from ichord.api.names import GROUP, SECRETS_KEY, VERSION
 from ichord.contract import V1_13
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import Unavailable, translate
-from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CAKind, generate_ca
 from ichord.pki.rotation import Rotation, Target, generate_rotation
 from ichord.render.config import MachineConfig
@@ -33,17 +33,6 @@ from ichord.talos.dial import DialBundle
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 SCALE = 0.02  # reboot 40 ms, kubelet restart 20 ms, API server restart 60 ms
-
-
-@pytest.fixture(scope="module")
-def bundle() -> SecretsBundle:
-    return generate_bundle()
-
-
-@pytest.fixture
-async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
-    async with SimEnvironment(bundle=bundle, time_scale=SCALE) as e:
-        yield e
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ ichord's plan), so the operator sees who is on which CA; abandon and DeletionHel
     kubernetes-aggregator  KubernetesRootSecrets: aggregatorCA, acceptedAggregatorCAs control planes
     etcd                   EtcdRootSecrets: the cluster.etcd.ca bundle, first signs   control planes
 
-Only certificates are kept (fingerprints); a resource that cannot be read leaves its target out (best effort:
-the view informs, it never decides).
+Only certificates are kept (fingerprints). The view is read by the stage's verification (passes.verify_pass), whose
+reads it doubles as; it informs, it never decides.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from ichord.pki import pem as _pem
 from ichord.pki.fingerprint import certificate_fingerprint
 from ichord.pki.rotation import Target
 from ichord.talos.client import TalosClient
-from ichord.talos.errors import TalosError
 
 
 def _entry(issuing: bytes, accepted: Sequence[bytes]) -> dict[str, Any]:
@@ -66,11 +65,3 @@ async def read_node_cas(talos: TalosClient, m: MachineView, targets: Iterable[Ta
             blocks = []
         out[Target.ETCD.value] = _entry(blocks[0], blocks[1:]) if blocks else {"issuing": "", "trusted": []}
     return out
-
-
-async def node_cas(talos: TalosClient, m: MachineView, targets: Iterable[Target]) -> dict[str, Any]:
-    """Best effort: {} when the node cannot be read (the view informs, it never decides)."""
-    try:
-        return await read_node_cas(talos, m, targets)
-    except (TalosError, ValueError):
-        return {}
