@@ -97,30 +97,47 @@ class Scrubber:
         self._lock = threading.Lock()
         self._needles: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
+        self._stale = False  # needles were added since the pattern was compiled
 
     def register(self, secret: str | bytes) -> None:
         """Remember a secret (a PEM key, a token, a password) so every encoding of it is removed."""
-        text = secret.decode(errors="replace") if isinstance(secret, bytes) else secret
-        if len(text) < 6:
-            return  # too short to remove without destroying ordinary words
-        needles = {text, base64.b64encode(text.encode()).decode()}
-        if "-----BEGIN" in text:
-            needles |= _key_encodings(text.encode())
-        with self._lock:
-            before = len(self._needles)
-            self._needles |= {n for n in needles if len(n) >= 6}
-            if len(self._needles) != before:
-                ordered = sorted(self._needles, key=len, reverse=True)
-                self._pattern = re.compile("|".join(re.escape(n) for n in ordered))
+        self.register_all([secret])
 
     def register_all(self, secrets: Iterable[str | bytes]) -> None:
-        for s in secrets:
-            self.register(s)
+        """Remember each of ``secrets``; the pattern is rebuilt once, at the next ``text``, and only if one is new.
+
+        A secret already remembered costs a set lookup: every step of an operation registers the bundle's keys
+        again, and deriving a key's encodings (parsing it) or recompiling the pattern each time was a hot spot."""
+        added: set[str] = set()
+        for secret in secrets:
+            text = secret.decode(errors="replace") if isinstance(secret, bytes) else secret
+            if len(text) < 6 or text in self._needles:
+                continue  # too short to remove without destroying ordinary words, or known (it is its own needle)
+            needles = {text, base64.b64encode(text.encode()).decode()}
+            if "-----BEGIN" in text:
+                needles |= _key_encodings(text.encode())
+            added |= {n for n in needles if len(n) >= 6}
+        if not added:
+            return
+        with self._lock:
+            before = len(self._needles)
+            self._needles |= added
+            if len(self._needles) != before:
+                self._stale = True
+
+    def _current_pattern(self) -> re.Pattern[str] | None:
+        if self._stale:
+            with self._lock:
+                if self._stale:
+                    ordered = sorted(self._needles, key=len, reverse=True)
+                    self._pattern = re.compile("|".join(re.escape(n) for n in ordered))
+                    self._stale = False
+        return self._pattern
 
     def text(self, value: str) -> str:
         out = _PEM_ANY.sub(REDACTED, value)
         out = _B64_PEM.sub(REDACTED, out)
-        pattern = self._pattern
+        pattern = self._current_pattern()
         if pattern is not None:
             out = pattern.sub(REDACTED, out)
         return out

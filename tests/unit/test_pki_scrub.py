@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 
+import pytest
 from cryptography.hazmat.primitives import serialization
 
+import ichord.pki.scrub as scrub_module
 from ichord.pki.bundle import generate_bundle
 from ichord.pki.scrub import REDACTED, Scrubber
 
@@ -100,3 +102,27 @@ def test_pem_inside_a_larger_base64_blob_is_removed_at_any_alignment() -> None:
         tail = blob[len(blob) // 2:]
         assert tail not in out, lead
         assert body not in out
+
+
+def test_a_secret_registered_after_use_is_removed_and_a_known_one_is_not_derived_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+
+    s = Scrubber()
+    s.register("first-token-value")
+    assert s.text("a first-token-value b") == f"a {REDACTED} b"
+    s.register_all(["second-token-value", "first-token-value"])  # one new: the pattern is rebuilt at the next use
+    assert s.text("second-token-value / first-token-value") == f"{REDACTED} / {REDACTED}"
+
+    key = generate_bundle().os.key_pem
+    derived: list[bytes] = []
+    real = scrub_module._key_encodings
+
+    def counting(pem: bytes) -> set[str]:
+        derived.append(pem)
+        return real(pem)
+
+    monkeypatch.setattr(scrub_module, "_key_encodings", counting)
+    for _ in range(3):  # every step of an operation registers the bundle's keys again
+        s.register(key)
+    assert len(derived) == 1
+    assert REDACTED in s.text(f"leaked {key.decode()}") and "PRIVATE" not in s.text(f"leaked {key.decode()}")
