@@ -298,8 +298,12 @@ class PodModel:
     def _taints(self, nodes: dict[str, JSON]) -> bool:
         """cilium: a Node whose agent is not Ready gets the agent-not-ready taint, a Ready agent lifts it."""
         lifted = False
+        by_node: dict[str, list[PodState]] = {}  # one pass over the pods, not one per Node
+        for p in self.pods.values():
+            if p.kind is not None and p.kind.taints_node and p.node is not None:
+                by_node.setdefault(p.node, []).append(p)
         for name, node in nodes.items():
-            agents = [p for p in self.pods.values() if p.kind is not None and p.kind.taints_node and p.node == name]
+            agents = by_node.get(name, [])
             if not agents:
                 continue  # no agent (being replaced): the taint stays as it is
             taints = list((node.get("spec") or {}).get("taints") or [])
@@ -322,9 +326,8 @@ class PodModel:
     def _owner_status(self, owner: tuple[str, str, str], nodes: dict[str, JSON]) -> None:
         plural, ns, name = owner
         rt = self._rt("apps", plural)
-        try:
-            obj = self.store.get(rt, ns, name)
-        except ApiError:
+        obj = self.store.peek_object(rt, ns, name)  # read only; copied below when its status changes
+        if obj is None:
             self.owners.discard(owner)
             return
         current = template_hash(obj["spec"].get("template") or {})
@@ -349,8 +352,8 @@ class PodModel:
                                      {"type": "Progressing", "status": "True",
                                       "reason": "NewReplicaSetAvailable" if done else "ReplicaSetUpdated"}]}
         if obj.get("status") != status:
-            obj["status"] = status
-            self.store.apply(rt, obj, subresource="status")
+            # The store copies what it is given: its own object is never changed here.
+            self.store.apply(rt, {**obj, "status": status}, subresource="status")
 
     # ---- DNS ----------------------------------------------------------------------------------
     def _on_node(self, role: str, node: str | None) -> list[PodState]:

@@ -110,6 +110,10 @@ class Store:
         Never hand them to a client and never change them: every write goes through the store's verbs."""
         return [o for (ns, _n), o in sorted(self._bucket(rt).items()) if namespace is None or ns == namespace]
 
+    def peek_object(self, rt: ResourceType, namespace: str | None, name: str) -> JSON | None:
+        """One stored object itself (the rules of ``peek``), or None."""
+        return self._bucket(rt).get((self._ns(rt, namespace), name))
+
     def watch(self, rt: ResourceType, namespace: str | None, since: str | None,
               predicate: Callable[[JSON], bool]) -> Watcher:
         watcher = Watcher(rt.key, namespace, predicate)

@@ -19,6 +19,7 @@ from grpclib.exceptions import GRPCError
 
 from ichord import yamlio
 from ichord.contract import V1_14
+from ichord.render import wire
 from ichord.sim.talos.certs import sign_leaf
 from ichord.talos.proto.gen.common import common_pb2
 from ichord.talos.proto.gen.cosi import resource_pb2
@@ -49,14 +50,7 @@ def _pem_pair(crt: bytes, key: bytes | None) -> tuple[common_pb2.PEMEncodedCerti
 
 def encoded_config(node: SimNode, cfg: MachineConfig) -> bytes:
     """The bytes a COSI Get of ``cfg`` (the node's running or persistent configuration) returns."""
-    # A node's configuration changes only on apply/reboot: its encoding (render/wire.py) is reused per object.
-    cached = node.encoded.get(id(cfg))
-    if cached is None or cached[0] is not cfg:
-        cached = (cfg, cfg.wire_bytes())
-        live = {id(c): node.encoded[id(c)] for c in (node.running, node.persistent)
-                if id(c) in node.encoded and node.encoded[id(c)][0] is c}
-        node.encoded = {**live, id(cfg): cached}
-    return cached[1]
+    return node.wire_of(cfg)
 
 
 def _machine_config(node: SimNode, rid: str) -> tuple[Message, Any] | None:
@@ -222,11 +216,22 @@ def build(node: SimNode, t: ResourceType, namespace: str, rid: str) -> resource_
     meta.updated.FromDatetime(now)
     if t.type.startswith("MachineConfigs."):
         meta.annotations["talos.dev/yaml-spec"] = "1"
-        text = yamlio.dump(yaml_spec) if not isinstance(yaml_spec, str) else _scalar(yaml_spec)
+        text = _yaml(yaml_spec) if not isinstance(yaml_spec, str) else _scalar(yaml_spec)
     else:
-        text = yamlio.dump(yaml_spec)
+        text = _yaml(yaml_spec)
     return resource_pb2.Resource(metadata=meta, spec=resource_pb2.Spec(proto_spec=spec.SerializeToString(),
                                                                        yaml_spec=text))
+
+
+def _yaml(spec: Any) -> str:
+    """A resource's YAML spec: libyaml's emitter (render/wire.py), ruamel's for what it does not write.
+
+    Every verification read of a rotation pass is a Get of a certificate resource: ruamel's emitter was the
+    simulated node's largest cost there."""
+    try:
+        return wire.encode([spec]).decode()
+    except wire.WireEncodeError:
+        return yamlio.dump(spec)
 
 
 def _scalar(text: str) -> str:

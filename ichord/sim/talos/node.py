@@ -359,7 +359,7 @@ class SimNode:
         if dry_run:
             if self.faults.refuse_dry_run:
                 raise GRPCError(Status.INTERNAL, "dry run failed (injected fault)")
-            return mode, self._dry_run_summary(cfg, details)
+            return mode, self._dry_run_summary(cfg, details, data)
         timeout = self.timings.try_timeout or try_timeout or CONFIG_TRY_TIMEOUT
         if mode == TRY:
             details += f"\nThe config is applied in 'try' mode and will be automatically reverted back in {timeout:g}s"
@@ -391,12 +391,24 @@ class SimNode:
             self._parsed = (digest, MachineConfig.parse_values(data))
         return self._parsed[1].copy()
 
-    def _dry_run_summary(self, cfg: MachineConfig, details: str) -> str:
+    def wire_of(self, cfg: MachineConfig) -> bytes:
+        """``cfg``'s wire encoding, kept while ``cfg`` is the running or persistent configuration (both change only
+        on an apply or a reboot, and every COSI Get and dry run of the node reads one of them)."""
+        cached = self.encoded.get(id(cfg))
+        if cached is None or cached[0] is not cfg:
+            cached = (cfg, cfg.wire_bytes())
+            live = {id(c): self.encoded[id(c)] for c in (self.running, self.persistent)
+                    if id(c) in self.encoded and self.encoded[id(c)][0] is c}
+            self.encoded = {**live, id(cfg): cached}
+        return cached[1]
+
+    def _dry_run_summary(self, cfg: MachineConfig, details: str, data: bytes) -> str:
         if self.running.plain() == cfg.plain():  # the diff is empty: no YAML to write out
             diff = "No changes."
         else:
-            # libyaml's text (render/wire.py) rather than ruamel's: the same values at a tenth of the cost.
-            old, new = self.running.wire_bytes().decode().splitlines(), cfg.wire_bytes().decode().splitlines()
+            # libyaml's text (render/wire.py) rather than ruamel's: the same values at a tenth of the cost; the new
+            # side is the text received (its values are cfg's; Talos diffs its own re-encoding, the sim need not).
+            old, new = self.wire_of(self.running).decode().splitlines(), data.decode(errors="replace").splitlines()
             diff = "\n".join(difflib.unified_diff(old, new, "a/config", "b/config", lineterm="")) or "No changes."
         return f"Dry run summary:\n{details} (skipped in dry-run).\nConfig diff:\n\n{diff}"
 
