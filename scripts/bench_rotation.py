@@ -75,6 +75,7 @@ from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation import RotationContext, advance
+from ichord.operations.ca_rotation.managed import ManagedClients
 from ichord.operations.ca_rotation.plan import handoff_token
 from ichord.operations.outcome import Blocked, Done, Failed, Requeue
 from ichord.pki.bundle import generate_bundle
@@ -350,7 +351,8 @@ def mean_spent(spent: list[dict[str, float]]) -> dict[str, float]:
 async def run_inprocess(bench: Bench, kubeconfig: Path, timing: Timing) -> dict[str, Any]:
     async with await from_kubeconfig(kubeconfig, timing=timing) as kube:
         recorder = EventRecorder(kube, instance="bench", burst=10_000)
-        ctx = RotationContext(kube, NS, recorder, timing)
+        managed = ManagedClients()  # kept across steps and stages as the daemon's registry keeps them
+        ctx = RotationContext(kube, NS, recorder, timing, managed=managed)
         results: dict[str, dict[str, Any]] = {}
         async with anyio.create_task_group() as tg:
             tg.start_soon(recorder.run)
@@ -366,6 +368,7 @@ async def run_inprocess(bench: Bench, kubeconfig: Path, timing: Timing) -> dict[
                     clusters.start_soon(one, env)
             wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
             bench.watching = False
+            await managed.close_all()
             await recorder.drain()
             tg.cancel_scope.cancel()
     return {"wall_s": round(wall, 3), "rotation_cpu_s": round(cpu, 3),

@@ -6,13 +6,13 @@ Adding a kind: a package under ``ichord/operations/`` whose ``operation.py`` bui
 
 from __future__ import annotations
 
-from ichord.operations.ca_rotation.operation import OPERATION as CA_ROTATION
+from ichord.operations.ca_rotation.operation import ca_rotation_operation
 from ichord.operations.config.operation import config_operation
 from ichord.operations.registry import Registry
 
 
 def default_registry() -> Registry:
     registry = Registry()
-    registry.register(CA_ROTATION)
-    registry.register(config_operation())  # its own managed-cluster clients
+    registry.register(ca_rotation_operation())  # each kind keeps its own managed-cluster clients
+    registry.register(config_operation())
     return registry

@@ -18,6 +18,7 @@ from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import NotFound, Unavailable
 from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation import RotationContext, advance
+from ichord.operations.ca_rotation.managed import ManagedClients
 from ichord.operations.ca_rotation.plan import handoff_token
 from ichord.operations.outcome import Blocked, Done, Failed, Outcome, Requeue
 from ichord.pki.bundle import SecretsBundle
@@ -69,6 +70,8 @@ class Driver:
     trusted: list[bytes] = field(default_factory=list)
     #: Fault injection: called as inject(method, endpoint) before every MachineConfig and Version read.
     inject: Callable[[str, str], None] | None = None
+    #: The managed-cluster clients kept across steps, as ca_rotation_operation keeps them in the daemon.
+    managed: ManagedClients = field(default_factory=ManagedClients)
 
     def _factory(self, dial: DialBundle) -> TalosClient:
         driver = self
@@ -101,7 +104,7 @@ class Driver:
     def context(self) -> RotationContext:
         return RotationContext(self.kube, self.env.namespace, self.recorder, self.timing,
                                trust_hook=lambda new, _current: self.trusted.append(new),
-                               talos_factory=self._factory)
+                               talos_factory=self._factory, managed=self.managed)
 
     async def create(self, *, targets: list[str] | None = None, paused: bool = False,
                      annotations: dict[str, str] | None = None) -> Obj:
@@ -131,7 +134,11 @@ class Driver:
             # The API server is the managed cluster's own and restarts for the new CAs; the actor would read its
             # informer's copy and step anyway, the driver reads the API and so looks again shortly.
             return Requeue(0.05, "the API server is restarting")
-        outcome = await advance(self.context(), op)
+        try:
+            outcome = await advance(self.context(), op)
+        except BaseException:
+            await self.managed.close_all()  # a crashed step's process would not have kept them either
+            raise
         with contextlib.suppress(NotFound, Unavailable):  # deleted once its finalizer went, or restarting
             self.snapshots.append(await self.get())
         return outcome
@@ -206,7 +213,11 @@ async def driving(env: SimEnvironment, **options: Any) -> AsyncIterator[Driver]:
         recorder = EventRecorder(kube)
         async with anyio.create_task_group() as tg:
             tg.start_soon(recorder.run)
-            yield Driver(env, kube, recorder, trusted=trusted, **options)
+            driver = Driver(env, kube, recorder, trusted=trusted, **options)
+            try:
+                yield driver
+            finally:
+                await driver.managed.close_all()
             await recorder.drain()
             tg.cancel_scope.cancel()
 

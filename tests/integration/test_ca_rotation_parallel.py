@@ -17,6 +17,7 @@ from ichord.api import names
 from ichord.api.conditions import find
 from ichord.api.max_unavailable import DEFAULT, MaxUnavailable
 from ichord.kube import crds
+from ichord.operations.outcome import Done
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import SettingsError, Timing
 from ichord.sim.combined import SimEnvironment
@@ -130,21 +131,36 @@ async def test_a_pass_costs_a_worker_three_talos_rpcs(bundle: SecretsBundle) -> 
     """Issue 19's floor, counted by the Talos simulators per pass: a worker gets its dry run (which also tells
     whether it differs), its apply and one read with the stage's credentials (its Talos CA view); a control plane
     the same plus its Kubernetes CA view, and the kube-apiserver container read before its apply (one restart at
-    a time). Nothing is read again in the steps between, and the gates after a verified pass read no node."""
+    a time). Nothing is read again in the steps between, and the gates after a verified pass read no node.
+
+    The managed cluster's admin kubeconfig is asked for once per stage and use (the verification, a gate, the
+    client restarts), not once per step: the client is kept across steps (ManagedClients) and replaced when the
+    stage changes, since the API server stops accepting the old CA's certificates at Dropping."""
     async with environment(bundle, workers=4, apply=0.02) as env, driving(env, concurrency=2) as driver:
         await driver.create()
         await driver.run(until=at("Accepting"))
         passes: dict[str, dict[str, Counter[str]]] = {}
         before = _rpcs(env)
-        for stage, until in (("Accepting", "AwaitingCredentials"), ("Issuing", "Dropping"), ("Dropping", "Finalizing")):
+        for stage, until in (("Accepting", "AwaitingCredentials"), ("Issuing", "Dropping"), ("Dropping", "Finalizing"),
+                             ("Finalizing", "")):
             if stage == "Issuing":
                 await driver.run(until=at("Issuing"))
                 before = _rpcs(env)
-            await driver.run(until=at(until))
+            if until:
+                await driver.run(until=at(until))
+            else:
+                assert isinstance(await driver.run(), Done)
             after = _rpcs(env)
             passes[stage] = {m: after[m] - before[m] for m in env.machine_names}
             before = after
+        kubeconfigs = {stage: sum(c["Kubeconfig"] for c in counts.values()) for stage, counts in passes.items()}
+        # One per stage: Issuing's verification and its kube-root-ca.crt gate share one; Finalizing's (the replaced
+        # bundle's) serves every client restart.
+        assert kubeconfigs == {"Accepting": 1, "Issuing": 1, "Dropping": 1, "Finalizing": 1}, passes
+        assert not [s for s in driver.snapshots if "Unauthorized" in str(s.get("status"))], "a kept client refused"
         for stage, counts in passes.items():
+            if stage == "Finalizing":
+                continue
             for m, c in counts.items():
                 if "-worker-" in m:
                     assert c == Counter({"ApplyConfiguration(dry run)": 1, "ApplyConfiguration": 1, "Get": 1}), \

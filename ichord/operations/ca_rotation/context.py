@@ -20,6 +20,7 @@ from ichord.kube.errors import KubeError
 from ichord.kube.events import EventRecorder
 from ichord.kube.reads import SecretData
 from ichord.operations.bundle_source import BundleSourceError, read_cluster_bundle
+from ichord.operations.ca_rotation.managed import ManagedClients
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.rotation import Rotation
 from ichord.pki.scrub import SCRUBBER
@@ -65,6 +66,9 @@ class RotationContext:
     operations: list[OperationView] | None = None
     #: Namespaces other than the cluster's own that its secretsRef may name (--allow-secret-namespace).
     allowed_secret_namespaces: frozenset[str] = frozenset()
+    #: The managed-cluster clients the operation keeps across steps (ca_rotation_operation's), by cluster key;
+    #: None: every read asks a control plane for a fresh admin kubeconfig.
+    managed: ManagedClients | None = None
 
 
 class InputsError(Exception):
@@ -104,6 +108,11 @@ class Inputs:
     @property
     def cluster_name(self) -> str:
         return str(self.cluster["metadata"]["name"])
+
+    @property
+    def cluster_key(self) -> str:
+        """``namespace/name`` of the cluster (the key of its managed-cluster client)."""
+        return f"{self.op_namespace}/{self.cluster_name}"
 
     @property
     def status(self) -> Obj:

@@ -22,7 +22,7 @@ from ichord.kube.client import KubeClient
 from ichord.operations.ca_rotation import aggregator, clients, cluster_conditions
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.lifecycle import ca_reason, let_go, lock
-from ichord.operations.ca_rotation.managed import admin_client, not_ready_nodes
+from ichord.operations.ca_rotation.managed import cluster_client, not_ready_nodes
 from ichord.operations.ca_rotation.plan import EXTENSION_APISERVERS_NOTE, replaced_by
 from ichord.operations.ca_rotation.status import (
     FINALIZING_AGGREGATOR,
@@ -117,7 +117,8 @@ async def _managed(ctx: RotationContext, inputs: Inputs) -> AsyncIterator[KubeCl
     """The managed cluster's API through a Talos-issued admin kubeconfig, from the replaced bundle."""
     talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
     try:
-        async with admin_client(talos, inputs.control_planes, [inputs.bundle.k8s.cert_pem]) as kc:
+        async with cluster_client(ctx.managed, inputs.cluster_key, talos, inputs.control_planes,
+                                  [inputs.bundle.k8s.cert_pem], issued_in=Stage.FINALIZING.value) as kc:
             yield kc
     finally:
         talos.close()

@@ -65,10 +65,26 @@ async def admin_client(talos: TalosClient, control_planes: Sequence[MachineView]
         await client.close()
 
 
+@contextlib.asynccontextmanager
+async def cluster_client(clients: ManagedClients | None, key: str, talos: TalosClient,
+                         control_planes: Sequence[MachineView], trusted: Sequence[bytes],
+                         *, issued_in: str) -> AsyncIterator[KubeClient]:
+    """The cluster ``key``'s client from ``clients`` when the caller keeps them across steps, else one of its own
+    (``admin_client``: a step driven on its own, e.g. by a test). ``issued_in``: see ``ManagedClients.client``."""
+    if clients is None:
+        async with admin_client(talos, control_planes, trusted) as kc:
+            yield kc
+    else:
+        async with clients.client(key, talos, control_planes, trusted, issued_in=issued_in) as kc:
+            yield kc
+
+
 def credentials_fingerprint(talos: TalosClient, control_planes: Sequence[MachineView],
-                            trusted: Sequence[bytes]) -> str:
-    """What an admin client was issued with (public parts only): the Talos credentials, who issued, the trust."""
+                            trusted: Sequence[bytes], issued_in: str = "") -> str:
+    """What an admin client was issued with (public parts only): the Talos credentials, who issued, the trust, and
+    ``issued_in`` (what decides the CA the node signs the kubeconfig with)."""
     h = hashlib.sha256(talos.dial.fingerprint.encode())
+    h.update(b"\0" + issued_in.encode())
     for cp in control_planes:
         h.update(b"\0" + cp.address.encode())
     for ca in trusted:
@@ -99,9 +115,13 @@ class ManagedClients:
 
     @contextlib.asynccontextmanager
     async def client(self, key: str, talos: TalosClient, control_planes: Sequence[MachineView],
-                     trusted: Sequence[bytes]) -> AsyncIterator[KubeClient]:
-        """The cluster ``key``'s client, issued now only when none is held for these credentials."""
-        fingerprint = credentials_fingerprint(talos, control_planes, trusted)
+                     trusted: Sequence[bytes], *, issued_in: str = "") -> AsyncIterator[KubeClient]:
+        """The cluster ``key``'s client, issued now only when none is held for these credentials.
+
+        ``issued_in`` names what else decides which CA the control plane signs the admin certificate with: a
+        ca-rotation passes its stage, as the same dial and trust serve Accepting to Dropping while the API server
+        stops accepting the old CA's certificates at Dropping (a client kept from Accepting is refused there)."""
+        fingerprint = credentials_fingerprint(talos, control_planes, trusted, issued_in)
         held = self._held.get(key)
         if held is not None and held.fingerprint != fingerprint:
             await self.close(key)

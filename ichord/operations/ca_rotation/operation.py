@@ -4,22 +4,31 @@ from __future__ import annotations
 
 from ichord.api.views import OperationView
 from ichord.operations.ca_rotation.context import RotationContext
+from ichord.operations.ca_rotation.managed import ManagedClients
 from ichord.operations.ca_rotation.stage_table import advance
 from ichord.operations.ca_rotation.status import CA_ROTATION
-from ichord.operations.outcome import Outcome
+from ichord.operations.outcome import Done, Failed, Outcome
 from ichord.operations.registry import Operation
 from ichord.operations.scope import ClusterScope
 
 
-def context_of(scope: ClusterScope) -> RotationContext:
+def context_of(scope: ClusterScope, managed: ManagedClients | None = None) -> RotationContext:
     """The rotation's handles from the step's scope: its trust hooks, its clock, its operations list."""
     return RotationContext(scope.kube, scope.controller_namespace, scope.recorder, scope.timing, now=scope.now,
                            trust_hook=scope.trust.trust, trust_refusal=scope.trust.refusal, observe=scope.observe,
-                           operations=scope.operations, allowed_secret_namespaces=scope.allowed_secret_namespaces)
+                           operations=scope.operations, allowed_secret_namespaces=scope.allowed_secret_namespaces,
+                           managed=managed)
 
 
-async def advance_in_scope(scope: ClusterScope, op: OperationView) -> Outcome:
-    return await advance(context_of(scope), op.obj)
+def ca_rotation_operation() -> Operation:
+    """The ``ca-rotation`` kind for one registry: its managed-cluster clients are kept across steps, one per
+    cluster, and closed when the operation ends (a pass verifies, gates and restarts clients over many steps)."""
+    clients = ManagedClients()
 
+    async def advance_in_scope(scope: ClusterScope, op: OperationView) -> Outcome:
+        outcome = await advance(context_of(scope, clients), op.obj)
+        if isinstance(outcome, Done | Failed):
+            await clients.close(scope.key)
+        return outcome
 
-OPERATION = Operation(CA_ROTATION, advance_in_scope)
+    return Operation(CA_ROTATION, advance_in_scope, close=clients.close_all)

@@ -32,7 +32,7 @@ from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.operations.ca_rotation import apiserver_instances, ca_view
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
-from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, not_ready_nodes
+from ichord.operations.ca_rotation.managed import ManagedAPIError, cluster_client, not_ready_nodes
 from ichord.operations.ca_rotation.plan import apply_dial, verify_dial
 from ichord.pki.rotation import Rotation, Target
 from ichord.pki.scrub import SCRUBBER
@@ -296,7 +296,8 @@ async def verify_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, 
                                 f"yet: {SCRUBBER.exception(view)}")
             cas[m.name] = view
         try:
-            async with admin_client(talos, inputs.control_planes, kubernetes_cas(inputs, rotation)) as kc:
+            async with cluster_client(ctx.managed, inputs.cluster_key, talos, inputs.control_planes,
+                                      kubernetes_cas(inputs, rotation), issued_in=stage.value) as kc:
                 not_ready = await not_ready_nodes(kc)
         except ManagedAPIError as exc:
             return PassWait(CARotationReason.VERIFYING_PASS, str(exc))

@@ -53,7 +53,7 @@ from ichord.operations.ca_rotation.lifecycle import (
     lock,
     stage_mutations,
 )
-from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, root_ca_lagging
+from ichord.operations.ca_rotation.managed import ManagedAPIError, cluster_client, root_ca_lagging
 from ichord.operations.ca_rotation.passes import PassWait, apply_pass, kubernetes_cas, verify_pass
 from ichord.operations.ca_rotation.plan import (
     PlannedMachine,
@@ -281,7 +281,8 @@ async def _aggregator_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotat
     new_agg = rotation.new[Target.KUBERNETES_AGGREGATOR]
     talos = ctx.talos_factory(verify_dial(inputs.bundle, rotation, Stage.ACCEPTING))
     try:
-        async with admin_client(talos, inputs.control_planes, kubernetes_cas(inputs, rotation)) as kc:
+        async with cluster_client(ctx.managed, inputs.cluster_key, talos, inputs.control_planes,
+                                  kubernetes_cas(inputs, rotation), issued_in=Stage.ACCEPTING.value) as kc:
             auth = await aggregator.read_extension_auth(kc)
     finally:
         talos.close()
@@ -328,7 +329,8 @@ async def _issuing_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotation
     if new_k8s is not None:
         talos = ctx.talos_factory(issuing_dial(inputs, rotation))
         try:
-            async with admin_client(talos, inputs.control_planes, kubernetes_cas(inputs, rotation)) as kc:
+            async with cluster_client(ctx.managed, inputs.cluster_key, talos, inputs.control_planes,
+                                      kubernetes_cas(inputs, rotation), issued_in=Stage.ISSUING.value) as kc:
                 lagging = await root_ca_lagging(kc, new_k8s.cert_pem)
         finally:
             talos.close()
