@@ -58,7 +58,7 @@ def install() -> bool:
         return False  # too late to be faithful: keep whatever is loaded
     try:
         plans = _plans()
-    except (UnexpectedLayout, OSError, SyntaxError, ValueError, UnicodeDecodeError):
+    except (UnexpectedLayout, OSError, SyntaxError, UnicodeDecodeError):
         return False
     if plans is None:
         return False
@@ -108,7 +108,10 @@ def parse_init(package: str, source: str) -> tuple[dict[str, Export], dict[str, 
                 exports[str(alias.asname)] = Export(alias.name, None)
         elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
               and node.targets[0].id in _CONSTANTS):
-            constants[node.targets[0].id] = ast.literal_eval(node.value)
+            try:
+                constants[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                raise UnexpectedLayout(f"{package}'s {node.targets[0].id} is not a literal") from None
         else:
             raise UnexpectedLayout(f"{package}'s __init__ has a statement other than re-exports (line {node.lineno})")
     return exports, constants
