@@ -175,6 +175,18 @@ def metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": meta}
 
 
+def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the TalosCluster, TalosMachine and TalosOperation informers keep: all but ``metadata.managedFields``.
+
+    A real API server's field-manager record is often as large as the object and nothing here reads it. Cached
+    copies only ever go back as merge patches of status and metadata (kube/status.py), and an update that omits
+    managedFields keeps the server's own. The input is left as it is: a shallow copy drops the one key."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
 def _resource(kind: str) -> Resource:
     return Resource(GROUP, VERSION, PLURALS[kind])
 
@@ -184,9 +196,9 @@ class Daemon:
         self.settings = settings
         self.kube = kube
         timing = settings.timing
-        self.clusters = Informer(kube, _resource(TALOS_CLUSTER), timing=timing)
-        self.machines = Informer(kube, _resource(TALOS_MACHINE), timing=timing)
-        self.operations = Informer(kube, _resource(TALOS_OPERATION), timing=timing)
+        self.clusters = Informer(kube, _resource(TALOS_CLUSTER), timing=timing, transform=without_managed_fields)
+        self.machines = Informer(kube, _resource(TALOS_MACHINE), timing=timing, transform=without_managed_fields)
+        self.operations = Informer(kube, _resource(TALOS_OPERATION), timing=timing, transform=without_managed_fields)
         # The bundle Secrets, by label and metadata only: a new or changed bundle wakes its cluster at once. One
         # per namespace ichord is granted Secrets in (its own and the allowed ones); a cluster elsewhere has its
         # bundle read on each of its steps all the same.
