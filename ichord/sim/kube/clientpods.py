@@ -284,16 +284,14 @@ class PodModel:
     def _write_pod(self, p: PodState, *, node: str | None = None, phase: str | None = None,
                    ready: bool | None = None) -> None:
         rt = self._rt("", "pods")
-        try:
-            obj = self.store.get(rt, p.namespace, p.name)
-        except ApiError:
+        obj = self.store.peek_object(rt, p.namespace, p.name)  # read only: the store copies what it is given
+        if obj is None:
             return
         if node is not None:
-            obj["spec"]["nodeName"] = node
-            obj = self.store.apply(rt, obj)
+            obj = self.store.apply(rt, {**obj, "spec": {**obj["spec"], "nodeName": node}})
         if phase is not None:
-            obj["status"] = {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
-            self.store.apply(rt, obj, subresource="status")
+            status = {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+            self.store.apply(rt, {**obj, "status": status}, subresource="status")
 
     def _taints(self, nodes: dict[str, JSON]) -> bool:
         """cilium: a Node whose agent is not Ready gets the agent-not-ready taint, a Ready agent lifts it."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import hashlib
+import re
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -37,6 +38,33 @@ IMMEDIATE_MACHINE_KEYS = frozenset({
     "nodeAnnotations", "nodeTaints", "features",
 })
 IMMEDIATE_TOP_KEYS = frozenset({"version", "cluster", "debug", "persist"})
+
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
+
+
+def unified_diff(old: list[str], new: list[str], context: int = 3) -> str:
+    """difflib's unified diff of ``old`` -> ``new`` ("a/config", "b/config"), matched only between the lines' common
+    prefix and suffix (less ``context`` lines each side), its hunk headers' line numbers moved back.
+
+    A stage changes a few certificate lines of a few hundred: matching the whole configuration each dry run was
+    a simulated node's largest cost after TLS."""
+    shortest = min(len(old), len(new))
+    head = 0
+    while head < shortest and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < shortest - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    skip, cut = max(0, head - context), max(0, tail - context)
+    out = []
+    for line in difflib.unified_diff(old[skip:len(old) - cut], new[skip:len(new) - cut], "a/config", "b/config",
+                                     lineterm=""):
+        m = _HUNK.match(line)
+        out.append(line if m is None else
+                   f"@@ -{int(m[1]) + skip}{m[2] or ''} +{int(m[3]) + skip}{m[4] or ''} @@" + line[m.end():])
+    return "\n".join(out)
 
 
 @dataclass
@@ -409,7 +437,7 @@ class SimNode:
             # libyaml's text (render/wire.py) rather than ruamel's: the same values at a tenth of the cost; the new
             # side is the text received (its values are cfg's; Talos diffs its own re-encoding, the sim need not).
             old, new = self.wire_of(self.running).decode().splitlines(), data.decode(errors="replace").splitlines()
-            diff = "\n".join(difflib.unified_diff(old, new, "a/config", "b/config", lineterm="")) or "No changes."
+            diff = unified_diff(old, new) or "No changes."
         return f"Dry run summary:\n{details} (skipped in dry-run).\nConfig diff:\n\n{diff}"
 
     def _persist(self, cfg: MachineConfig) -> None:

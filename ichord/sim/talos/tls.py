@@ -37,6 +37,9 @@ class NodeTLS:
         self.names = names
         self.trustd = trustd
         self._cache: dict[str, tuple[ssl.SSLContext, dict[str, Any]]] = {}
+        #: The serving certificate and key by issuing CA: a change of the trusted CAs alone (Accepting,
+        #: Dropping) builds a new context around the same certificate instead of signing another.
+        self._leaves: dict[bytes, tuple[bytes, bytes]] = {}
 
     def issuer_for(self, view: ConfigView) -> CAView:
         if view.os_ca.key_pem is not None:
@@ -56,8 +59,12 @@ class NodeTLS:
             return cached
         issuer = self.issuer_for(view)
         assert issuer.key_pem is not None  # issuer_for returns issuing CAs only
-        cert, private = sign_leaf(issuer.signer_pem, issuer.key_pem, common_name=self.names[0],
-                                  ips=[*self.ips, "127.0.0.1"], dns=self.names)
+        leaf = self._leaves.get(issuer.signer_pem)
+        if leaf is None:
+            leaf = sign_leaf(issuer.signer_pem, issuer.key_pem, common_name=self.names[0],
+                             ips=[*self.ips, "127.0.0.1"], dns=self.names)
+            self._leaves = {issuer.signer_pem: leaf}  # only the current issuer's is kept
+        cert, private = leaf
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.verify_mode = ssl.CERT_REQUIRED
