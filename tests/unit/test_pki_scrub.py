@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import base64
+import random
+import re
 from dataclasses import dataclass
 
+import pytest
 from cryptography.hazmat.primitives import serialization
 
+from ichord.pki import scrub
 from ichord.pki.bundle import generate_bundle
 from ichord.pki.scrub import REDACTED, Scrubber
 
@@ -100,3 +104,42 @@ def test_pem_inside_a_larger_base64_blob_is_removed_at_any_alignment() -> None:
         tail = blob[len(blob) // 2:]
         assert tail not in out, lead
         assert body not in out
+
+
+def _alternation(needles: set[str], text: str) -> str:
+    """The reference: one regex of every needle, longest first (what the scrubber compiled before issue 19)."""
+    ordered = sorted(needles, key=len, reverse=True)
+    return re.sub("|".join(re.escape(n) for n in ordered), REDACTED, text)
+
+
+def test_needles_are_removed_as_a_longest_first_alternation_would() -> None:
+    """Overlapping, nested and adjacent needles, at random places: leftmost first, the longest at a position."""
+    rng = random.Random(19)
+    alphabet = "abcAB+/=.-_ 0123"
+    needles = {"abcabc", "abcabcabc", "bcabca", "AB+/=.AB", "AB+/=.", "0123abc", "c0123a", "......", "REDACTED"}
+    s = Scrubber()
+    s.register_all(needles)
+    assert s._needles >= needles  # plus their base64 forms, also needles
+    for _ in range(2000):
+        parts = [rng.choice([*needles, "".join(rng.choices(alphabet, k=rng.randint(0, 9)))]) for _ in range(6)]
+        text = "".join(parts)
+        assert s.text(text) == _alternation(s._needles, text), text
+
+
+def test_a_fleet_of_distinct_bundles_registers_without_recompiling_a_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each cluster's bundle joins the process-wide scrubber: one regex of every needle, recompiled per register,
+    cost the 41st bundle ~14 s. Registration builds no pattern now, and every bundle's keys are still removed."""
+    s = Scrubber()
+    keys = [generate_bundle().os.key_pem for _ in range(3)]
+
+    def no_compile(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("registering a secret compiled a regex")
+
+    monkeypatch.setattr(scrub.re, "compile", no_compile)
+    for key in keys:
+        s.register(key)
+    monkeypatch.undo()
+    for key in keys:
+        for m in _material(key):
+            out = s.text(f"before {m} after")
+            assert m.strip() not in out and out.startswith(f"before {REDACTED}") and out.endswith(" after"), m[:20]
