@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import structlog
 
-from ichord import log, malloc
+from ichord import gcpolicy, log, malloc
 from ichord.api.max_unavailable import MaxUnavailable, MaxUnavailableError
 from ichord.daemon import DaemonSettings, run_daemon
 from ichord.errors import IchordError
@@ -142,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         structlog.get_logger("ichord.run").warning(
             f"{DEPRECATED_CONCURRENCY_ENV} is deprecated; use --max-unavailable or ICHORD_MAX_UNAVAILABLE",
             max_unavailable=str(settings.timing.max_unavailable))
+    gcpolicy.tune()  # last before the loop: what start-up built is frozen, never walked again (ichord.gcpolicy)
     try:
         anyio.run(run_daemon, settings, backend="asyncio")
     except BaseException as exc:  # every way out of the task tree becomes one structured line and an exit code

@@ -120,6 +120,8 @@ class ClusterReconciler:
         self._conditions: set[tuple[str, str, str]] = set()  # ichord_cluster_condition series published
         #: Configuration hashes by content, shared by this cluster's machines (ichord.machines.memo).
         self._memo = ConfigMemo()
+        #: The TalosCluster as this step last wrote it: the next status write starts from it, not from a GET.
+        self._written: Obj | None = None
 
     def close(self) -> None:
         if self._talos is not None:
@@ -139,6 +141,7 @@ class ClusterReconciler:
         return outcome
 
     async def _step(self, messages: dict[Hashable, str]) -> Outcome:
+        self._written = None
         scope = await self._scope()
         if scope.cluster is None:
             await self._cluster_missing(scope)
@@ -197,6 +200,7 @@ class ClusterReconciler:
                 timing=self.rt.timing,
                 warning_days=self.rt.warning_days,
                 bundle=scope.bundle,
+                on_written=self._wrote,
             )
             self._expiry_due = now + delay
         return Requeue(max(0.0, self._expiry_due - now), "expiry re-read")
@@ -372,8 +376,16 @@ class ClusterReconciler:
                     post=False,
                 )
 
+    def _wrote(self, cluster: Obj) -> None:
+        self._written = cluster
+
     async def _set_cluster_ready(self, cluster: Obj, cond: Condition) -> bool:
-        """Set the TalosCluster's Ready condition; True when it changed."""
+        """Set the TalosCluster's Ready condition; True when it changed.
+
+        The write starts from the object this step wrote last, else from ``cluster`` (the informer's): one
+        PATCH, no GET. A copy that is stale by then costs a 409 and a fresh read, never a lost update.
+        """
+        cluster = self._written or cluster
         view = ClusterView.of(cluster)
         current = find(view.status.get("conditions"), names.READY)
         if current and (current.get("status"), current.get("reason"), current.get("message")) == (
@@ -391,7 +403,8 @@ class ClusterReconciler:
             return status
 
         try:
-            await update_status(crds.clusters(self.rt.kube), self.namespace, self.name, mutate)
+            self._written = await update_status(crds.clusters(self.rt.kube), self.namespace, self.name, mutate,
+                                                current=cluster)
         except NotFound:
             return False
         return True

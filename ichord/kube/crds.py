@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from typing import Any
+from urllib.parse import quote
 
 from ichord.api.names import API_VERSION, GROUP, PLURALS, TALOS_CLUSTER, TALOS_MACHINE, TALOS_OPERATION, VERSION
 from ichord.kube.client import KubeClient
@@ -38,6 +39,7 @@ class CustomObjects:
     """CRUD for one kind; objects are plain dicts as the API returns them (uncached)."""
 
     def __init__(self, client: KubeClient, kind: Kind) -> None:
+        self._client = client
         self._api = client.custom()
         self.kind = kind
 
@@ -81,11 +83,12 @@ class CustomObjects:
         return obj
 
     async def patch_status(self, namespace: str, name: str, patch: Obj | list[Obj]) -> Obj:
+        """By path, the body as JSON: every machine's status write of a converging fleet comes here, and the
+        generated client's sanitising and deserialising was about a quarter of each one's cost (py-spy)."""
         ctype = JSON_PATCH if isinstance(patch, list) else MERGE_PATCH
-        with translate():
-            obj: Obj = await self._api.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, self.kind.plural, name, patch,
-                _content_type=ctype)  # type: ignore[call-arg]  # the stubs omit it; the runtime honours it  # type: ignore[call-arg]
+        path = (f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace, safe='')}/{self.kind.plural}/"
+                f"{quote(name, safe='')}/status")
+        obj: Obj = await self._client.raw("PATCH", path, body=patch, content_type=ctype)
         return obj
 
     async def replace_status(self, namespace: str, name: str, body: Obj) -> Obj:

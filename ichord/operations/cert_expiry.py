@@ -231,11 +231,14 @@ async def expiry_pass(
     warning_days: float = DEFAULT_WARNING_DAYS,
     now: dt.datetime | None = None,
     bundle: Callable[[], Awaitable[BundleRead]] | None = None,
+    on_written: Callable[[Obj], None] | None = None,
 ) -> float:
     """One expiry read of a cluster; returns the seconds until the next one.
 
     ``timing.expiry_reread`` after a read, ``timing.expiry_retry`` when the bundle could not be read
-    or the status could not be written. Never raises for an API or bundle failure.
+    or the status could not be written. Never raises for an API or bundle failure. ``on_written`` gets the
+    cluster as the status write left it (or as read fresh when nothing changed), so the caller's next write
+    of the same object starts from it instead of a GET.
     """
     meta = cluster_obj.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
@@ -268,6 +271,8 @@ async def expiry_pass(
         bound.warning("expiry status not written; retrying", error=scrub_text(str(exc)),
                       retry_in=timing.expiry_retry)
         return timing.expiry_retry
+    if on_written is not None:
+        on_written(obj)
     if written.turned_true:
         recorder.record(ObjectRef.of(obj), WARNING, EventReason.CERTIFICATES_EXPIRING, result.condition.message)
         bound.warning("CAs expiring", certificates=[c.name for c in result.expired + result.expiring])

@@ -59,6 +59,8 @@ _B64_PEM = re.compile(
 )
 # A PEM body line that survived without its armour (64 base64 chars).
 _MIN_FRAGMENT = 16
+# Every needle is at least this long; its first _GRAM characters index it.
+_GRAM = 6
 
 
 def _key_encodings(pem_text: bytes) -> set[str]:
@@ -96,51 +98,55 @@ class Scrubber:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._needles: set[str] = set()
-        self._pattern: re.Pattern[str] | None = None
-        self._stale = False  # needles were added since the pattern was compiled
+        # Needles by their first _GRAM characters, longest first. One regex of every needle was recompiled on each
+        # register: a fleet of distinct bundles made that quadratic (the 41st bundle's registration took ~14 s).
+        self._index: dict[str, tuple[str, ...]] = {}
 
     def register(self, secret: str | bytes) -> None:
         """Remember a secret (a PEM key, a token, a password) so every encoding of it is removed."""
-        self.register_all([secret])
+        text = secret.decode(errors="replace") if isinstance(secret, bytes) else secret
+        if len(text) < 6 or text in self._needles:
+            # Too short to remove without destroying ordinary words, or known (a secret is its own needle): every
+            # step of an operation registers the bundle's keys again, and deriving a key's encodings parses it.
+            return
+        needles = {text, base64.b64encode(text.encode()).decode()}
+        if "-----BEGIN" in text:
+            needles |= _key_encodings(text.encode())
+        with self._lock:
+            for needle in needles:
+                if len(needle) >= _GRAM and needle not in self._needles:
+                    self._needles.add(needle)
+                    key = needle[:_GRAM]
+                    self._index[key] = tuple(sorted((*self._index.get(key, ()), needle), key=len, reverse=True))
 
     def register_all(self, secrets: Iterable[str | bytes]) -> None:
-        """Remember each of ``secrets``; the pattern is rebuilt once, at the next ``text``, and only if one is new.
-
-        A secret already remembered costs a set lookup: every step of an operation registers the bundle's keys
-        again, and deriving a key's encodings (parsing it) or recompiling the pattern each time was a hot spot."""
-        added: set[str] = set()
-        for secret in secrets:
-            text = secret.decode(errors="replace") if isinstance(secret, bytes) else secret
-            if len(text) < 6 or text in self._needles:
-                continue  # too short to remove without destroying ordinary words, or known (it is its own needle)
-            needles = {text, base64.b64encode(text.encode()).decode()}
-            if "-----BEGIN" in text:
-                needles |= _key_encodings(text.encode())
-            added |= {n for n in needles if len(n) >= 6}
-        if not added:
-            return
-        with self._lock:
-            before = len(self._needles)
-            self._needles |= added
-            if len(self._needles) != before:
-                self._stale = True
-
-    def _current_pattern(self) -> re.Pattern[str] | None:
-        if self._stale:
-            with self._lock:
-                if self._stale:
-                    ordered = sorted(self._needles, key=len, reverse=True)
-                    self._pattern = re.compile("|".join(re.escape(n) for n in ordered))
-                    self._stale = False
-        return self._pattern
+        for s in secrets:
+            self.register(s)
 
     def text(self, value: str) -> str:
         out = _PEM_ANY.sub(REDACTED, value)
         out = _B64_PEM.sub(REDACTED, out)
-        pattern = self._current_pattern()
-        if pattern is not None:
-            out = pattern.sub(REDACTED, out)
-        return out
+        return self._remove_needles(out)
+
+    def _remove_needles(self, text: str) -> str:
+        """Each registered needle, leftmost first and the longest at a position first (a regex alternation of
+        them all, longest first, would do the same), at a cost that grows with the text, not the needle count."""
+        index = self._index
+        starts = [i for i in range(len(text) - _GRAM + 1) if text[i:i + _GRAM] in index] if index else []
+        if not starts:
+            return text
+        parts: list[str] = []
+        done = 0  # text[:done] is decided
+        for i in starts:
+            if i < done:
+                continue  # inside a needle already removed
+            for needle in index.get(text[i:i + _GRAM], ()):
+                if text.startswith(needle, i):
+                    parts += (text[done:i], REDACTED)
+                    done = i + len(needle)
+                    break
+        parts.append(text[done:])
+        return "".join(parts)
 
     def exception(self, exc: BaseException) -> str:
         """A safe one-line description for conditions and Events: the type and the scrubbed message.

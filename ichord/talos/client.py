@@ -167,7 +167,9 @@ class TalosClient(ResourceReads):
     async def _connect(self, endpoint: str, method: str, node: str | None) -> Channel:
         cached = self._channel(endpoint)
         try:
-            await asyncio.wait_for(cached.channel.__connect__(), self._dial_timeout)
+            # asyncio.timeout, not wait_for: this runs before every call, and wait_for costs a task each time.
+            async with asyncio.timeout(self._dial_timeout):
+                await cached.channel.__connect__()
         except BaseException as exc:
             self._drop(endpoint)
             raise self._translate(exc, endpoint, method, node, dialing=True) from None

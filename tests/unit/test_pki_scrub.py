@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import random
+import re
 from dataclasses import dataclass
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-import ichord.pki.scrub as scrub_module
+from ichord.pki import scrub
 from ichord.pki.bundle import generate_bundle
 from ichord.pki.scrub import REDACTED, Scrubber
 
@@ -104,25 +106,59 @@ def test_pem_inside_a_larger_base64_blob_is_removed_at_any_alignment() -> None:
         assert body not in out
 
 
-def test_a_secret_registered_after_use_is_removed_and_a_known_one_is_not_derived_again(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def _alternation(needles: set[str], text: str) -> str:
+    """The reference: one regex of every needle, longest first (what the scrubber compiled before issue 19)."""
+    ordered = sorted(needles, key=len, reverse=True)
+    return re.sub("|".join(re.escape(n) for n in ordered), REDACTED, text)
 
+
+def test_needles_are_removed_as_a_longest_first_alternation_would() -> None:
+    """Overlapping, nested and adjacent needles, at random places: leftmost first, the longest at a position."""
+    rng = random.Random(19)
+    alphabet = "abcAB+/=.-_ 0123"
+    needles = {"abcabc", "abcabcabc", "bcabca", "AB+/=.AB", "AB+/=.", "0123abc", "c0123a", "......", "REDACTED"}
     s = Scrubber()
-    s.register("first-token-value")
-    assert s.text("a first-token-value b") == f"a {REDACTED} b"
-    s.register_all(["second-token-value", "first-token-value"])  # one new: the pattern is rebuilt at the next use
-    assert s.text("second-token-value / first-token-value") == f"{REDACTED} / {REDACTED}"
+    s.register_all(needles)
+    assert s._needles >= needles  # plus their base64 forms, also needles
+    for _ in range(2000):
+        parts = [rng.choice([*needles, "".join(rng.choices(alphabet, k=rng.randint(0, 9)))]) for _ in range(6)]
+        text = "".join(parts)
+        assert s.text(text) == _alternation(s._needles, text), text
 
+
+def test_a_fleet_of_distinct_bundles_registers_without_recompiling_a_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each cluster's bundle joins the process-wide scrubber: one regex of every needle, recompiled per register,
+    cost the 41st bundle ~14 s. Registration builds no pattern now, and every bundle's keys are still removed."""
+    s = Scrubber()
+    keys = [generate_bundle().os.key_pem for _ in range(3)]
+
+    def no_compile(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("registering a secret compiled a regex")
+
+    monkeypatch.setattr(scrub.re, "compile", no_compile)
+    for key in keys:
+        s.register(key)
+    monkeypatch.undo()
+    for key in keys:
+        for m in _material(key):
+            out = s.text(f"before {m} after")
+            assert m.strip() not in out and out.startswith(f"before {REDACTED}") and out.endswith(" after"), m[:20]
+
+
+def test_a_known_secret_is_not_derived_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step of an operation registers the bundle's keys again: a known key costs a lookup, not a parse."""
+    s = Scrubber()
     key = generate_bundle().os.key_pem
     derived: list[bytes] = []
-    real = scrub_module._key_encodings
+    real = scrub._key_encodings
 
     def counting(pem: bytes) -> set[str]:
         derived.append(pem)
         return real(pem)
 
-    monkeypatch.setattr(scrub_module, "_key_encodings", counting)
-    for _ in range(3):  # every step of an operation registers the bundle's keys again
+    monkeypatch.setattr(scrub, "_key_encodings", counting)
+    for _ in range(3):
         s.register(key)
     assert len(derived) == 1
-    assert REDACTED in s.text(f"leaked {key.decode()}") and "PRIVATE" not in s.text(f"leaked {key.decode()}")
+    leaked = s.text(f"leaked {key.decode()}")
+    assert REDACTED in leaked and "PRIVATE" not in leaked

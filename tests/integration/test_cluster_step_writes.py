@@ -1,0 +1,110 @@
+"""Issue 19: what one step of a cluster actor writes to the API, counted by the simulator's request log.
+
+Converging a fleet is paid per request: a cold step writes the cluster's expiry status, its Ready condition and
+each machine's status once, and reads the TalosCluster back never (the Ready write starts from the object the
+expiry write returned). A copy that went stale meanwhile still costs only a 409 and a fresh read, never another
+writer's update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+
+import anyio
+import pytest
+
+from ichord.actors.cluster import ClusterReconciler, Runtime
+from ichord.api import names
+from ichord.api.conditions import Condition, find
+from ichord.kube import crds
+from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.events import EventRecorder
+from ichord.kube.status import update_status
+from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.settings import Timing
+from ichord.sim.combined import SimEnvironment
+from ichord.watchers.informer import Informer, Resource
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+TIMING = replace(Timing().scaled(0.01))
+
+
+@pytest.fixture(scope="module")
+def bundle() -> SecretsBundle:
+    return generate_bundle()
+
+
+@pytest.fixture
+async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
+    async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=3, workers=1) as e:
+        yield e
+
+
+async def _with_reconciler(kube: KubeClient, env: SimEnvironment,
+                           body: Callable[[ClusterReconciler], Awaitable[None]]) -> None:
+    informers = [Informer(kube, Resource(names.GROUP, names.VERSION, names.PLURALS[k]), timing=TIMING)
+                 for k in (names.TALOS_CLUSTER, names.TALOS_MACHINE, names.TALOS_OPERATION)]
+    recorder = EventRecorder(kube, instance="test")
+    async with anyio.create_task_group() as tg:
+        for inf in informers:
+            tg.start_soon(inf.run)
+        tg.start_soon(recorder.run)
+        for inf in informers:
+            await inf.wait_synced()
+        reconciler = ClusterReconciler(Runtime(kube, env.namespace, *informers, recorder, TIMING),
+                                       env.namespace, env.cluster_name)
+        try:
+            await body(reconciler)
+        finally:
+            reconciler.close()
+            await recorder.drain()
+            tg.cancel_scope.cancel()
+
+
+async def test_a_cold_step_writes_each_object_once_and_reads_no_cluster_back(env: SimEnvironment) -> None:
+    async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
+        env.management.requests.clear()
+
+        async def step(reconciler: ClusterReconciler) -> None:
+            await reconciler.step({})
+
+        await _with_reconciler(kube, env, step)
+        log = env.management.requests
+        assert log.count("get", resource="talosclusters") == 0
+        assert log.count("patch", resource="talosclusters") == 2  # expiry status, then Ready
+        assert log.count("patch", resource="talosmachines") == len(env.machine_names)
+        assert log.count(status=409) == 0
+        cluster = await crds.clusters(kube).get(env.namespace, env.cluster_name)
+        assert find(cluster["status"]["conditions"], names.READY)["status"] == "True"
+        assert [c["name"] for c in cluster["status"]["certificates"]]  # the expiry write was not lost
+        for name in env.machine_names:
+            machine = await crds.machines(kube).get(env.namespace, name)
+            ready = find(machine["status"]["conditions"], names.READY)
+            assert (ready["status"], ready["reason"]) == ("True", "Converged")
+
+
+async def test_a_stale_copy_costs_a_conflict_never_another_writers_update(env: SimEnvironment) -> None:
+    async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
+        stale = await crds.clusters(kube).get(env.namespace, env.cluster_name)
+
+        def other_writer(status: dict[str, object], _obj: object) -> dict[str, object]:
+            status["earliestExpiry"] = "2099-01-01T00:00:00Z"
+            return status
+
+        await update_status(crds.clusters(kube), env.namespace, env.cluster_name, other_writer)
+        env.management.requests.clear()
+
+        async def set_ready(reconciler: ClusterReconciler) -> None:
+            changed = await reconciler._set_cluster_ready(  # the write under test
+                stale, Condition(names.READY, "True", "Reconciled", "the bundle is readable"))
+            assert changed
+
+        await _with_reconciler(kube, env, set_ready)
+        log = env.management.requests
+        assert log.count("patch", status=409, resource="talosclusters") == 1
+        assert log.count("get", resource="talosclusters") == 1  # the fresh read after the conflict
+        cluster = await crds.clusters(kube).get(env.namespace, env.cluster_name)
+        assert cluster["status"]["earliestExpiry"] == "2099-01-01T00:00:00Z"
+        assert find(cluster["status"]["conditions"], names.READY)["reason"] == "Reconciled"
