@@ -8,7 +8,7 @@ writer's update.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 import anyio
@@ -21,7 +21,6 @@ from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.events import EventRecorder
 from ichord.kube.status import update_status
-from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from ichord.watchers.informer import Informer, Resource
@@ -29,17 +28,6 @@ from ichord.watchers.informer import Informer, Resource
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 TIMING = replace(Timing().scaled(0.01))
-
-
-@pytest.fixture(scope="module")
-def bundle() -> SecretsBundle:
-    return generate_bundle()
-
-
-@pytest.fixture
-async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
-    async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=3, workers=1) as e:
-        yield e
 
 
 async def _with_reconciler(kube: KubeClient, env: SimEnvironment,
