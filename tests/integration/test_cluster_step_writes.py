@@ -8,57 +8,30 @@ writer's update.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-import anyio
 import pytest
 
-from ichord.actors.cluster import ClusterReconciler, Runtime
 from ichord.api import names
 from ichord.api.conditions import Condition, find
 from ichord.kube import crds
-from ichord.kube.client import KubeClient, from_kubeconfig
-from ichord.kube.events import EventRecorder
+from ichord.kube.client import from_kubeconfig
 from ichord.kube.status import update_status
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
-from ichord.watchers.informer import Informer, Resource
+from tests.integration._actor import cluster_actor
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 TIMING = replace(Timing().scaled(0.01))
 
 
-async def _with_reconciler(kube: KubeClient, env: SimEnvironment,
-                           body: Callable[[ClusterReconciler], Awaitable[None]]) -> None:
-    informers = [Informer(kube, Resource(names.GROUP, names.VERSION, names.PLURALS[k]), timing=TIMING)
-                 for k in (names.TALOS_CLUSTER, names.TALOS_MACHINE, names.TALOS_OPERATION)]
-    recorder = EventRecorder(kube, instance="test")
-    async with anyio.create_task_group() as tg:
-        for inf in informers:
-            tg.start_soon(inf.run)
-        tg.start_soon(recorder.run)
-        for inf in informers:
-            await inf.wait_synced()
-        reconciler = ClusterReconciler(Runtime(kube, env.namespace, *informers, recorder, TIMING),
-                                       env.namespace, env.cluster_name)
-        try:
-            await body(reconciler)
-        finally:
-            reconciler.close()
-            await recorder.drain()
-            tg.cancel_scope.cancel()
-
-
 async def test_a_cold_step_writes_each_object_once_and_reads_no_cluster_back(env: SimEnvironment) -> None:
     async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
         env.management.requests.clear()
 
-        async def step(reconciler: ClusterReconciler) -> None:
+        async with cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as reconciler:
             await reconciler.step({})
-
-        await _with_reconciler(kube, env, step)
         log = env.management.requests
         assert log.count("get", resource="talosclusters") == 0
         assert log.count("patch", resource="talosclusters") == 2  # expiry status, then Ready
@@ -84,12 +57,9 @@ async def test_a_stale_copy_costs_a_conflict_never_another_writers_update(env: S
         await update_status(crds.clusters(kube), env.namespace, env.cluster_name, other_writer)
         env.management.requests.clear()
 
-        async def set_ready(reconciler: ClusterReconciler) -> None:
-            changed = await reconciler._set_cluster_ready(  # the write under test
+        async with cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as reconciler:
+            assert await reconciler._set_cluster_ready(  # the write under test
                 stale, Condition(names.READY, "True", "Reconciled", "the bundle is readable"))
-            assert changed
-
-        await _with_reconciler(kube, env, set_ready)
         log = env.management.requests
         assert log.count("patch", status=409, resource="talosclusters") == 1
         assert log.count("get", resource="talosclusters") == 1  # the fresh read after the conflict

@@ -10,20 +10,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-from ichord.actors.cluster import ClusterReconciler, Runtime
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.cluster_cli import bundle_export
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
-from ichord.kube.events import EventRecorder
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
-from ichord.watchers.informer import Informer, Resource
+from tests.integration._actor import cluster_actor
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -44,21 +41,9 @@ async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
 
 async def _step(kube: KubeClient, env: SimEnvironment, allowed: frozenset[str]) -> None:
     """One step of the actor of TalosCluster team-a/remote, as the leader would run it."""
-    informers = [Informer(kube, Resource(names.GROUP, names.VERSION, names.PLURALS[k]), timing=TIMING)
-                 for k in (names.TALOS_CLUSTER, names.TALOS_MACHINE, names.TALOS_OPERATION)]
-    recorder = EventRecorder(kube, instance="test")
-    async with anyio.create_task_group() as tg:
-        for inf in informers:
-            tg.start_soon(inf.run)
-        tg.start_soon(recorder.run)
-        for inf in informers:
-            await inf.wait_synced()
-        rt = Runtime(kube, env.namespace, *informers, recorder, TIMING, allowed_secret_namespaces=allowed)
-        reconciler = ClusterReconciler(rt, TEAM_A, "remote")
+    async with cluster_actor(kube, env.namespace, TEAM_A, "remote", TIMING,
+                             allowed_secret_namespaces=allowed) as reconciler:
         await reconciler.step({})
-        reconciler.close()
-        await recorder.drain()
-        tg.cancel_scope.cancel()
 
 
 def _secret_reads(env: SimEnvironment) -> list[Any]:
