@@ -10,8 +10,11 @@ ApplyConfiguration RPC, dry runs included, takes on the simulated node).
 
 Modes:
 - ``inprocess``: one step loop per cluster calls ``advance`` (as the cluster actor does) on the main
-  thread; the simulators run on a thread of their own, so ``rotation_cpu_s`` (time.thread_time of the
-  main thread) excludes them (it includes the client side: TLS, JSON, rendering).
+  thread; ``rotation_cpu_s`` (time.thread_time of the main thread) is the client side: TLS, JSON, rendering.
+
+The simulators run in a process of their own (``--sims process``, the default): in production the nodes' CPU is
+not ichord's, and on a thread of this process (``--sims thread``) they would share the client's GIL, so a wide
+pass would time the simulators as much as ichord. ``sims_cpu_s`` is that process's CPU over the rotation.
 - ``daemon``: ``ichord run`` as a subprocess (ICHORD_TIME_SCALE=--daemon-time-scale: leader election
   scales too, so it cannot go to ~zero; the rotation's settle waits are then seconds). The daemon's
   CPU is its user+sys from /proc/<pid>/stat between the operations' creation and the last Completed.
@@ -50,6 +53,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import secrets
 import subprocess
@@ -60,6 +64,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -253,6 +258,15 @@ class Bench:
             await env.stop()
         await self.mgmt.stop()
 
+    def write_kubeconfig(self, path: Path) -> Path:
+        return self.mgmt.write_kubeconfig(path, namespace=NS)
+
+    def ready(self) -> dict[str, str]:
+        return bench_ready(self)
+
+    def sims_cpu_s(self) -> float | None:
+        return None  # on a thread of this process: not separable from the client's
+
     def reboots(self) -> dict[str, Any]:
         """Control-plane reboots the simulators saw, against the plan's three per control plane with etcd."""
         seen = sum(1 for env in self.envs for e in env.talos.history.of("reboot")
@@ -289,7 +303,131 @@ class SimThread:
         self._thread.join(30)
 
 
-async def create_operations(kube: KubeClient, bench: Bench) -> None:
+class _ClusterName:
+    """What the client side needs of a simulated environment that lives in another process: its cluster's name."""
+
+    def __init__(self, name: str) -> None:
+        self.cluster_name = name
+
+
+class RemoteBench:
+    """The client side's view of a Bench served by a SimProcess: the same attributes the runners read, and the
+    counts fetched once (``record_applies``) when the rotation is over."""
+
+    def __init__(self, process: SimProcess, bench: Bench, clusters: list[str]) -> None:
+        self._process = process
+        self.n, self.cps, self.workers, self.targets = bench.n, bench.cps, bench.workers, bench.targets
+        self.envs = [_ClusterName(c) for c in clusters]
+        self.counts = Counts()
+        self.cp_talos: Counter[tuple[str, str]] = Counter()
+        self._reboots: dict[str, Any] = {}
+        self._watching = False
+
+    @property
+    def machines(self) -> int:
+        return self.n * (self.cps + self.workers)
+
+    @property
+    def watching(self) -> bool:
+        return self._watching
+
+    @watching.setter
+    def watching(self, value: bool) -> None:
+        self._process.call("watch", value)  # acknowledged: no request is served between this and the next line
+        self._watching = value
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        return Path(self._process.call("kubeconfig", str(path)))
+
+    def ready(self) -> dict[str, str]:
+        return dict(self._process.call("ready"))
+
+    def record_applies(self) -> None:
+        got = self._process.call("results")
+        self.counts, self.cp_talos, self._reboots = got["counts"], got["cp_talos"], got["reboots"]
+
+    def reboots(self) -> dict[str, Any]:
+        return self._reboots
+
+    def sims_cpu_s(self) -> float | None:
+        return proc_cpu(self._process.pid)
+
+
+def _serve_bench(bench: Bench, conn: Connection) -> None:
+    """The child's side of a SimProcess: start ``bench``, then answer the parent's calls until "stop"."""
+
+    async def main() -> None:
+        await bench.start()
+        conn.send(("ok", [env.cluster_name for env in bench.envs]))
+        loop = asyncio.get_running_loop()
+        while True:
+            what, arg = await loop.run_in_executor(None, conn.recv)
+            if what == "stop":
+                await bench.stop()
+                conn.send(("ok", None))
+                return
+            if what == "watch":
+                bench.watching = bool(arg)
+                answer: Any = None
+            elif what == "kubeconfig":
+                answer = str(bench.write_kubeconfig(Path(arg)))
+            elif what == "ready":
+                answer = bench.ready()
+            else:  # "results"
+                bench.record_applies()
+                answer = {"counts": bench.counts, "cp_talos": bench.cp_talos, "reboots": bench.reboots()}
+            conn.send(("ok", answer))
+
+    try:
+        asyncio.run(main())
+    except BaseException as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        raise
+
+
+class SimProcess:
+    """Runs the Bench's simulators in a process of their own (forked), answering calls over a pipe.
+
+    In production the nodes' CPU is not ichord's: with the simulators on a thread of the bench's process they share
+    its GIL, and a wide pass then measures the simulators as much as ichord (issue 19). Here the client side has
+    the process to itself; the counters stay where the requests are served and come back at the end."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self._conn, child = multiprocessing.get_context("fork").Pipe()
+        self._proc = multiprocessing.get_context("fork").Process(
+            target=_serve_bench, args=(bench, child), name="sims", daemon=True)
+        self.pid = 0
+
+    def call(self, what: str, arg: Any = None) -> Any:
+        self._conn.send((what, arg))
+        return self._answer()
+
+    def _answer(self) -> Any:
+        if not self._conn.poll(600):
+            raise SystemExit(f"{benchkit.name()}: the simulators' process did not answer within 600 s")
+        status, value = self._conn.recv()
+        if status != "ok":
+            raise SystemExit(f"{benchkit.name()}: the simulators' process failed: {value}")
+        return value
+
+    def __enter__(self) -> RemoteBench:
+        self._proc.start()
+        self.pid = self._proc.pid or 0
+        return RemoteBench(self, self.bench, list(self._answer()))
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._proc.is_alive():
+                self.call("stop")
+        finally:
+            self._proc.join(30)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join(10)
+
+
+async def create_operations(kube: KubeClient, bench: Bench | RemoteBench) -> None:
     for env in bench.envs:
         spec: dict[str, Any] = {"clusterRef": {"name": env.cluster_name}, "kind": "ca-rotation"}
         if bench.targets:
@@ -348,7 +486,7 @@ def mean_spent(spent: list[dict[str, float]]) -> dict[str, float]:
     return {k: round(v / max(len(spent), 1), 3) for k, v in total.items()}
 
 
-async def run_inprocess(bench: Bench, kubeconfig: Path, timing: Timing) -> dict[str, Any]:
+async def run_inprocess(bench: Bench | RemoteBench, kubeconfig: Path, timing: Timing) -> dict[str, Any]:
     async with await from_kubeconfig(kubeconfig, timing=timing) as kube:
         recorder = EventRecorder(kube, instance="bench", burst=10_000)
         managed = ManagedClients()  # kept across steps and stages as the daemon's registry keeps them
@@ -358,20 +496,22 @@ async def run_inprocess(bench: Bench, kubeconfig: Path, timing: Timing) -> dict[
             tg.start_soon(recorder.run)
             await create_operations(kube, bench)
             bench.watching = True
-            cpu, wall = time.thread_time(), time.perf_counter()
+            cpu, wall, sims = time.thread_time(), time.perf_counter(), bench.sims_cpu_s()
 
-            async def one(env: SimEnvironment) -> None:
-                results[env.cluster_name] = await drive(ctx, f"rotate-{env.cluster_name}")
+            async def one(cluster: str) -> None:
+                results[cluster] = await drive(ctx, f"rotate-{cluster}")
 
             async with anyio.create_task_group() as clusters:
                 for env in bench.envs:
-                    clusters.start_soon(one, env)
+                    clusters.start_soon(one, env.cluster_name)
             wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+            sims_after = bench.sims_cpu_s()
             bench.watching = False
             await managed.close_all()
             await recorder.drain()
             tg.cancel_scope.cancel()
     return {"wall_s": round(wall, 3), "rotation_cpu_s": round(cpu, 3),
+            "sims_cpu_s": round(sims_after - sims, 3) if sims is not None and sims_after is not None else None,
             "phases": dict(Counter(str(r["phase"]) for r in results.values())),
             "steps_per_cluster": max(r["steps"] for r in results.values()),
             "stage_wall_s": mean_spent([r["spent"] for r in results.values()])}
@@ -394,12 +534,12 @@ def start_daemon(kubeconfig: Path, log: Path, scale: str, bound: MaxUnavailable)
             stdout=out, stderr=subprocess.STDOUT, env=environ)
 
 
-async def run_daemon(bench: Bench, kubeconfig: Path, proc: subprocess.Popen[bytes], scale: str,
+async def run_daemon(bench: Bench | RemoteBench, kubeconfig: Path, proc: subprocess.Popen[bytes], scale: str,
                      within: float) -> dict[str, Any]:
     try:
         async with await from_kubeconfig(kubeconfig) as kube:
             with anyio.fail_after(120):  # every machine converged before the rotation starts
-                while set(bench_ready(bench).values()) != {"True/Converged"}:  # noqa: ASYNC110
+                while set(bench.ready().values()) != {"True/Converged"}:  # noqa: ASYNC110
                     await anyio.sleep(0.1)
             cpu0 = proc_cpu(proc.pid)
             await create_operations(kube, bench)
@@ -487,6 +627,9 @@ def main() -> None:
     ap.add_argument("-M", "--machines", type=parse_machines, default=(3, 1), help="N (3 cps + N-3 workers) or CPS+W")
     ap.add_argument("--apply-latency", type=float, default=0.0, help="seconds per ApplyConfiguration RPC on a node")
     ap.add_argument("--mode", choices=("inprocess", "daemon"), default="inprocess")
+    ap.add_argument("--sims", choices=("process", "thread"), default="process",
+                    help="where the simulators run: a process of their own (default; the nodes' CPU is not ichord's, "
+                    "as in production) or a thread of this one (they share the client's GIL)")
     ap.add_argument("--time-scale", type=float, default=0.0005, help="scale of every wait (in-process, simulators)")
     ap.add_argument("--daemon-time-scale", default="0.02", help="ICHORD_TIME_SCALE of the daemon")
     ap.add_argument("--max-unavailable", type=max_unavailable, default=None, metavar="N|N%",
@@ -548,9 +691,10 @@ def run(args: argparse.Namespace, bound: MaxUnavailable) -> dict[str, Any]:
                                                                                           120.0))
     timing = replace(timing, max_unavailable=bound)
     setup = time.perf_counter()
-    with SimThread(bench) as b, tempfile.TemporaryDirectory() as tmp:
+    runner = SimProcess(bench) if args.sims == "process" else SimThread(bench)
+    with runner as b, tempfile.TemporaryDirectory() as tmp:
         setup = time.perf_counter() - setup
-        kubeconfig = b.mgmt.write_kubeconfig(Path(tmp) / "kubeconfig", namespace=NS)
+        kubeconfig = b.write_kubeconfig(Path(tmp) / "kubeconfig")
         if args.mode == "inprocess":
             result = anyio.run(run_inprocess, b, kubeconfig, timing)
         else:
@@ -579,7 +723,7 @@ def run(args: argparse.Namespace, bound: MaxUnavailable) -> dict[str, Any]:
         spans = apply_spans(b.counts.apply_window, args.apply_latency)
     figures = {
         "benchmark": "ca_rotation", "mode": args.mode, "clusters": args.clusters, "control_planes": cps,
-        "workers": workers, "machines": bench.machines, "apply_latency_s": args.apply_latency,
+        "workers": workers, "machines": bench.machines, "apply_latency_s": args.apply_latency, "sims": args.sims,
         "max_unavailable": str(bound), "workers_at_once": bound.workers_at_once(workers),
         "setup_s": round(setup, 1), **result, "apply_span_s": spans, "applies_total": applies,
         "max_concurrent_applies": {
