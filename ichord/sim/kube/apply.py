@@ -13,10 +13,10 @@ tracked for Apply managers only (a plain update or patch takes no ownership), li
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from ichord.sim.kube.jsoncopy import copy_json
 from ichord.sim.kube.status import ApiError
 
 Path = tuple[str, ...]
@@ -59,11 +59,11 @@ def _remove(obj: dict[str, Any], path: Path) -> None:
 
 def _merge(target: Any, config: Any) -> Any:
     if isinstance(target, dict) and isinstance(config, dict):
-        out = copy.deepcopy(target)
+        out = copy_json(target)
         for key, value in config.items():
             out[key] = _merge(out.get(key), value)
         return out
-    return copy.deepcopy(config)
+    return copy_json(config)
 
 
 class _Absent:

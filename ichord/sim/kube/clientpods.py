@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import json
 import math
 import time
@@ -30,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ichord.sim.kube.jsoncopy import copy_json
 from ichord.sim.kube.podrules import (
     CILIUM_TAINT,
     CLIENT_NAMESPACE,
@@ -314,7 +314,7 @@ class PodModel:
             else:
                 taints = [t for t in taints if t.get("key") != CILIUM_TAINT["key"]]
                 lifted = True
-            changed = copy.deepcopy(node)  # the store's own object (Store.peek): written only through the store
+            changed = copy_json(node)  # the store's own object (Store.peek): written only through the store
             changed.setdefault("spec", {})["taints"] = taints
             with contextlib.suppress(ApiError):
                 self.store.apply(self._rt("", "nodes"), changed)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ichord.sim.kube.jsoncopy import copy_json
 from ichord.sim.kube.status import gone
 
 JSON = dict[str, Any]
@@ -45,20 +45,20 @@ class Watcher:
         now_match = self.predicate(change.new)
         if change.type == "ADDED":
             if now_match:
-                self.queue.put_nowait(("ADDED", copy.deepcopy(change.new)))
+                self.queue.put_nowait(("ADDED", copy_json(change.new)))
             return
         if change.type == "DELETED":
             if now_match:
-                self.queue.put_nowait(("DELETED", copy.deepcopy(change.new)))
+                self.queue.put_nowait(("DELETED", copy_json(change.new)))
             return
         was_match = change.old is not None and self.predicate(change.old)
         # A selector watch sees an object entering or leaving the selection as ADDED/DELETED.
         if now_match and was_match:
-            self.queue.put_nowait(("MODIFIED", copy.deepcopy(change.new)))
+            self.queue.put_nowait(("MODIFIED", copy_json(change.new)))
         elif now_match:
-            self.queue.put_nowait(("ADDED", copy.deepcopy(change.new)))
+            self.queue.put_nowait(("ADDED", copy_json(change.new)))
         elif was_match:
-            self.queue.put_nowait(("DELETED", copy.deepcopy(change.new)))
+            self.queue.put_nowait(("DELETED", copy_json(change.new)))
 
 
 class EventLog:

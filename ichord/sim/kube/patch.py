@@ -7,11 +7,11 @@ delete``/``replace`` directives; every other list is replaced.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from ichord.render import jsonpatch as _jsonpatch
 from ichord.render.errors import PatchError as RenderPatchError
+from ichord.sim.kube.jsoncopy import copy_json
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -33,8 +33,8 @@ class PatchError(ValueError):
 
 def merge_patch(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return copy_json(patch)
+    result = copy_json(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -47,10 +47,10 @@ def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
     if isinstance(patch, dict):
         directive = patch.get("$patch")
         if directive == "replace":
-            return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+            return {k: copy_json(v) for k, v in patch.items() if k != "$patch"}
         if directive == "delete":
             return None
-        result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        result = copy_json(target) if isinstance(target, dict) else {}
         for key, value in patch.items():
             if key.startswith("$"):
                 continue
@@ -61,11 +61,11 @@ def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
         return result
     if isinstance(patch, list) and field in MERGE_KEYS and isinstance(target, list):
         return _merge_list(target, patch, MERGE_KEYS[field])
-    return copy.deepcopy(patch)
+    return copy_json(patch)
 
 
 def _merge_list(target: list[Any], patch: list[Any], key: str) -> list[Any]:
-    result = copy.deepcopy(target)
+    result = copy_json(target)
     for item in patch:
         if not isinstance(item, dict) or key not in item:
             raise PatchError(f"map: {item} does not contain declared merge key: {key}")

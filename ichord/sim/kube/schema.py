@@ -8,10 +8,11 @@ accepted and ignored (a documented limitation of the simulator).
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from typing import Any
+
+from ichord.sim.kube.jsoncopy import copy_json
 
 JSON = dict[str, Any]
 #: (reason, field path, message) like field.Error.
@@ -58,7 +59,7 @@ def prune_and_default(value: Any, schema: JSON, *, top: bool = True) -> Any:
             if key == "metadata" and top:
                 continue
             if key not in value and "default" in sub:
-                value[key] = copy.deepcopy(sub["default"])
+                value[key] = copy_json(sub["default"])
             if key in value:
                 value[key] = prune_and_default(value[key], sub, top=False)
         if isinstance(extra, dict):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import builtins
-import copy
 import datetime as dt
 import secrets
 import uuid
@@ -20,6 +19,7 @@ from ichord.sim.kube import apply as _apply
 from ichord.sim.kube import patch as _patch
 from ichord.sim.kube import schema as _schema
 from ichord.sim.kube.events import Change, EventLog, Watcher
+from ichord.sim.kube.jsoncopy import copy_json
 from ichord.sim.kube.resources import BUILTINS, JSON, ResourceType, types_from_crd
 from ichord.sim.kube.status import (
     STALE,
@@ -88,7 +88,7 @@ class Store:
         return (namespace or "") if rt.namespaced else ""
 
     def _present(self, rt: ResourceType, obj: JSON) -> JSON:
-        out = copy.deepcopy(obj)
+        out = copy_json(obj)
         out["apiVersion"], out["kind"] = rt.api_version, rt.kind
         return out
 
@@ -149,7 +149,7 @@ class Store:
         return self._present(rt, new)
 
     def create(self, rt: ResourceType, namespace: str | None, body: JSON, *, strict: bool = False) -> JSON:
-        obj = copy.deepcopy(body)
+        obj = copy_json(body)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
@@ -216,7 +216,7 @@ class Store:
         old = self._bucket(rt).get((ns, name))
         if old is None:
             raise not_found(rt, name)
-        obj = copy.deepcopy(body)
+        obj = copy_json(body)
         meta = obj.setdefault("metadata", {})
         if meta.get("name", name) != name:
             raise bad_request(f"the name of the object ({meta.get('name')}) does not match the name on the URL "
@@ -232,7 +232,7 @@ class Store:
     def _write(self, rt: ResourceType, old: JSON, obj: JSON, subresource: str | None, strict: bool = False) -> JSON:
         name = old["metadata"]["name"]
         if subresource == "status":
-            merged = copy.deepcopy(old)
+            merged = copy_json(old)
             if "status" in obj:
                 merged["status"] = obj["status"]
             else:
@@ -248,7 +248,7 @@ class Store:
                     meta.pop(field, None)
             if "status" in rt.subresources:
                 if "status" in old:
-                    obj["status"] = copy.deepcopy(old["status"])
+                    obj["status"] = copy_json(old["status"])
                 else:
                     obj.pop("status", None)
             if old["metadata"].get("deletionTimestamp"):
@@ -340,7 +340,7 @@ class Store:
         if old["metadata"].get("finalizers"):
             if old["metadata"].get("deletionTimestamp"):
                 return self._present(rt, old), False
-            new = copy.deepcopy(old)
+            new = copy_json(old)
             new["metadata"]["deletionTimestamp"] = rfc3339(self.clock())
             new["metadata"]["deletionGracePeriodSeconds"] = 0
             if rt.generation:
@@ -351,7 +351,7 @@ class Store:
                 if other.namespaced:
                     for (ons, oname) in [k for k in self._bucket(other) if k[0] == name]:
                         self.delete(other, ons, oname)
-        return self._commit(rt, "DELETED", copy.deepcopy(old), old), True
+        return self._commit(rt, "DELETED", copy_json(old), old), True
 
     # -- conveniences for behaviours and tests --------------------------------------------------
     def apply(self, rt: ResourceType, obj: JSON, subresource: str | None = None) -> JSON:
@@ -360,7 +360,7 @@ class Store:
         existing = self._bucket(rt).get((self._ns(rt, meta.get("namespace")), meta["name"]))
         if existing is None:
             return self.create(rt, meta.get("namespace"), obj)
-        body = copy.deepcopy(obj)
+        body = copy_json(obj)
         body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
         return self._write(rt, existing, body, subresource)
 
