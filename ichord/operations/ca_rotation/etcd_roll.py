@@ -39,7 +39,7 @@ from ichord.kube.nodes import NodeView
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
 from ichord.operations.ca_rotation.etcd_health import Problem, etcd_problems
 from ichord.operations.ca_rotation.etcd_pki import ExpectedPKI, expected_pki, pki_problem
-from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, not_ready_nodes
+from ichord.operations.ca_rotation.managed import ManagedAPIError, ManagedClients, cluster_client, not_ready_nodes
 from ichord.operations.ca_rotation.passes import kubernetes_cas
 from ichord.operations.ca_rotation.plan import verify_dial
 from ichord.operations.ca_rotation.status import (
@@ -105,19 +105,27 @@ def roll_plan(control_planes: Sequence[MachineView]) -> list[RollTarget]:
 
 class ManagedAPI:
     """The managed cluster's Nodes through the admin kubeconfig a control plane issues, opened on first use (a
-    step that only waits on a rebooting node never asks for one). Errors are ManagedAPIErrors (IchordErrors)."""
+    step that only waits on a rebooting node never asks for one). Errors are ManagedAPIErrors (IchordErrors).
 
-    def __init__(self, talos: TalosClient, control_planes: Sequence[MachineView], cas: Sequence[bytes]) -> None:
+    With ``clients`` (the daemon's, kept across steps) the cluster's client is the one the stage's verification
+    and gates use (``issued_in``: the stage): a roll step does not ask for a kubeconfig of its own. A request that
+    fails while a control plane reboots leaves the client failing, and ManagedClients drops it when the step
+    ends, so the next step asks again."""
+
+    def __init__(self, talos: TalosClient, control_planes: Sequence[MachineView], cas: Sequence[bytes], *,
+                 clients: ManagedClients | None = None, key: str = "", issued_in: str = "") -> None:
         self._talos = talos
         self._control_planes = control_planes
         self._cas = cas
+        self._clients, self._key, self._issued_in = clients, key, issued_in
         self._stack = contextlib.AsyncExitStack()
         self._client: KubeClient | None = None
 
     async def client(self) -> KubeClient:
         if self._client is None:
             self._client = await self._stack.enter_async_context(
-                admin_client(self._talos, self._control_planes, self._cas))
+                cluster_client(self._clients, self._key, self._talos, self._control_planes, self._cas,
+                               issued_in=self._issued_in))
         return self._client
 
     async def read(self, name: str) -> NodeView:
@@ -214,7 +222,8 @@ async def roll_step(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outco
     cps = inputs.control_planes
     expected = expected_pki(inputs.bundle, rotation, stage)
     talos = ctx.talos_factory(verify_dial(inputs.bundle, rotation, stage))
-    managed = ManagedAPI(talos, cps, kubernetes_cas(inputs, rotation))
+    managed = ManagedAPI(talos, cps, kubernetes_cas(inputs, rotation), clients=ctx.managed, key=inputs.cluster_key,
+                         issued_in=stage.value)
     gate = EtcdGate(talos, cps, expected, managed)
     verifier = EtcdGate(talos, cps, expected, managed, verifier=True)
     store = StatusMarkerStore(crds.operations(ctx.kube), inputs.op_namespace, inputs.name)
