@@ -52,8 +52,8 @@ OFF_THE_DEFAULT_PATH = {
     "ca-rotation.abandon.remove.before": "tests/integration/test_ca_rotation_abandon.py",
     "ca-rotation.abandon.remove.after": "tests/integration/test_ca_rotation_abandon.py",
     "ca-rotation.abandon.letgo.before": "tests/integration/test_ca_rotation_abandon.py",
-    "ca-rotation.aggregator.delete.before": "tests/integration/test_ca_rotation_aggregator.py",
-    "ca-rotation.aggregator.delete.after": "tests/integration/test_ca_rotation_aggregator.py",
+    "ca-rotation.aggregator.delete.before": "tests/chaos/test_ca_rotation_aggregator_chaos.py",
+    "ca-rotation.aggregator.delete.after": "tests/chaos/test_ca_rotation_aggregator_chaos.py",
 }
 
 
