@@ -6,7 +6,8 @@
   management API; watches dropped after compaction (the informers' next watch is 410 Gone); Talos nodes that
   stop answering (Unavailable), that stop answering in the middle of an apply (it took effect, its answer is
   lost), that apply slowly or refuse applies for a while; and SIGKILL of the daemon, restarted at once.
-- ``sigkill_at_random``: the kill loop (a daemon SIGKILLed at a random moment, K times, then one left to finish).
+- ``sigkill_at_random``: the kill loop (a daemon SIGKILLed at a random moment, K times, then one left to finish);
+  ``kill_at_each_failpoint``: a daemon per failpoint, each killed there in turn.
 - ``operator``: the operator's part (the ca-rotation's credentials hand-off), played on the simulator's store so
   that it is not subject to the faults the driver injects.
 - ``common_invariants``: testing.md's invariants every operation shares, read from the simulators;
@@ -208,6 +209,22 @@ async def sigkill_at_random(env: SimEnvironment, workdir: Path, rng: random.Rand
         if daemon.proc.poll() is None:
             daemon.proc.send_signal(signal.SIGKILL)
         await daemon.stop()
+    return daemons
+
+
+async def kill_at_each_failpoint(env: SimEnvironment, workdir: Path, points: Iterable[str],
+                                 follow: Callable[[Daemon], Awaitable[object]]) -> list[Daemon]:
+    """For each failpoint in turn, a daemon armed with it (``ICHORD_FAILPOINTS``) that must reach it and exit 137;
+    ``follow(daemon)`` plays the operator until that daemon is gone. Returns the daemons (their logs are checked
+    afterwards); the caller starts the one that finishes."""
+    daemons: list[Daemon] = []
+    for i, point in enumerate(points):
+        daemon = Daemon(env, workdir, f"fp-{i}", extra_env={"ICHORD_FAILPOINTS": point})
+        daemons.append(daemon)
+        with anyio.fail_after(120):
+            await follow(daemon)
+        assert await daemon.stop() == 137, (point, daemon.log()[-3000:])
+        assert f"failpoint {point} reached" in daemon.log(), point
     return daemons
 
 

@@ -23,6 +23,7 @@ from ichord.operations.lock import lock_name
 from ichord.pki import pem as _pem
 from ichord.pki.bundle import SecretsBundle
 from ichord.sim.combined import SimEnvironment
+from tests.chaos._chaos import kill_at_each_failpoint
 from tests.e2e._daemon import Daemon, eventually
 from tests.e2e.conftest import MakeSimEnv
 from tests.e2e.test_ca_rotation_aggregator_daemon import _apiservers_on, _ext_auth, _follow, _secret
@@ -60,14 +61,8 @@ async def test_killed_at_every_failpoint_in_turn_the_aggregator_rotation_complet
             "clusterRef": {"name": env.cluster_name}, "kind": "ca-rotation",
             "caRotation": {"targets": ["kubernetes-aggregator"]}}})
         seen: list[str] = []
-        daemons: list[Daemon] = []
-        for i, point in enumerate(FAILPOINTS):
-            daemon = Daemon(env, tmp_path, f"fp-{i}", extra_env={"ICHORD_FAILPOINTS": point})
-            daemons.append(daemon)
-            with anyio.fail_after(120):
-                await _follow(kube, env, seen, stop=lambda _op, d=daemon: d.proc.poll() is not None)
-            assert await daemon.stop() == 137, (point, daemon.log()[-3000:])
-            assert f"failpoint {point} reached" in daemon.log(), point
+        daemons = await kill_at_each_failpoint(
+            env, tmp_path, FAILPOINTS, lambda d: _follow(kube, env, seen, stop=lambda _op: d.proc.poll() is not None))
         last = Daemon(env, tmp_path, "fp-last")
         daemons.append(last)
         try:

@@ -26,7 +26,7 @@ from ichord.operations.lock import lock_name
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
-from tests.chaos._chaos import on_new_talos_and_kubernetes_cas, sigkill_at_random
+from tests.chaos._chaos import kill_at_each_failpoint, on_new_talos_and_kubernetes_cas, sigkill_at_random
 from tests.e2e._daemon import Daemon, eventually
 
 # The e2e rotation's operator loop (its world, env and kube, comes through conftest.py).
@@ -116,14 +116,8 @@ async def test_killed_at_every_failpoint_in_turn_the_rotation_completes(
         env: SimEnvironment, kube: KubeClient, tmp_path: Path) -> None:
     old = await _create(kube, env)
     seen: list[str] = []
-    daemons: list[Daemon] = []
-    for i, point in enumerate(FAILPOINTS):
-        daemon = Daemon(env, tmp_path, f"fp-{i}", extra_env={"ICHORD_FAILPOINTS": point})
-        daemons.append(daemon)
-        with anyio.fail_after(120):
-            await _follow(kube, env, seen, stop=lambda d=daemon: d.proc.poll() is not None)
-        assert await daemon.stop() == 137, (point, daemon.log()[-3000:])
-        assert f"failpoint {point} reached" in daemon.log(), point
+    daemons = await kill_at_each_failpoint(
+        env, tmp_path, FAILPOINTS, lambda d: _follow(kube, env, seen, stop=lambda: d.proc.poll() is not None))
     last = Daemon(env, tmp_path, "fp-last")
     daemons.append(last)
     try:

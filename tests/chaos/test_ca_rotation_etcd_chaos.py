@@ -24,7 +24,7 @@ import pytest
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.sim.combined import SimEnvironment
-from tests.chaos._chaos import sigkill_at_random
+from tests.chaos._chaos import kill_at_each_failpoint, sigkill_at_random
 from tests.chaos.test_roll_failpoints import PATH
 from tests.e2e._daemon import Daemon
 from tests.e2e.conftest import MakeSimEnv
@@ -53,14 +53,8 @@ async def test_killed_at_every_roll_failpoint_in_turn_the_etcd_rotation_complete
     async with await from_kubeconfig(env.kubeconfig) as kube:
         await _start(kube, env, ["etcd"])
         seen: list[str] = []
-        daemons: list[Daemon] = []
-        for i, point in enumerate(PATH):
-            daemon = Daemon(env, tmp_path, f"fp-{i}", extra_env={"ICHORD_FAILPOINTS": point})
-            daemons.append(daemon)
-            with anyio.fail_after(120):
-                await _follow(kube, env, seen, stop=lambda d=daemon: d.proc.poll() is not None)
-            assert await daemon.stop() == 137, (point, daemon.log()[-3000:])
-            assert f"failpoint {point} reached" in daemon.log(), point
+        daemons = await kill_at_each_failpoint(
+            env, tmp_path, PATH, lambda d: _follow(kube, env, seen, stop=lambda: d.proc.poll() is not None))
         op = await _run_to_end(kube, env, seen, tmp_path, daemons)
         assert op["status"]["phase"] == "Completed", op["status"]
         _check_etcd_end_state(env, old)
