@@ -11,14 +11,14 @@ ApplyConfiguration RPC, dry runs included, takes on the simulated node).
 Modes:
 - ``inprocess``: one step loop per cluster calls ``advance`` (as the cluster actor does) on the main
   thread; ``rotation_cpu_s`` (time.thread_time of the main thread) is the client side: TLS, JSON, rendering.
-
-The simulators run in a process of their own (``--sims process``, the default): in production the nodes' CPU is
-not ichord's, and on a thread of this process (``--sims thread``) they would share the client's GIL, so a wide
-pass would time the simulators as much as ichord. ``sims_cpu_s`` is that process's CPU over the rotation.
 - ``daemon``: ``ichord run`` as a subprocess (ICHORD_TIME_SCALE=--daemon-time-scale: leader election
   scales too, so it cannot go to ~zero; the rotation's settle waits are then seconds). The daemon's
   CPU is its user+sys from /proc/<pid>/stat between the operations' creation and the last Completed.
   Its machine reconciler runs too: its Talos reads are counted with the rotation's.
+
+The simulators run in a process of their own (``--sims process``, the default): in production the nodes' CPU is
+not ichord's, and on a thread of this process (``--sims thread``) they would share the client's GIL, so a wide
+pass would time the simulators as much as ichord. ``sims_cpu_s`` is that process's CPU over the rotation.
 
 Counted on the simulators' side and attributed to the pass by the operation's status.caRotation.stage
 read at each request: Talos RPCs by method (ApplyConfiguration split into dry runs and applies; ``Get``
