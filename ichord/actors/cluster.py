@@ -43,6 +43,7 @@ from ichord.operations.kinds import default_registry
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, describe, earliest, soonest
 from ichord.operations.registry import Registry
 from ichord.operations.scope import ClusterScope, TrustHooks
+from ichord.operations.step_errors import backoff
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.errors import RenderError
@@ -122,6 +123,7 @@ class ClusterReconciler:
         self._memo = ConfigMemo()
         #: The TalosCluster as this step last wrote it: the next status write starts from it, not from a GET.
         self._written: Obj | None = None
+        self._scope_failures = 0  # consecutive steps whose operations LIST failed (backoff)
 
     def close(self) -> None:
         if self._talos is not None:
@@ -142,7 +144,15 @@ class ClusterReconciler:
 
     async def _step(self, messages: dict[Hashable, str]) -> Outcome:
         self._written = None
-        scope = await self._scope()
+        try:
+            scope = await self._scope()
+        except KubeError as exc:  # the operations LIST failed: the registry's error policy, before any phase
+            self._scope_failures += 1
+            delay = backoff(self._scope_failures, self.rt.timing.step_retry_initial, self.rt.timing.step_retry_max)
+            log.warning("cluster step could not list its operations; retrying", cluster=self.key,
+                        failed_steps=self._scope_failures, retry_in=round(delay, 3), error=SCRUBBER.exception(exc))
+            return self._record("scope", Requeue(delay, "operations unreadable"))
+        self._scope_failures = 0
         if scope.cluster is None:
             await self._cluster_missing(scope)
             return self._record("cluster", Done())

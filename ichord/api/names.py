@@ -41,6 +41,8 @@ CA_CLIENTS_NOT_RESTARTED = "CAClientsNotRestarted"
 CA_ROTATION = "CARotation"
 DELETION_HELD = "DeletionHeld"
 SUCCEEDED = "Succeeded"
+#: On a TalosOperation: its steps have failed (API or node errors) for longer than the retry bound.
+STEPS_FAILING = "StepsFailing"
 
 #: The TalosOperation kinds (spec.kind) and the condition each one reports its progress in.
 KIND_CA_ROTATION = "ca-rotation"
@@ -97,6 +99,7 @@ class EventReason:
     RENDER_FAILED = "RenderFailed"
     OPERATION_ABANDONED = "OperationAbandoned"  # on the cluster: a deleted rotation was abandoned (ADR 0120 Am. 2)
     DELETION_HELD = "DeletionHeld"  # a deleted rotation past its point of no return runs on to Done
+    STEPS_FAILING = "StepsFailing"  # an operation's steps failed past the retry bound (operations/step_errors.py)
 
 
 class CertificatesExpiringReason:
@@ -136,6 +139,15 @@ class CARotationReason:
     AWAITING_AGGREGATOR_CA = "AwaitingAggregatorCA"  # extension-apiserver-authentication lacks the new CA (ADR 0120 §4)
     SETTLING_AGGREGATOR = "SettlingAggregator"  # AggregatorAuthReset in Finalizing (ADR 0120 Amendment 3)
     PAST_POINT_OF_NO_RETURN = "PastPointOfNoReturn"  # the DeletionHeld condition's reason (ADR 0120 Amendment 2)
+
+
+class StepsFailingReason:
+    """TalosOperation StepsFailing reasons (operations/step_errors.py): what kind of error keeps failing the steps."""
+
+    API_ERROR = "APIError"  # the management or the managed cluster's Kubernetes API
+    TALOS_ERROR = "TalosError"  # a Talos node's API
+    STEP_ERROR = "StepError"  # another of ichord's typed errors (the bundle Secret unreadable, ...)
+    RECOVERED = "Recovered"
 
 
 class CAClientsNotRestartedReason:

@@ -28,7 +28,6 @@ from ichord.api.carotation import Stage
 from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.api.views import OperationView
 from ichord.failpoints import failpoint
-from ichord.kube.errors import KubeError
 from ichord.operations import backbone
 from ichord.operations.ca_rotation import (
     abandon,
@@ -39,7 +38,7 @@ from ichord.operations.ca_rotation import (
     finalizing,
     handoff,
 )
-from ichord.operations.ca_rotation.bundle_secret import BundleSecretError, replace_bundle, save_rotation
+from ichord.operations.ca_rotation.bundle_secret import replace_bundle, save_rotation
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.lifecycle import (
     blocked_without_inputs,
@@ -53,7 +52,7 @@ from ichord.operations.ca_rotation.lifecycle import (
     lock,
     stage_mutations,
 )
-from ichord.operations.ca_rotation.managed import ManagedAPIError, cluster_client, root_ca_lagging
+from ichord.operations.ca_rotation.managed import cluster_client, root_ca_lagging
 from ichord.operations.ca_rotation.passes import PassWait, apply_pass, kubernetes_cas, verify_pass
 from ichord.operations.ca_rotation.plan import (
     PlannedMachine,
@@ -85,7 +84,6 @@ from ichord.operations.ca_rotation.status import (
 )
 from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.pki.rotation import Rotation, Target
-from ichord.pki.scrub import SCRUBBER
 
 log = structlog.get_logger("ichord.operations.ca_rotation")
 
@@ -99,15 +97,9 @@ async def advance(ctx: RotationContext, op: Obj) -> Outcome:
     """One step of the ca-rotation ``op`` (a TalosOperation as read)."""
     if not OperationView.of(op).is_ca_rotation:
         return Done()
-    try:
-        return await _advance(ctx, op)
-    except (KubeError, BundleSecretError, ManagedAPIError) as exc:
-        # An API (often the managed cluster's own, restarting for the new CA) did not answer: look again soon.
-        # Every step is idempotent and re-derived, so repeating it is always safe.
-        meta = op.get("metadata") or {}
-        log.info("ca-rotation step interrupted", operation=meta.get("name"), namespace=meta.get("namespace"),
-                 error=SCRUBBER.exception(exc))
-        return Requeue(ctx.timing.ca_pass_verify_delay, "API unavailable")
+    # An API that does not answer (often the managed cluster's own, restarting for the new CA) raises: the
+    # registry's one error policy retries the step with backoff (operations/step_errors.py).
+    return await _advance(ctx, op)
 
 
 async def _advance(ctx: RotationContext, op: Obj) -> Outcome:

@@ -115,8 +115,7 @@ async def advance_in_scope(scope: ClusterScope, op: OperationView, clients: Mana
         inputs = await load_inputs(ctx, op.obj)
     except InputsError as exc:
         return await backbone.blocked_before_read(ctx, CONFIG, op.obj, exc.message)
-    except KubeError as exc:
-        return await backbone.blocked_before_read(ctx, CONFIG, op.obj, f"cannot read the inputs: {exc}")
+    # A KubeError (the API did not answer) goes to the registry's error policy: a retry, not a Blocked Warning.
     objs, _ = await crds.machines(ctx.kube).list_objects(inputs.op_namespace)
     approved = {m.name for m in inputs.machines}
     objects = {str(o["metadata"]["name"]): o for o in objs if o["metadata"]["name"] in approved}

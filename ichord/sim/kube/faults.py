@@ -13,7 +13,8 @@ class Faults:
 
     #: Added to every request before it is handled (seconds).
     latency: float = 0.0
-    #: Probability (0..1) that a request of a verb (get, list, watch, create, update, patch, delete) fails.
+    #: Probability (0..1) that a request of a verb (get, list, watch, create, update, patch, delete) fails; a key
+    #: ``verb:resource`` (e.g. ``list:talosmachines``) narrows it to one resource and wins over the verb's own.
     error_rate: dict[str, float] = field(default_factory=dict)
     #: The status of an injected failure: 500 InternalError, 503 ServiceUnavailable, 429 TooManyRequests or
     #: 409 Conflict (as if another writer had won the race).
@@ -41,8 +42,8 @@ class Faults:
         self.seed = seed
         self._rng.seed(seed)
 
-    def should_fail(self, verb: str) -> bool:
-        rate = self.error_rate.get(verb, 0.0)
+    def should_fail(self, verb: str, resource: str = "") -> bool:
+        rate = self.error_rate.get(f"{verb}:{resource}", self.error_rate.get(verb, 0.0))
         return rate > 0 and self._rng.random() < rate
 
     def should_reset(self, verb: str) -> bool:

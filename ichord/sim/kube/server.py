@@ -258,7 +258,7 @@ class KubeSimulator:
                     user=user, verb=verb, group=route.group, resource=resource, subresource=route.subresource or "",
                     namespace=route.namespace or "",
                     name=route.name or _selected_name(route.verb, request.query.get("fieldSelector", ""))))
-            if self.faults.should_fail(verb):
+            if self.faults.should_fail(verb, resource):
                 code = self.faults.error_code
                 reason = {503: "ServiceUnavailable", 429: "TooManyRequests", 409: "Conflict"}.get(code, "InternalError")
                 raise ApiError(code, reason, self.faults.error_message or f"injected fault: {verb} failed")
