@@ -156,9 +156,10 @@ def observe_stages(ended: list[StageEnded]) -> None:
         OPERATION_STAGE_DURATION.labels(kind=e.kind, stage=e.stage).observe(e.seconds)
 
 
-def phase(value: str, message: str) -> Mutation:
+def phase(ctx: Context, value: str, message: str) -> Mutation:
+    """The operation's phase and its Succeeded condition, stamped with the step's clock (as the kind's condition is)."""
     def m(status: Obj) -> None:
-        set_operation_phase(status, value, SCRUBBER.text(message))
+        set_operation_phase(status, value, SCRUBBER.text(message), now=ctx.now())
 
     return m
 
@@ -186,7 +187,7 @@ def condition(ctx: Context, kind: OperationKind, status_value: str, reason: str,
 
 def in_progress(ctx: Context, kind: OperationKind, reason: str, message: str, *,
                 timed: bool = False) -> list[Mutation]:
-    return [phase(Phase.IN_PROGRESS, message), condition(ctx, kind, "Unknown", reason, message, timed=timed)]
+    return [phase(ctx, Phase.IN_PROGRESS, message), condition(ctx, kind, "Unknown", reason, message, timed=timed)]
 
 
 def since_transition(kind: OperationKind, op_status: Obj, reason: str, now: dt.datetime) -> float | None:
@@ -215,7 +216,7 @@ async def blocked(ctx: Context, kind: OperationKind, subject: Subject, message: 
     """Paused, the kind's condition False/Blocked naming the cause, one Warning per cause; retried."""
     message = SCRUBBER.text(message)
     before = find(subject.status.get("conditions"), kind.condition_type)
-    muts: list[Mutation] = [phase(Phase.PAUSED, message), condition(ctx, kind, "False", BLOCKED, message)]
+    muts: list[Mutation] = [phase(ctx, Phase.PAUSED, message), condition(ctx, kind, "False", BLOCKED, message)]
     if machines is not None:
         muts.append(lambda s: s.__setitem__("machines", machines))
     await write(ctx, subject, *muts)
@@ -262,7 +263,7 @@ async def fail(ctx: Context, kind: OperationKind, op: Obj, reason: str, message:
 async def plan_only(ctx: Context, kind: OperationKind, subject: Subject, plan: Obj) -> None:
     """Created with spec.paused: true: write the plan for review; nothing else runs (api.md)."""
     message = "plan only: spec.paused is true; set it to false to start"
-    await write(ctx, subject, lambda s: s.__setitem__("plan", plan), phase(Phase.PENDING, message),
+    await write(ctx, subject, lambda s: s.__setitem__("plan", plan), phase(ctx, Phase.PENDING, message),
                 condition(ctx, kind, "False", PLANNED, message))
 
 
@@ -272,7 +273,7 @@ async def hold_paused(ctx: Context, kind: OperationKind, subject: Subject, stage
                f"stays held")
     before = find(subject.status.get("conditions"), kind.condition_type)
     if before is None or before.get("reason") != PAUSED:
-        await write(ctx, subject, phase(Phase.PAUSED, message), condition(ctx, kind, "False", PAUSED, message))
+        await write(ctx, subject, phase(ctx, Phase.PAUSED, message), condition(ctx, kind, "False", PAUSED, message))
         event(ctx, subject, "Normal", names.EventReason.OPERATION_PAUSED, message)
         log_transition(kind, subject, f"{kind.kind} paused by spec")
     return Blocked(PAUSED, message, ctx.timing.retry)

@@ -197,7 +197,7 @@ async def complete(ctx: RotationContext, inputs: Inputs, not_back: list[str]) ->
         s["machines"] = []
         s["completedAt"] = stamp
 
-    await write(ctx, inputs, done, phase(Phase.COMPLETED, message), condition(ctx, "True", reason, message))
+    await write(ctx, inputs, done, phase(ctx, Phase.COMPLETED, message), condition(ctx, "True", reason, message))
     event(ctx, inputs, "Normal", EventReason.ROTATION_COMPLETED, message)
     log_transition(inputs, "ca-rotation completed", reason=reason)
     await let_go(ctx, inputs.op)

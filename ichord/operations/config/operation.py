@@ -314,7 +314,7 @@ async def _complete(ctx: RotationContext, inputs: Inputs, planned: list[PlannedM
     def finish(s: Obj) -> None:
         s["stage"], s["completedAt"], s["machines"] = "Done", stamp, []
 
-    await backbone.write(ctx, inputs, finish, backbone.phase(Phase.COMPLETED, message),
+    await backbone.write(ctx, inputs, finish, backbone.phase(ctx, Phase.COMPLETED, message),
                          backbone.condition(ctx, CONFIG, "True", ROLLED_OUT, message))
     backbone.event(ctx, inputs, "Normal", names.EventReason.CONFIG_APPLIED, message)
     backbone.log_transition(CONFIG, inputs, "config rollout completed", machines=len(planned))
