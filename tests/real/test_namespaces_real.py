@@ -31,7 +31,7 @@ from tests.e2e.test_ca_rotation_daemon import CLIENTS, _follow, _workload
 from tests.real import tools
 from tests.real.conftest import run_kubectl
 from tests.real.controlplane import ControlPlane
-from tests.real.test_daemon_real import CHART, _copy_objects, _install
+from tests.real.test_daemon_real import CHART, _copy_objects
 
 pytestmark = [pytest.mark.anyio]
 
@@ -56,6 +56,17 @@ def _daemon_flags(docs: list[dict[str, Any]]) -> tuple[str, ...]:
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     return tuple(a for a in args if a.startswith(("--watch-namespace=", "--allow-secret-namespace=")))
+
+
+def _apply(control_plane: ControlPlane, docs: list[dict[str, Any]], release_namespace: str) -> None:
+    """The chart's manifests applied as ``helm install`` would: each in its own namespace (kubectl apply -n refuses
+    an object of another namespace, and the chart puts a Role in each served namespace)."""
+    _ensure_namespace(control_plane, release_namespace)
+    by_ns: dict[str, list[dict[str, Any]]] = {}
+    for doc in docs:
+        by_ns.setdefault(doc["metadata"].get("namespace") or release_namespace, []).append(doc)
+    for ns, group in sorted(by_ns.items(), key=lambda kv: kv[0] != release_namespace):
+        run_kubectl(control_plane.admin_kubeconfig, "apply", "-n", ns, "-f", "-", stdin=_dump(group))
 
 
 def _ensure_namespace(control_plane: ControlPlane, name: str) -> None:
@@ -94,7 +105,7 @@ async def test_a_cluster_in_another_namespace_converges_and_rotates_as_the_chart
     docs = _render(SPREAD_RELEASE, SPREAD_NS, f"watchNamespaces={{{TEAM_A}}}")
     flags = _daemon_flags(docs)
     assert flags == (f"--watch-namespace={TEAM_A}",)
-    _install(control_plane, _dump(docs), SPREAD_NS)
+    _apply(control_plane, docs, SPREAD_NS)
     sa = control_plane.service_account_kubeconfig(SPREAD_NS, f"{SPREAD_RELEASE}-ichord", tmp_path / "sa.kubeconfig")
 
     def can(*args: str) -> str:
@@ -175,7 +186,7 @@ async def test_a_grant_taken_away_is_a_forbidden_condition_and_one_warning_on_th
     full = _render(NARROW_RELEASE, NARROW_NS, f"watchNamespaces={{{TEAM_B}}}")
     docs, removed = _without_secrets_in(full, TEAM_B)
     assert removed == 1, "the chart's team-b Role no longer grants Secrets in one rule: update this test"
-    _install(control_plane, _dump(docs), NARROW_NS)
+    _apply(control_plane, docs, NARROW_NS)
     sa = control_plane.service_account_kubeconfig(NARROW_NS, f"{NARROW_RELEASE}-ichord", tmp_path / "sa.kubeconfig")
     assert run_kubectl(sa, "auth", "can-i", "get", "secrets", "-n", TEAM_B, check=False).strip() == "no"
 
@@ -220,7 +231,7 @@ async def test_a_grant_taken_away_is_a_forbidden_condition_and_one_warning_on_th
             assert "watchNamespaces" in warnings[0].message
 
         # The grant is given back: the same daemon reads the bundle, and the cluster is Ready.
-        run_kubectl(control_plane.admin_kubeconfig, "apply", "-n", NARROW_NS, "-f", "-", stdin=_dump(full))
+        _apply(control_plane, full, NARROW_NS)
 
         async def cluster_ready() -> bool:
             obj = await crd_api.clusters(admin).get(TEAM_B, name)
