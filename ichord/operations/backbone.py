@@ -263,8 +263,13 @@ async def forbidden(ctx: Context, kind: OperationKind, op: Obj, exc: Forbidden) 
     False/Forbidden naming the verb, resource and namespace refused and the chart value that grants them, one
     Warning per refusal; retried every Timing.retry, so a grant added later resumes the operation where it was."""
     namespace = str((op.get("metadata") or {}).get("namespace") or "")
-    return await blocked_before_read(ctx, kind, op, forbidden_message(exc, cluster_namespace=namespace),
-                                     reason=FORBIDDEN)
+    message = forbidden_message(exc, cluster_namespace=namespace)
+    if OperationView.of(op).finished:
+        # Completed or Failed stays as it is: what it did is the record, and nothing is left to block.
+        log.warning("a finished operation's step was refused", operation=f"{namespace}/{op['metadata']['name']}",
+                    error=SCRUBBER.text(message))
+        return Blocked(FORBIDDEN, message, ctx.timing.retry)
+    return await blocked_before_read(ctx, kind, op, message, reason=FORBIDDEN)
 
 
 async def fail(ctx: Context, kind: OperationKind, op: Obj, reason: str, message: str) -> Failed:
@@ -332,7 +337,13 @@ async def let_go(ctx: Context, kind: OperationKind, op: Obj) -> None:
     """Release the lock (only if this operation holds it) and remove the finalizer; idempotent."""
     view = OperationView.of(op)
     if view.cluster:
-        await release_lock(ctx.kube, view.namespace, view.cluster, view.uid)
+        try:
+            await release_lock(ctx.kube, view.namespace, view.cluster, view.uid)
+        except Forbidden as exc:
+            # The lock is not released early, but it lapses on its own (its holder stops renewing it and the next
+            # operation takes over an expired lock): the finalizer still goes, and the operation keeps its phase.
+            log.warning("cannot release the cluster lock; it expires on its own", operation=f"{view.namespace}/"
+                        f"{view.name}", error=SCRUBBER.text(forbidden_message(exc, cluster_namespace=view.namespace)))
     if kind.finalizer not in view.finalizers:
         return
     rest = [f for f in view.finalizers if f != kind.finalizer]

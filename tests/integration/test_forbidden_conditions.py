@@ -125,3 +125,20 @@ async def test_a_refused_machine_status_write_is_one_warning_on_the_machine(env:
         assert [(e["type"], e.get("count", 1)) for e in warnings] == [("Warning", 1)], warnings
         assert "patch talosmachines/status.ichor.maesh.dev in namespace team-a" in warnings[0]["message"]
         assert "rbac.create" in warnings[0]["message"]
+
+
+async def test_a_completed_operation_whose_lock_cannot_be_released_stays_completed(env: SimEnvironment,
+                                                                                 kube: KubeClient) -> None:
+    """The lock lapses on its own: a 403 on its release must not turn a Completed operation Paused; the finalizer
+    still goes."""
+    await crds.operations(kube).create(TEAM, {"metadata": {"name": "done", "finalizers": [
+        names.CA_ROTATION_FINALIZER]}, "spec": {"clusterRef": {"name": env.cluster_name},
+                                                "kind": names.KIND_CA_ROTATION}})
+    await crds.operations(kube).patch_status(TEAM, "done", {"status": {"phase": names.Phase.COMPLETED}})
+    env.management.faults.denied = {("*", "leases", TEAM)}
+    await _steps(kube, env, 2)
+    op = await crds.operations(kube).get(TEAM, "done")
+    assert op["status"]["phase"] == names.Phase.COMPLETED, op["status"]
+    assert not find(op["status"].get("conditions"), names.CA_ROTATION)
+    assert names.CA_ROTATION_FINALIZER not in (op["metadata"].get("finalizers") or [])
+    assert not await _events(kube, names.TALOS_OPERATION, "done", "Forbidden")
