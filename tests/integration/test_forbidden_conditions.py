@@ -18,6 +18,7 @@ from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from tests.integration._actor import cluster_actor
+from tests.integration._config_world import REBOOT_PATCH, World, reboots, world_on
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -142,3 +143,41 @@ async def test_a_completed_operation_whose_lock_cannot_be_released_stays_complet
     assert not find(op["status"].get("conditions"), names.CA_ROTATION)
     assert names.CA_ROTATION_FINALIZER not in (op["metadata"].get("finalizers") or [])
     assert not await _events(kube, names.TALOS_OPERATION, "done", "Forbidden")
+
+
+@pytest.fixture
+async def world(env: SimEnvironment) -> AsyncIterator[World]:
+    async for w in world_on(env, TIMING):
+        yield w
+
+
+async def test_a_refused_lock_lease_is_forbidden_on_a_config_rollout_and_nothing_reboots(world: World) -> None:
+    """The config kind goes through the same lock: refused, ConfigRollout=False/Forbidden, one Warning, no reboot."""
+    env = world.env
+    await world.patch_cluster([REBOOT_PATCH])
+
+    async def reported() -> bool:
+        return all((m.get("status") or {}).get("rebootPaths") for m in await world.machines())
+
+    await world.run_until(reported, what="every machine reporting its rebootPaths")
+    since = len(env.talos.history.events)
+    env.management.faults.denied = {("*", "leases", TEAM)}
+    await crds.operations(world.kube).create(TEAM, {"metadata": {"name": "roll"}, "spec": {
+        "clusterRef": {"name": env.cluster_name}, "kind": names.KIND_CONFIG}})
+
+    async def refused() -> bool:
+        cond = find(((await world.op("roll")).get("status") or {}).get("conditions"), names.CONFIG_ROLLOUT)
+        return cond is not None and cond["reason"] == "Forbidden"
+
+    await world.run_until(refused, what="ConfigRollout=False/Forbidden")
+    for _ in range(3):
+        await world.step()
+    op = await world.op("roll")
+    cond = find(op["status"]["conditions"], names.CONFIG_ROLLOUT)
+    assert cond is not None and cond["status"] == "False", cond
+    assert "leases.coordination.k8s.io in namespace team-a" in cond["message"] and "watchNamespaces" in \
+        cond["message"]
+    assert op["status"]["phase"] == names.Phase.PAUSED
+    assert reboots(env, since) == {m: 0 for m in env.machine_names}
+    warnings = await _events(world.kube, names.TALOS_OPERATION, "roll", "Forbidden")
+    assert [(e["type"], e.get("count", 1)) for e in warnings] == [("Warning", 1)], warnings
