@@ -36,7 +36,8 @@ def register(subparsers: Any) -> None:
         "--controller-namespace",
         dest="namespace",
         default=os.environ.get("POD_NAMESPACE", "ichord-system"),
-        help="controller namespace: bundle Secrets and Leases (default $POD_NAMESPACE or %(default)s)",
+        help="controller namespace: the leader Lease (a TalosCluster's bundle Secret and lock Lease are in its own "
+        "namespace; see --watch-namespace) (default $POD_NAMESPACE or %(default)s)",
     )
     # Deprecated spelling: elsewhere -n/--namespace names the TalosClusters' namespace, which `run` watches in all.
     p.add_argument("--namespace", dest="namespace", default=argparse.SUPPRESS, action=_DeprecatedNamespace,

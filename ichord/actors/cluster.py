@@ -70,7 +70,7 @@ class Runtime:
     """What every cluster actor of this process shares."""
 
     kube: KubeClient
-    namespace: str  # the controller namespace: bundle Secrets and Leases live here
+    namespace: str  # the controller namespace: the leader Lease (bundle Secrets and locks: each cluster's own)
     clusters: Informer
     machines: Informer
     operations: Informer
