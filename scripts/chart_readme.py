@@ -40,9 +40,49 @@ The CRDs (TalosCluster, TalosMachine, TalosOperation) are installed and upgraded
 `kubectl apply -f helm/ichord/files/crds/`.
 
 RBAC grants exactly what the daemon uses on the management cluster (a test records its requests
-and compares): the custom resources in every namespace; the bundle Secrets and the Leases in the
-release namespace. The managed clusters are reached with the admin kubeconfig their Talos control
+and compares). The managed clusters are reached with the admin kubeconfig their Talos control
 planes issue, never with this service account.
+
+## Namespaces
+
+A TalosCluster's bundle Secret is, by default, in the cluster's own namespace (`spec.secretsRef`
+without `namespace`), and each operation's cluster lock (Lease `ichor-lock-<cluster>`) is in the
+cluster's namespace too. So the chart grants, per namespace ichord serves:
+
+- every namespace (the ClusterRole, `rbac.create`): get/list/watch TalosClusters, TalosMachines and
+  TalosOperations, patch their status and the operations' finalizers, create/patch Events;
+- the release namespace (a Role): the leader Lease `ichord-leader`, and the bundle Secrets
+  (get/list/watch/update) and cluster locks (create/get/update Leases) of the TalosClusters there;
+- each namespace in `watchNamespaces` (a Role and RoleBinding there): the bundle Secrets and cluster
+  locks of the TalosClusters there;
+- each namespace in `controller.allowedSecretNamespaces` (a Role `-bundles` there): bundle Secrets
+  that TalosClusters of other namespaces name in `spec.secretsRef.namespace`;
+- with `watchAllNamespaces: true` (the ClusterRole): the bundle Secrets and cluster locks everywhere.
+
+To run a TalosCluster in namespace `team-a`, install with `--set 'watchNamespaces={{team-a}}'` (or
+add it and `helm upgrade`). The daemon also watches the bundle Secrets of each listed namespace
+(`--watch-namespace`), so a changed bundle wakes its cluster at once.
+
+`watchAllNamespaces: true` serves every namespace without a `helm upgrade` per namespace. The
+trade-off: the service account may then read and update every Secret of the management cluster
+(RBAC cannot select Secrets by label), and a bundle Secret outside the release namespace is read on
+each of its cluster's steps rather than watched.
+
+A TalosCluster in a namespace the install does not cover is not ignored: ichord still sees it, and
+the request the management API refuses (HTTP 403) becomes a condition on the object it blocks, with
+one Warning Event (reason `Forbidden`), naming the verb, the resource, the namespace and the chart
+value that grants it:
+
+- the bundle Secret: the TalosCluster's `Ready` and each of its machines' `Ready` (`False/Forbidden`);
+- the cluster lock or the bundle Secret of an operation: the TalosOperation's `CARotation` or
+  `ConfigRollout` condition (`False/Forbidden`, phase `Paused`); nothing is started or written, and it
+  resumes where it stood once the grant is there;
+- a status write itself (a ClusterRole rule taken away): the condition cannot be written, so one
+  Warning Event `Forbidden` on the object says it.
+
+```sh
+kubectl get taloscluster -n team-a demo -o jsonpath='{{.status.conditions[?(@.type=="Ready")].message}}'
+```
 
 ## Values
 

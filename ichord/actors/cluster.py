@@ -30,8 +30,9 @@ from ichord.api.views import ClusterView, MachineSpecError, MachineView, Operati
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
-from ichord.kube.errors import KubeError, NotFound
+from ichord.kube.errors import Forbidden, KubeError, NotFound
 from ichord.kube.events import EventRecorder, ObjectRef
+from ichord.kube.forbidden import forbidden_message
 from ichord.kube.reads import label_secret
 from ichord.kube.status import update_status
 from ichord.machines.memo import ConfigMemo
@@ -59,7 +60,9 @@ Obj = dict[str, Any]
 MAX_PARALLEL_MACHINES = 4
 #: Ready reasons of the TalosCluster for a bundle that cannot be used (BundleSourceError reasons are the same).
 _UNUSABLE_BUNDLE = {BundleSourceError.SECRET_NOT_FOUND, BundleSourceError.INVALID,
-                    BundleSourceError.CROSS_NAMESPACE_REFUSED}
+                    BundleSourceError.CROSS_NAMESPACE_REFUSED, BundleSourceError.FORBIDDEN}
+#: Machine Ready reasons that say the same as the cluster's (the rest of the unusable bundles are BundleInvalid).
+_MACHINE_REASON_AS_CLUSTER = {ReadyReason.FORBIDDEN}
 
 
 @dataclass
@@ -67,7 +70,7 @@ class Runtime:
     """What every cluster actor of this process shares."""
 
     kube: KubeClient
-    namespace: str  # the controller namespace: bundle Secrets and Leases live here
+    namespace: str  # the controller namespace: the leader Lease (bundle Secrets and locks: each cluster's own)
     clusters: Informer
     machines: Informer
     operations: Informer
@@ -124,6 +127,9 @@ class ClusterReconciler:
         #: The TalosCluster as this step last wrote it: the next status write starts from it, not from a GET.
         self._written: Obj | None = None
         self._scope_failures = 0  # consecutive steps whose operations LIST failed (backoff)
+        #: 403s on status writes already told by a Warning (object key, message): a refused status write cannot
+        #: carry its own condition, so its one Warning is remembered here instead of in the object.
+        self._denied: set[tuple[str, str]] = set()
 
     def close(self) -> None:
         if self._talos is not None:
@@ -293,17 +299,28 @@ class ClusterReconciler:
             else:
                 log.warning("bundle read failed", cluster=self.key, error=exc.message)
             return None
-        if names.BUNDLE_LABEL not in read.secret.labels:
-            await self._label_bundle(read.secret.namespace, read.secret.name)
+        if names.BUNDLE_LABEL not in read.secret.labels and not await self._label_bundle(
+                scope, read.secret.namespace, read.secret.name):
+            return None
         return bundle
 
-    async def _label_bundle(self, namespace: str, secret_name: str) -> None:
-        """Label the referenced Secret so the bundle informer sees its next change (once: then it carries it)."""
+    async def _label_bundle(self, scope: ClusterScope, namespace: str, secret_name: str) -> bool:
+        """Label the referenced Secret so the bundle informer sees its next change (once: then it carries it).
+
+        False when the management API refuses the update (403): the grant a rotation needs to write the Secret is
+        missing, so the cluster says so now (Ready=False/Forbidden) rather than at a rotation's first write."""
+        assert scope.cluster is not None
         try:
             await label_secret(self.rt.kube, namespace, secret_name, {names.BUNDLE_LABEL: "true"})
+        except Forbidden as exc:
+            await self._blocked(scope.cluster, scope.machines, ReadyReason.FORBIDDEN,
+                                f"cannot label Secret {namespace}/{secret_name} (spec.secretsRef): "
+                                f"{forbidden_message(exc, cluster_namespace=self.namespace)}")
+            return False
         except KubeError as exc:
             log.warning("cannot label the bundle Secret; its changes are seen at the next resync instead",
                         cluster=self.key, secret=f"{namespace}/{secret_name}", error=str(exc))
+        return True
 
     def _client(self, bundle: SecretsBundle) -> TalosClient:
         dial = DialBundle.from_bundle(bundle)
@@ -379,6 +396,7 @@ class ClusterReconciler:
                         Condition(
                             names.READY,
                             "False",
+                            reason if reason in _MACHINE_REASON_AS_CLUSTER else
                             ReadyReason.BUNDLE_INVALID if reason != "InvalidSpec" else ReadyReason.RENDER_FAILED,
                             f"cluster {self.name}: {message}",
                         )
@@ -417,7 +435,21 @@ class ClusterReconciler:
                                                 current=cluster)
         except NotFound:
             return False
+        except Forbidden as exc:
+            self._status_refused(ObjectRef.of(cluster), exc)
+            return False
         return True
+
+    def _status_refused(self, ref: ObjectRef, exc: Forbidden) -> None:
+        """A 403 on an object's own status write: the condition cannot be written, so one Warning Event on the
+        object says what was refused and which chart value grants it (and the log, once)."""
+        key = f"{ref.kind} {ref.namespace}/{ref.name}"
+        message = f"ichord cannot write this object's status: {forbidden_message(exc)}"
+        if (key, message) in self._denied:
+            return
+        self._denied.add((key, message))
+        log.warning("status write refused", cluster=self.key, object=key, error=message)
+        self.rt.recorder.record(ref, "Warning", names.EventReason.FORBIDDEN, message)
 
     async def _write_machine(self, m: MachineView, result: MachineResult, *, post: bool = True) -> None:
         old_ready = find(m.status.get("conditions"), names.READY)
@@ -443,6 +475,9 @@ class ClusterReconciler:
             await update_status(crds.machines(self.rt.kube), m.namespace, m.name, mutate,
                                 current=self.rt.machines.cache.get((m.namespace, m.name)))
         except NotFound:
+            return
+        except Forbidden as exc:
+            self._status_refused(ObjectRef(names.TALOS_MACHINE, m.namespace, m.name, m.uid, names.API_VERSION), exc)
             return
         except IchordError as exc:
             log.warning("machine status write failed", cluster=self.key, machine=m.name,

@@ -67,6 +67,8 @@ class ReadyReason:
     BUNDLE_INVALID = "BundleInvalid"
     APPLY_FAILED = "ApplyFailed"
     NOT_APPROVED = "NotApproved"
+    #: The management API answered 403 to a request the object needs (ichord.kube.forbidden names the chart value).
+    FORBIDDEN = "Forbidden"
 
 
 class LockRefusal:
@@ -100,6 +102,7 @@ class EventReason:
     OPERATION_ABANDONED = "OperationAbandoned"  # on the cluster: a deleted rotation was abandoned (ADR 0120 Am. 2)
     DELETION_HELD = "DeletionHeld"  # a deleted rotation past its point of no return runs on to Done
     STEPS_FAILING = "StepsFailing"  # an operation's steps failed past the retry bound (operations/step_errors.py)
+    FORBIDDEN = "Forbidden"  # a 403 from the management API blocks the object (one Warning per refusal)
 
 
 class CertificatesExpiringReason:

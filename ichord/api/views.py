@@ -100,7 +100,8 @@ class ClusterView(_ObjectView):
             return None
         return (f"spec.secretsRef names Secret {ns}/{self.secret_name}, outside the TalosCluster's namespace "
                 f"{self.namespace}; ichord reads a bundle from another namespace only where the administrator "
-                f"allows it (--allow-secret-namespace {ns}, chart value secretNamespaces.allowed). Nothing was read")
+                f"allows it (--allow-secret-namespace {ns}, chart value controller.allowedSecretNamespaces). Nothing "
+                f"was read")
 
     @property
     def cni_preset(self) -> str:

@@ -32,8 +32,9 @@ from ichord.api.names import Phase
 from ichord.api.views import OperationView
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
-from ichord.kube.errors import Conflict, KubeError, NotFound
+from ichord.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from ichord.kube.events import EventRecorder, ObjectRef
+from ichord.kube.forbidden import forbidden_message
 from ichord.kube.status import update_status
 from ichord.metrics import OPERATION_STAGE_DURATION
 from ichord.operations.lock import acquire_disruptive_lock, release_lock
@@ -47,6 +48,7 @@ Obj = dict[str, Any]
 Mutation = Callable[[Obj], None]
 
 BLOCKED = "Blocked"
+FORBIDDEN = names.EventReason.FORBIDDEN
 PAUSED = "Paused"
 PLANNED = "Planned"
 IN_PROGRESS = "InProgress"
@@ -242,15 +244,33 @@ async def _write_without_subject(ctx: Context, kind: OperationKind, op: Obj, pha
     ctx.observe(await update_status(crds.operations(ctx.kube), meta["namespace"], meta["name"], mutate))
 
 
-async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, message: str) -> Blocked:
-    """Blocked when the step could not even read its inputs (the cluster, the bundle): same shape, best effort."""
+async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, message: str, *,
+                              reason: str = BLOCKED) -> Blocked:
+    """Blocked when the step could not even read its inputs (the cluster, the bundle): same shape, best effort.
+
+    ``reason`` FORBIDDEN: a 403 of the management API (the condition's reason and the Warning's are Forbidden)."""
     message = SCRUBBER.text(message)
     before = find((op.get("status") or {}).get("conditions"), kind.condition_type)
+    event_reason = FORBIDDEN if reason == FORBIDDEN else names.EventReason.OPERATION_BLOCKED
     with contextlib.suppress(KubeError):
-        await _write_without_subject(ctx, kind, op, Phase.PAUSED, BLOCKED, message)
-        if before is None or (before.get("reason"), before.get("message")) != (BLOCKED, message):
-            ctx.recorder.record(ObjectRef.of(op), "Warning", names.EventReason.OPERATION_BLOCKED, message)
-    return Blocked(BLOCKED, message, ctx.timing.retry)
+        await _write_without_subject(ctx, kind, op, Phase.PAUSED, reason, message)
+        if before is None or (before.get("reason"), before.get("message")) != (reason, message):
+            ctx.recorder.record(ObjectRef.of(op), "Warning", event_reason, message)
+    return Blocked(reason, message, ctx.timing.retry)
+
+
+async def forbidden(ctx: Context, kind: OperationKind, op: Obj, exc: Forbidden) -> Blocked:
+    """A 403 of the management API stops the step (the lock Lease, the bundle Secret): Paused, the kind's condition
+    False/Forbidden naming the verb, resource and namespace refused and the chart value that grants them, one
+    Warning per refusal; retried every Timing.retry, so a grant added later resumes the operation where it was."""
+    namespace = str((op.get("metadata") or {}).get("namespace") or "")
+    message = forbidden_message(exc, cluster_namespace=namespace)
+    if OperationView.of(op).finished:
+        # Completed or Failed stays as it is: what it did is the record, and nothing is left to block.
+        log.warning("a finished operation's step was refused", operation=f"{namespace}/{op['metadata']['name']}",
+                    error=SCRUBBER.text(message))
+        return Blocked(FORBIDDEN, message, ctx.timing.retry)
+    return await blocked_before_read(ctx, kind, op, message, reason=FORBIDDEN)
 
 
 async def fail(ctx: Context, kind: OperationKind, op: Obj, reason: str, message: str) -> Failed:
@@ -294,6 +314,7 @@ async def lock(ctx: Context, kind: OperationKind, subject: Subject, *, approved_
                other_under_way: str | None) -> Blocked | None:
     """Take or renew the cluster lock (a Lease in the cluster's namespace, where the operation is too); the refusal
     as a Blocked outcome (status written) otherwise."""
+    # A 403 (the Lease not granted in the cluster's namespace) raises: the registry turns it into Forbidden.
     decision = await acquire_disruptive_lock(
         ctx.kube, subject.op_namespace, subject.cluster_name, subject.uid,
         approved_control_planes=approved_control_planes, rotating_operation_uid=other_under_way,
@@ -317,7 +338,13 @@ async def let_go(ctx: Context, kind: OperationKind, op: Obj) -> None:
     """Release the lock (only if this operation holds it) and remove the finalizer; idempotent."""
     view = OperationView.of(op)
     if view.cluster:
-        await release_lock(ctx.kube, view.namespace, view.cluster, view.uid)
+        try:
+            await release_lock(ctx.kube, view.namespace, view.cluster, view.uid)
+        except Forbidden as exc:
+            # The lock is not released early, but it lapses on its own (its holder stops renewing it and the next
+            # operation takes over an expired lock): the finalizer still goes, and the operation keeps its phase.
+            log.warning("cannot release the cluster lock; it expires on its own", operation=f"{view.namespace}/"
+                        f"{view.name}", error=SCRUBBER.text(forbidden_message(exc, cluster_namespace=view.namespace)))
     if kind.finalizer not in view.finalizers:
         return
     rest = [f for f in view.finalizers if f != kind.finalizer]

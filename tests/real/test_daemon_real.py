@@ -208,12 +208,24 @@ async def test_the_chart_without_one_rule_stops_the_daemon_on_the_real_authorize
     try:
         async def refused_and_running() -> bool:
             cluster = await crd_api.clusters(kube).get(MUTANT_NS, mutant_env.cluster_name)
-            refused = 'cannot patch resource \\"talosmachines/status\\"' in daemon.log()  # the 403, JSON-escaped
+            refused = "patch talosmachines/status.ichor.maesh.dev" in daemon.log()  # the 403, as ichord words it
             return bool((cluster.get("status") or {}).get("conditions")) and refused
 
         await eventually(refused_and_running, within=60, what="the daemon running and refused talosmachines/status")
         for name in mutant_env.machine_names:
             machine = await crd_api.machines(kube).get(MUTANT_NS, name)
             assert not (machine.get("status") or {}).get("conditions"), (name, machine.get("status"))
+
+        # Not only a log line: the refused status write is one Warning on each machine, naming the grant.
+        async def warned() -> list[Any]:
+            items = (await kube.core().list_namespaced_event(MUTANT_NS)).items
+            found = [e for e in items if e.reason == names.EventReason.FORBIDDEN
+                     and e.involved_object.kind == names.TALOS_MACHINE]
+            return found if {e.involved_object.name for e in found} == set(mutant_env.machine_names) else []
+
+        events = await eventually(warned, within=30, what="a Forbidden Warning on every TalosMachine")
+        for event in events:
+            assert event.type == "Warning" and (event.count or 1) == 1, event
+            assert "patch talosmachines/status.ichor.maesh.dev" in event.message and "rbac.create" in event.message
     finally:
         await daemon.stop()

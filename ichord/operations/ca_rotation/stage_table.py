@@ -118,6 +118,8 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
     try:
         inputs = await load_inputs(ctx, op)
     except InputsError as exc:
+        if exc.reason == backbone.FORBIDDEN:
+            return await backbone.blocked_before_read(ctx, CA_ROTATION, op, exc.message, reason=backbone.FORBIDDEN)
         return await blocked_without_inputs(ctx, op, f"{exc.reason}: {exc.message}")
     if abandon.must_abandon(inputs):  # deleted before its point of no return (ADR 0120 Amendment 2)
         return await abandon.abandon(ctx, inputs, stage)

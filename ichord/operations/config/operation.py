@@ -114,7 +114,9 @@ async def advance_in_scope(scope: ClusterScope, op: OperationView, clients: Mana
     try:
         inputs = await load_inputs(ctx, op.obj)
     except InputsError as exc:
-        return await backbone.blocked_before_read(ctx, CONFIG, op.obj, exc.message)
+        return await backbone.blocked_before_read(ctx, CONFIG, op.obj, exc.message,
+                                                  reason=backbone.FORBIDDEN if exc.reason == backbone.FORBIDDEN
+                                                  else backbone.BLOCKED)
     # A KubeError (the API did not answer) goes to the registry's error policy: a retry, not a Blocked Warning.
     objs, _ = await crds.machines(ctx.kube).list_objects(inputs.op_namespace)
     approved = {m.name for m in inputs.machines}

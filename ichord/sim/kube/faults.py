@@ -30,6 +30,9 @@ class Faults:
     #: ``reset_after`` resets it after the request was served (a write that happened, its answer lost).
     reset_rate: dict[str, float] = field(default_factory=dict)
     reset_after: bool = False
+    #: Requests an RBAC authorizer would refuse, as (verb, resource[/subresource], namespace) with "*" for any
+    #: verb or namespace: answered 403 Forbidden in kube-apiserver's words (the simulator has no authorizer).
+    denied: set[tuple[str, str, str]] = field(default_factory=set)
     seed: int | None = None
     _rng: random.Random = field(default_factory=random.Random, repr=False)
 
@@ -45,6 +48,9 @@ class Faults:
     def should_fail(self, verb: str, resource: str = "") -> bool:
         rate = self.error_rate.get(f"{verb}:{resource}", self.error_rate.get(verb, 0.0))
         return rate > 0 and self._rng.random() < rate
+
+    def denies(self, verb: str, resource: str, namespace: str) -> bool:
+        return any(v in ("*", verb) and r == resource and n in ("*", namespace) for v, r, n in self.denied)
 
     def should_reset(self, verb: str) -> bool:
         rate = self.reset_rate.get(verb, 0.0)
