@@ -29,7 +29,7 @@ import structlog
 from ichord.api import names
 from ichord.api.conditions import Condition, find, now_rfc3339, parse_time, set_condition, set_operation_phase
 from ichord.api.names import Phase
-from ichord.api.views import OperationView
+from ichord.api.views import MachineView, OperationView
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import Conflict, KubeError, NotFound
@@ -61,6 +61,13 @@ class OperationKind:
     finalizer: str
     #: ADR 0120 Amendment 2: may an operation in this state be abandoned when deleted? Kinds fill it in.
     abandonable: Callable[[OperationView], bool] = lambda _op: False
+    #: The TalosMachines (names) a running operation covers: their deletion waits for it (operations/guard.py).
+    covers: Callable[[OperationView, list[MachineView]], set[str]] = lambda _op, machines: approved(machines)
+
+
+def approved(machines: list[MachineView]) -> set[str]:
+    """Every approved machine of the cluster (what a ca-rotation's passes visit)."""
+    return {m.name for m in machines if m.approved}
 
 
 class Context(Protocol):

@@ -29,7 +29,7 @@ from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.api.views import OperationView
 from ichord.failpoints import failpoint
 from ichord.kube.errors import KubeError
-from ichord.operations import backbone
+from ichord.operations import backbone, guard
 from ichord.operations.ca_rotation import (
     abandon,
     aggregator,
@@ -154,6 +154,9 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
         return Done()
     if inputs.status.get("plan") != plan:
         await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), started(ctx))
+    held = await guard.hold_for_start(ctx.kube, inputs.cluster, inputs.machines)  # before anything irreversible
+    if held is not None:
+        return await blocked(ctx, inputs, held)
     await ensure_finalizer(ctx, inputs)
     refusal = await lock(ctx, inputs)
     if refusal is not None:
