@@ -248,15 +248,17 @@ async def _write_without_subject(ctx: Context, kind: OperationKind, op: Obj, pha
     ctx.observe(await update_status(crds.operations(ctx.kube), meta["namespace"], meta["name"], mutate))
 
 
-async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, message: str) -> Blocked:
-    """Blocked when the step could not even read its inputs (the cluster, the bundle): same shape, best effort."""
+async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, message: str, *, reason: str = BLOCKED,
+                              event_reason: str = names.EventReason.OPERATION_BLOCKED) -> Blocked:
+    """Blocked when the step could not even read its inputs (the cluster, the bundle): same shape, best effort.
+    ``reason``: the condition's (Blocked, or one naming what the operator must do, e.g. BundleRestoreRequired)."""
     message = SCRUBBER.text(message)
     before = find((op.get("status") or {}).get("conditions"), kind.condition_type)
     with contextlib.suppress(KubeError):
-        await _write_without_subject(ctx, kind, op, Phase.PAUSED, BLOCKED, message)
-        if before is None or (before.get("reason"), before.get("message")) != (BLOCKED, message):
-            ctx.recorder.record(ObjectRef.of(op), "Warning", names.EventReason.OPERATION_BLOCKED, message)
-    return Blocked(BLOCKED, message, ctx.timing.retry)
+        await _write_without_subject(ctx, kind, op, Phase.PAUSED, reason, message)
+        if before is None or (before.get("reason"), before.get("message")) != (reason, message):
+            ctx.recorder.record(ObjectRef.of(op), "Warning", event_reason, message)
+    return Blocked(reason, message, ctx.timing.retry)
 
 
 async def fail(ctx: Context, kind: OperationKind, op: Obj, reason: str, message: str) -> Failed:

@@ -30,16 +30,18 @@ from ichord.api.views import OperationView
 from ichord.failpoints import failpoint
 from ichord.kube.errors import KubeError
 from ichord.operations import backbone, guard
+from ichord.operations.bundle_source import BundleSourceError
 from ichord.operations.ca_rotation import (
     abandon,
     aggregator,
     apiserver_instances,
     cluster_conditions,
+    custody,
     etcd_roll,
     finalizing,
     handoff,
 )
-from ichord.operations.ca_rotation.bundle_secret import BundleSecretError, replace_bundle, save_rotation
+from ichord.operations.ca_rotation.bundle_secret import BundleSecretError, replace_bundle
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.lifecycle import (
     blocked_without_inputs,
@@ -90,6 +92,11 @@ from ichord.pki.scrub import SCRUBBER
 log = structlog.get_logger("ichord.operations.ca_rotation")
 
 
+#: A bundle Secret that cannot be read as one (gone, no secrets.yaml, a broken rotation.yaml) mid-rotation.
+_BUNDLE_LOST = frozenset({BundleSourceError.SECRET_NOT_FOUND, BundleSourceError.INVALID,
+                          BundleSourceError.ROTATION_INVALID})
+
+
 def _stage_of(op: Obj) -> Stage | None:
     text = ((op.get("status") or {}).get("caRotation") or {}).get("stage") or ""
     return Stage.parse(text) if text else None
@@ -113,6 +120,7 @@ async def advance(ctx: RotationContext, op: Obj) -> Outcome:
 async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
     status = op.get("status") or {}
     if status.get("phase") in (Phase.COMPLETED, Phase.FAILED):
+        await custody.release(ctx.kube, op)  # done before Completed; again here after a kill between the two
         await let_go(ctx, op)
         return Done()
     stage = _stage_of(op)
@@ -126,11 +134,16 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
     try:
         inputs = await load_inputs(ctx, op)
     except InputsError as exc:
+        if stage is not None and exc.reason in _BUNDLE_LOST:  # under way: the keys must come back (custody.py)
+            return await custody.lost(ctx, op, stage, exc.message)
         return await blocked_without_inputs(ctx, op, f"{exc.reason}: {exc.message}")
     if abandon.must_abandon(inputs):  # deleted before its point of no return (ADR 0120 Amendment 2)
         return await abandon.abandon(ctx, inputs, stage)
     if stage is None:
         return await _start(ctx, inputs)
+    restore = await custody.check(ctx, inputs, stage)  # the bundle Secret still holds the rotation's keys
+    if restore is not None:
+        return restore
     if OperationView.of(op).deleting and stage is not Stage.DONE:
         await abandon.hold(ctx, inputs, stage)
     if stage is not Stage.DONE and (op.get("spec") or {}).get("paused"):
@@ -169,7 +182,7 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     if problems:
         return await blocked(ctx, inputs, "preflight: " + "; ".join(problems))
     failpoint("ca-rotation.save.before")
-    saved = await save_rotation(ctx.kube, inputs.secret.namespace, inputs.secret.name, targets)
+    saved = await custody.save(ctx.kube, inputs.op, inputs.secret.namespace, inputs.secret.name, targets)
     failpoint("ca-rotation.saved")
     rotation = saved.rotation
     hand_trust(ctx, rotation, inputs.bundle.k8s.cert_pem)
