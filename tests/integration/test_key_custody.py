@@ -30,6 +30,7 @@ from ichord.operations.outcome import Done
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
+from ichord.sim.kube.status import ApiError
 from tests.integration._ca_rotation_driver import Driver, at, secret_data
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -64,7 +65,7 @@ def _store_secret(env: SimEnvironment, name: str) -> Obj | None:
     store = env.management.store
     try:
         return store.get(store.resolve(*SECRETS), env.namespace, name)
-    except Exception:  # noqa: BLE001 - the simulator's NotFound
+    except ApiError:  # the simulator's NotFound
         return None
 
 
@@ -207,7 +208,7 @@ async def test_bad_inputs_of_restore_bundle_write_nothing(env: SimEnvironment, d
     op = await _until_restore_required(driver)
     assert "does not exist" in (_restore_condition(op) or {}).get("message", "")
     # A copy that is not the operation's (another owner) is never used.
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(ApiError):
         store.create(store.resolve(*SECRETS), ns, {
             "apiVersion": "v1", "kind": "Secret", "type": names.CUSTODY_SECRET_TYPE,
             "metadata": {"name": copy_name(op["metadata"]["uid"]), "namespace": ns,
