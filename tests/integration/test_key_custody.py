@@ -221,3 +221,29 @@ async def test_bad_inputs_of_restore_bundle_write_nothing(env: SimEnvironment, d
     await crds.clusters(driver.kube).patch(ns, env.cluster_name, {"spec": {"secretsRef": {"name": "elsewhere"}}})
     assert await _cli(env, "restore-bundle", env.cluster_name, "-n", ns) == 1  # the copy is still not ours
     said()
+
+
+async def test_a_start_killed_after_the_copy_adopts_its_keys(env: SimEnvironment, driver: Driver,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed between the custody copy and rotation.yaml: the next start takes the copy's keys, generates none."""
+    from ichord.operations.ca_rotation import custody as custody_module
+    from tests.integration._ca_rotation_driver import Crash
+
+    def crash(point: str) -> None:
+        if point == "ca-rotation.custody.kept":
+            monkeypatch.setattr(custody_module, "failpoint", lambda _p: None)
+            raise Crash(point)
+
+    monkeypatch.setattr(custody_module, "failpoint", crash)
+    await driver.create()
+    async def start() -> None:
+        for _ in range(10):
+            await driver.step()
+
+    with pytest.raises(Crash):
+        await start()
+    op = await driver.get()
+    kept = _store_secret(env, copy_name(op["metadata"]["uid"]))
+    assert kept is not None and names.ROTATION_KEY not in secret_data(env)  # the copy only: nothing told yet
+    await driver.run(until=at("Accepting"))
+    assert secret_data(env)[names.ROTATION_KEY] == base64.b64decode(kept["data"][names.ROTATION_KEY])

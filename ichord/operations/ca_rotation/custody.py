@@ -17,8 +17,9 @@ never in only one object that one ``kubectl delete`` removes.
     Done, or abandon      the finalizer removed, then the copy deleted (``release``).
 
 The copy's values are never logged, put in status, an Event or an error: only its name is. Failpoints:
-``ca-rotation.custody.kept`` (the copy written, the bundle Secret not yet) and ``ca-rotation.custody.released``
-(the finalizer gone, the copy not yet deleted).
+``ca-rotation.custody.kept`` (the copy written, the bundle Secret not yet), ``ca-rotation.custody.restored`` (the
+Secret found restored, the condition not yet cleared) and ``ca-rotation.custody.released`` (the finalizer gone, the
+copy not yet deleted).
 """
 
 from __future__ import annotations
@@ -33,10 +34,9 @@ from ichord.api.carotation import Stage
 from ichord.api.conditions import find
 from ichord.api.names import CARotationReason, EventReason
 from ichord.api.views import OperationView
-from ichord.errors import IchordError
 from ichord.failpoints import failpoint
 from ichord.kube.client import KubeClient
-from ichord.kube.errors import Conflict, KubeError, NotFound, translate
+from ichord.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, translate
 from ichord.kube.reads import SecretData
 from ichord.operations import backbone
 from ichord.operations.bundle_source import full_bundle, parse_rotation
@@ -57,8 +57,8 @@ _ATTEMPTS = 5
 _PENDING = (Stage.ACCEPTING, Stage.AWAITING_CREDENTIALS, Stage.ISSUING, Stage.DROPPING)
 
 
-class CustodyError(IchordError):
-    """The custody copy or the bundle Secret could not be read or written as custody needs."""
+class CustodyError(BundleSecretError):
+    """The custody copy or the bundle Secret could not be written as custody needs; the step is retried."""
 
 
 def copy_name(op_uid: str) -> str:
@@ -174,7 +174,7 @@ async def keep(kube: KubeClient, op: Obj, bundle_ns: str, bundle_name: str, secr
         with translate():
             await kube.raw("POST", _secret_path(meta["namespace"]), body=body)
         return
-    except Conflict:  # AlreadyExists: a start that died after writing it, or the name is taken
+    except (AlreadyExists, Conflict):  # a start that died after writing it, or the name is taken
         pass
     except KubeError as exc:
         raise CustodyError(f"cannot write the custody copy Secret {meta['namespace']}/{meta['name']}: "
@@ -321,6 +321,7 @@ async def check(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Blocked |
     if FINALIZER not in inputs.secret.finalizers and stage is not Stage.DONE:
         await _hold_bundle(ctx.kube, inputs.secret.namespace, inputs.secret.name)
     if restore_condition(inputs.op):  # restored: say so once, the stage's own step takes over from here
+        failpoint("ca-rotation.custody.restored")
         message = f"the bundle Secret holds this rotation's keys again; going on in {stage.value}"
         await backbone.write(ctx, inputs, *backbone.in_progress(ctx, CA_ROTATION, CARotationReason.IN_PROGRESS,
                                                                 message))
