@@ -32,7 +32,7 @@ from ichord.credentials import DEFAULT_CREDENTIALS_DIR, HandOff, files, hand_off
 from ichord.errors import IchordError
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.crds import clusters
-from ichord.kube.errors import KubeError, NotFound
+from ichord.kube.errors import KubeConfigError, KubeError, NotFound
 from ichord.kube.reads import read_secret
 from ichord.operations.ca_rotation.restore import Restored, RestoreFailed, RestoreRefused, restore_bundle
 from ichord.operations.config import cli as config_cli
@@ -171,7 +171,7 @@ def _restore_bundle_main(args: argparse.Namespace) -> int:
         return 2
     try:
         done = asyncio.run(_restore_bundle_cli(args))
-    except RestoreRefused as exc:
+    except (RestoreRefused, KubeConfigError) as exc:
         print(f"ichord: {SCRUBBER.text(str(exc))}", file=sys.stderr)
         return 2
     except (RestoreFailed, KubeError) as exc:

@@ -129,6 +129,8 @@ async def test_killed_at_every_hold_custody_restore_and_release_failpoint_the_ro
                                 for m in machines))
 
         await eventually(let_go, within=60, what="the cluster deleted, the machines, the copy and the Secret let go")
+        # The last daemon has come up over what the killed ones left (and found nothing more to do).
+        await eventually(lambda: last.port is not None, within=60, what="the last daemon serving")
         await common_invariants(env, "rotate", daemons, [old, new])
     finally:
         assert await last.stop() == 0

@@ -99,6 +99,7 @@ async def _until_restore_required(driver: Driver) -> Obj:
 
 
 async def test_the_keys_are_in_two_objects_from_the_save_until_done(env: SimEnvironment, driver: Driver) -> None:
+    env.management.requests.clear()
     await driver.create()
     await driver.run(until=at("Accepting"))
     op = await driver.get()
@@ -116,16 +117,23 @@ async def test_the_keys_are_in_two_objects_from_the_save_until_done(env: SimEnvi
     assert _store_secret(env, copy_name(op["metadata"]["uid"])) is None  # cleaned with the operation
     assert not (_store_secret(env, env.secret_name) or {})["metadata"].get("finalizers")
     assert set(secret_data(env)) == {names.SECRETS_KEY}
+    # What custody costs a whole rotation on the management API: the copy created once and deleted once, one
+    # update more of the bundle Secret (the finalizer off at Done; rotation.yaml and the finalizer go in one).
+    log = env.management.requests
+    assert (log.count("create", resource="secrets"), log.count("delete", resource="secrets")) == (1, 1)
+    assert log.count("update", resource="secrets") == 3  # the save, the replacement, the finalizer off
 
 
 #: How the bundle Secret loses the keys, and what restore-bundle then does.
 LOSSES = [("deleted", "Issuing", "recreated"), ("forced", "Accepting", "created"), ("forced", "Dropping", "created"),
-          ("older", "Issuing", "updated"), ("forced", "Finalizing", "created")]
+          ("older", "Issuing", "updated"), ("forced", "Finalizing", "created"),
+          ("other-rotation", "Accepting", "updated"), ("deleted", "AwaitingCredentials", "recreated")]
 
 
 @pytest.mark.parametrize(("how", "stage", "action"), LOSSES, ids=[f"{h}-{s}" for h, s, _ in LOSSES])
 async def test_a_lost_bundle_secret_is_restored_by_the_named_command_and_the_rotation_completes_on_the_same_cas(
-        env: SimEnvironment, driver: Driver, how: str, stage: str, action: str) -> None:
+        env: SimEnvironment, driver: Driver, how: str, stage: str, action: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
     old = secret_data(env)[names.SECRETS_KEY]
     await driver.create()
     await driver.run(until=at(stage))
@@ -142,9 +150,16 @@ async def test_a_lost_bundle_secret_is_restored_by_the_named_command_and_the_rot
                               content_type="application/merge-patch+json")
         await driver.kube.raw("DELETE", path)
         assert _store_secret(env, env.secret_name) is None
-    else:  # replaced by the secrets.yaml the cluster had before the rotation, without rotation.yaml
+    elif how == "older":  # replaced by the secrets.yaml the cluster had before the rotation, without rotation.yaml
         current = await driver.kube.raw("GET", path)
         current["data"] = {names.SECRETS_KEY: base64.b64encode(old).decode()}
+        await driver.kube.raw("PUT", path, body=current)
+    else:  # another rotation.yaml (new keys nobody gave the nodes) in its place
+        from ichord.pki.rotation import Target, generate_rotation
+
+        current = await driver.kube.raw("GET", path)
+        other = generate_rotation((Target.TALOS, Target.KUBERNETES)).to_yaml().encode()
+        current["data"][names.ROTATION_KEY] = base64.b64encode(other).decode()
         await driver.kube.raw("PUT", path, body=current)
 
     op = await _until_restore_required(driver)
@@ -157,8 +172,12 @@ async def test_a_lost_bundle_secret_is_restored_by_the_named_command_and_the_rot
     await driver.step()
     assert {m: len(env.applies(m)) for m in env.machine_names} == applies  # nothing applied while it waits
 
+    capsys.readouterr()
     assert await _cli(env, "restore-bundle", env.cluster_name, "-n", env.namespace) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{action} Secret {env.namespace}/{env.secret_name}") and nexts["talos"] in out, out
     assert await _cli(env, "restore-bundle", env.cluster_name, "-n", env.namespace) == 0  # again: unchanged
+    assert "nothing was written" in capsys.readouterr().out
     restored = _store_secret(env, env.secret_name)
     assert restored is not None and names.BUNDLE_LABEL in restored["metadata"]["labels"]
     assert isinstance(await driver.run(max_steps=800), Done)
@@ -187,6 +206,9 @@ async def test_bad_inputs_of_restore_bundle_write_nothing(env: SimEnvironment, d
     said()
     assert await _cli(env, "restore-bundle", env.cluster_name, "-n", ns, "--wait", "0") == 2
     assert "--wait" in said()
+    argv = ["cluster", "restore-bundle", env.cluster_name, "--kubeconfig", "/nonexistent/kubeconfig"]
+    assert await anyio.to_thread.run_sync(main, argv) == 2
+    assert "/nonexistent/kubeconfig" in said()
 
     await driver.create()
     await driver.run(until=at("Issuing"))
