@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -168,6 +170,7 @@ async def test_a_lost_bundle_secret_is_restored_by_the_named_command_and_the_rot
     assert cond is not None and op["status"]["phase"] == "Paused"
     command = f"ichord cluster restore-bundle {env.cluster_name} -n {env.namespace}"
     assert command in cond["message"] and copy_name(op["metadata"]["uid"]) in cond["message"]
+    assert "create it with" not in cond["message"]  # the advice that lost the keys before
     assert next_step(op, env.cluster_name, env.namespace) == command  # what `cluster status` suggests
     if stage == "AwaitingCredentials":  # the hand-off names the restore instead of failing on the lost Secret
         capsys.readouterr()
@@ -276,3 +279,28 @@ async def test_a_start_killed_after_the_copy_adopts_its_keys(env: SimEnvironment
     assert kept is not None and names.ROTATION_KEY not in secret_data(env)  # the copy only: nothing told yet
     await driver.run(until=at("Accepting"))
     assert secret_data(env)[names.ROTATION_KEY] == base64.b64decode(kept["data"][names.ROTATION_KEY])
+
+
+async def test_restore_killed_between_letting_go_and_creating_is_finished_by_running_it_again(
+        env: SimEnvironment, driver: Driver) -> None:
+    """The command killed (failpoint restore.released) after it let a held Secret go, before creating it anew: the
+    copy still holds the keys, the rotation still names the command, and running it again finishes the job."""
+    await driver.create()
+    await driver.run(until=at("Issuing"))
+    op = await driver.get()
+    nexts = {c["name"]: c["next"] for c in op["status"]["caRotation"]["certificates"]}
+    await driver.kube.raw("DELETE", f"/api/v1/namespaces/{env.namespace}/secrets/{env.secret_name}")
+    await _until_restore_required(driver)
+    argv = [sys.executable, "-m", "ichord.cli", "cluster", "restore-bundle", env.cluster_name, "-n", env.namespace,
+            "--kubeconfig", str(env.kubeconfig)]
+    killed = await anyio.run_process(argv, check=False, env={**os.environ, "ICHORD_FAILPOINTS": "restore.released"})
+    assert killed.returncode == 137, killed.stderr
+    assert _store_secret(env, env.secret_name) is None  # let go, not created yet
+    op = await _until_restore_required(driver)
+    assert "was deleted" in (_restore_condition(op) or {})["message"]  # and the copy is there:
+    assert "does not exist" not in (_restore_condition(op) or {})["message"]
+    again = await anyio.run_process(argv, check=False)
+    assert again.returncode == 0 and again.stdout.decode().startswith("created"), again.stderr
+    assert isinstance(await driver.run(max_steps=800), Done)
+    final = SecretsBundle.from_yaml(secret_data(env)[names.SECRETS_KEY])
+    assert {"talos": ca_fingerprint(final.os), "kubernetes": ca_fingerprint(final.k8s)} == nexts

@@ -329,12 +329,17 @@ async def check(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Blocked |
     return None
 
 
-async def lost(ctx: RotationContext, op: Obj, stage: Stage, problem: str) -> Blocked:
-    """The step could not read the bundle (gone, or not a bundle) while the rotation is under way."""
+async def lost(ctx: RotationContext, op: Obj, stage: Stage, missing: bool) -> Blocked:
+    """The step could not read the bundle (``missing``: gone; else not a usable bundle) while the rotation is under
+    way. The bundle reader's own advice (create it from secrets.yaml) would lose the new keys: never repeated."""
     view = OperationView.of(op)
     kept = await read_copy(ctx.kube, view.namespace, view.uid)
-    return await restore_required(ctx, op, restore_message(problem.rstrip("."), view.namespace, view.uid,
-                                                           view.cluster or "", kept is not None))
+    ref = f" {kept.bundle_namespace}/{kept.bundle_name}" if kept is not None and kept.bundle_name else ""
+    problem = (f"the bundle Secret{ref} was deleted while the rotation is in {stage.value}" if missing else
+               f"the bundle Secret{ref} no longer holds a usable {names.SECRETS_KEY} and {names.ROTATION_KEY} "
+               f"(the rotation is in {stage.value})")
+    return await restore_required(ctx, op, restore_message(problem, view.namespace, view.uid, view.cluster or "",
+                                                           kept is not None))
 
 
 async def _hold_bundle(kube: KubeClient, namespace: str, name: str) -> None:

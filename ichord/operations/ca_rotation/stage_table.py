@@ -135,7 +135,7 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
         inputs = await load_inputs(ctx, op)
     except InputsError as exc:
         if stage is not None and exc.reason in _BUNDLE_LOST:  # under way: the keys must come back (custody.py)
-            return await custody.lost(ctx, op, stage, exc.message)
+            return await custody.lost(ctx, op, stage, exc.reason == BundleSourceError.SECRET_NOT_FOUND)
         return await blocked_without_inputs(ctx, op, f"{exc.reason}: {exc.message}")
     if abandon.must_abandon(inputs):  # deleted before its point of no return (ADR 0120 Amendment 2)
         return await abandon.abandon(ctx, inputs, stage)
