@@ -227,13 +227,21 @@ async def test_bad_inputs_of_restore_bundle_write_nothing(env: SimEnvironment, d
     # The Secret is whole: nothing to write.
     assert await _cli(env, "restore-bundle", env.cluster_name, "-n", ns) == 0
     assert secret_data(env) == before
+    # Deleted while another finalizer holds it too: the command cannot replace it (exit 1), and lets nothing go.
+    path = f"/api/v1/namespaces/{ns}/secrets/{env.secret_name}"
+    held = await driver.kube.raw("GET", path)
+    held["metadata"]["finalizers"] = [*held["metadata"]["finalizers"], "example.com/keep"]
+    await driver.kube.raw("PUT", path, body=held)
+    await driver.kube.raw("DELETE", path)
+    assert await _cli(env, "restore-bundle", env.cluster_name, "-n", ns) == 1
+    assert "example.com/keep" in said()
+    assert names.BUNDLE_CUSTODY_FINALIZER in (_store_secret(env, env.secret_name) or {})["metadata"]["finalizers"]
     # The custody copy gone (and the Secret too): exit 1, nothing created.
     store = env.management.store
     store.delete(store.resolve(*SECRETS), ns, copy_name(op["metadata"]["uid"]))
-    path = f"/api/v1/namespaces/{ns}/secrets/{env.secret_name}"
     await driver.kube.raw("PATCH", path, body={"metadata": {"finalizers": None}},
-                          content_type="application/merge-patch+json")
-    await driver.kube.raw("DELETE", path)
+                          content_type="application/merge-patch+json")  # already deleted: now gone
+    assert _store_secret(env, env.secret_name) is None
     assert await _cli(env, "restore-bundle", env.cluster_name, "-n", ns) == 1
     assert "does not exist" in said()
     assert _store_secret(env, env.secret_name) is None
