@@ -44,8 +44,8 @@ async def env(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
 @pytest.fixture
 async def world(env: SimEnvironment, request: pytest.FixtureRequest) -> AsyncIterator[World]:
     """The cluster actor over synced informers; the timing of the kind under test (``kind`` parameter)."""
-    kind = getattr(request, "param", None) or request.node.callspec.params.get("kind", "ca-rotation") \
-        if hasattr(request.node, "callspec") else "ca-rotation"
+    params = request.node.callspec.params if hasattr(request.node, "callspec") else {}
+    kind = params.get("kind", "ca-rotation")
     async for w in world_on(env, ROTATION_TIMING if kind == "ca-rotation" else CONFIG_TIMING):
         yield w
 
@@ -172,3 +172,41 @@ async def test_nothing_is_held_without_an_operation_and_none_starts_on_a_cluster
     cluster = await clusters.get(ns, env.cluster_name)
     assert cluster["metadata"]["finalizers"] == ["example.com/keep"]
     assert env.applies(env.machine_names[0]) == []  # nothing reached a node
+
+
+@pytest.mark.parametrize("kind", ["ca-rotation", "config"])
+async def test_abandoning_the_operation_releases_the_hold_and_the_delete_completes(
+        env: SimEnvironment, world: World, kind: str) -> None:
+    ns = env.namespace
+    clusters, ops = crds.clusters(world.kube), crds.operations(world.kube)
+    await world.step()
+    if kind == "config":
+        await world.patch_cluster([REBOOT_PATCH])
+
+        async def reported() -> bool:
+            return all((m.get("status") or {}).get("rebootPaths") for m in await world.machines())
+
+        await world.run_until(reported, what="every machine reporting the reboot")
+    await ops.create(ns, {"metadata": {"name": "op"}, "spec": {"clusterRef": {"name": env.cluster_name}, "kind": kind}})
+    stage = "Accepting" if kind == "ca-rotation" else "Rolling"
+    await world.run_until(lambda: _at(world, stage), what=f"{kind} in {stage}")
+    await clusters.delete(ns, env.cluster_name)
+
+    async def held() -> bool:
+        return bool(find(((await clusters.get(ns, env.cluster_name)).get("status") or {}).get("conditions"),
+                         names.DELETION_HELD))
+
+    await world.run_until(held, what="the cluster's delete held", steps=50)
+    await ops.delete(ns, "op")  # abandon: still abandonable in this stage
+
+    async def gone() -> bool:
+        return await _get(world, clusters, env.cluster_name) is None and await _get(world, ops, "op") is None
+
+    await world.run_until(gone, what="the operation abandoned and the cluster's delete completed", steps=200)
+    for m in await world.machines():
+        assert GUARD not in (m["metadata"].get("finalizers") or []), m["metadata"]["name"]
+
+
+async def _at(world: World, stage: str) -> bool:
+    op = await _get(world, crds.operations(world.kube), "op")
+    return op is not None and _stage(op) == stage
