@@ -168,8 +168,8 @@ async def hold_for_start(kube: KubeClient, cluster: Obj, machines: Iterable[Mach
                 f"this operation, or recreate the cluster once it is gone")
     failpoint("guard.hold.after")
     for m in machines:
-        try:
-            await _add(crds.machines(kube), m.namespace, m.name, None)
+        try:  # the machines as the step listed them (uncached): their resourceVersion saves a GET each
+            await _add(crds.machines(kube), m.namespace, m.name, {"metadata": m.metadata} if m.metadata else None)
         except HoldRefused:
             return (f"TalosMachine {m.namespace}/{m.name} is being deleted: the operation starts once it is gone "
                     f"(nothing was written)")
@@ -208,8 +208,8 @@ async def reconcile(scope: GuardScope) -> None:
 async def _machine(scope: GuardScope, m: MachineView, running: list[Holder]) -> None:
     objects = crds.machines(scope.kube)
     if not running:
-        if FINALIZER in m.finalizers:
-            await _remove(objects, m.namespace, m.name, None)
+        if FINALIZER in m.finalizers:  # the informer's copy: a stale one costs a 409 and a fresh read
+            await _remove(objects, m.namespace, m.name, {"metadata": m.metadata})
             log.info("machine let go", machine=f"{m.namespace}/{m.name}", deleting=m.deleting)
         return
     if FINALIZER not in m.finalizers:
@@ -270,4 +270,4 @@ async def release_machines(kube: KubeClient, machines: Iterable[MachineView]) ->
     """The cluster is gone: no operation of it runs, so none of its machines stays held."""
     for m in machines:
         if FINALIZER in m.finalizers:
-            await _remove(crds.machines(kube), m.namespace, m.name, None)
+            await _remove(crds.machines(kube), m.namespace, m.name, {"metadata": m.metadata})

@@ -7,6 +7,7 @@ then the deletes complete. Nothing is held when no operation runs; no operation 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -27,7 +28,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 Obj = dict[str, Any]
 GUARD = names.OPERATION_GUARD_FINALIZER
-CONFIG_TIMING = Timing().scaled(0.01)
+#: The operations' timings scaled down; the client's call timeout kept at seconds (a loaded machine is slow, and a
+#: timed-out call is not what these tests are about).
+_CALLS = {"kube_request_timeout": 30.0, "min_call_timeout": 5.0}
+CONFIG_TIMING = replace(Timing().scaled(0.01), **_CALLS)
 
 #: (kind, the stage the cluster is deleted in): every stage of a default ca-rotation, and a config rollout.
 CASES = [("ca-rotation", s) for s in ("Accepting", "AwaitingCredentials", "Issuing", "Dropping", "Finalizing")] + [
@@ -46,7 +50,7 @@ async def world(env: SimEnvironment, request: pytest.FixtureRequest) -> AsyncIte
     """The cluster actor over synced informers; the timing of the kind under test (``kind`` parameter)."""
     params = request.node.callspec.params if hasattr(request.node, "callspec") else {}
     kind = params.get("kind", "ca-rotation")
-    async for w in world_on(env, ROTATION_TIMING if kind == "ca-rotation" else CONFIG_TIMING):
+    async for w in world_on(env, replace(ROTATION_TIMING, **_CALLS) if kind == "ca-rotation" else CONFIG_TIMING):
         yield w
 
 
