@@ -227,6 +227,13 @@ async def test_bad_inputs_of_restore_bundle_write_nothing(env: SimEnvironment, d
     # The Secret is whole: nothing to write.
     assert await _cli(env, "restore-bundle", env.cluster_name, "-n", ns) == 0
     assert secret_data(env) == before
+    # The cluster's secretsRef moved under the rotation: refused (exit 2), nothing written anywhere.
+    clusters = crds.clusters(driver.kube)
+    await clusters.patch(ns, env.cluster_name, {"spec": {"secretsRef": {"name": "elsewhere"}}})
+    assert await _cli(env, "restore-bundle", env.cluster_name, "-n", ns) == 2
+    assert "put spec.secretsRef back first" in said()
+    assert _store_secret(env, "elsewhere") is None and secret_data(env) == before
+    await clusters.patch(ns, env.cluster_name, {"spec": {"secretsRef": {"name": env.secret_name}}})
     # Deleted while another finalizer holds it too: the command cannot replace it (exit 1), and lets nothing go.
     path = f"/api/v1/namespaces/{ns}/secrets/{env.secret_name}"
     held = await driver.kube.raw("GET", path)
@@ -256,11 +263,8 @@ async def test_bad_inputs_of_restore_bundle_write_nothing(env: SimEnvironment, d
                                               "name": "other", "uid": "not-this-one"}]},
             "data": {names.SECRETS_KEY: base64.b64encode(before[names.SECRETS_KEY]).decode()}})
     assert await _cli(env, "restore-bundle", env.cluster_name, "-n", ns) == 1
+    assert "does not exist (or is not that operation's)" in said()
     assert _store_secret(env, env.secret_name) is None
-    # The cluster's secretsRef moved: refused, nothing written.
-    await crds.clusters(driver.kube).patch(ns, env.cluster_name, {"spec": {"secretsRef": {"name": "elsewhere"}}})
-    assert await _cli(env, "restore-bundle", env.cluster_name, "-n", ns) == 1  # the copy is still not ours
-    said()
 
 
 async def test_a_start_killed_after_the_copy_adopts_its_keys(env: SimEnvironment, driver: Driver,
