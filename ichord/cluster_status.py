@@ -123,6 +123,8 @@ def next_step(op: Obj, cluster: str, namespace: str) -> str:
     """The command (or the thing to do) that moves an unfinished operation on."""
     spec, cond = op.get("spec") or {}, _operation_condition(op)
     reason = cond.get("reason", "")
+    if reason == CARotationReason.BUNDLE_RESTORE_REQUIRED:  # first: nothing else moves it on (custody.py)
+        return f"ichord cluster restore-bundle {cluster} -n {namespace}"
     if spec.get("paused"):
         return (f"kubectl -n {namespace} patch top {_name(op)} --type merge "
                 "-p '{\"spec\":{\"paused\":false}}'")

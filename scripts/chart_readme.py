@@ -64,7 +64,7 @@ add it and `helm upgrade`). The daemon also watches the bundle Secrets of each l
 (`--watch-namespace`), so a changed bundle wakes its cluster at once.
 
 `watchAllNamespaces: true` serves every namespace without a `helm upgrade` per namespace. The
-trade-off: the service account may then read and update every Secret of the management cluster
+trade-off: the service account may then read, update, create and delete every Secret of the management cluster
 (RBAC cannot select Secrets by label), and a bundle Secret outside the release namespace is read on
 each of its cluster's steps rather than watched.
 
@@ -83,6 +83,21 @@ value that grants it:
 ```sh
 kubectl get taloscluster -n team-a demo -o jsonpath='{{.status.conditions[?(@.type=="Ready")].message}}'
 ```
+
+## Protections the RBAC carries
+
+- **Guarded deletes.** `patch` on `talosclusters` and `talosmachines` (besides `talosoperations`): while an
+  operation of a cluster runs, the TalosCluster and the TalosMachines it covers carry the finalizer
+  `ichor.maesh.dev/operation-in-progress`; a `kubectl delete` waits (condition `DeletionHeld`, one Warning)
+  until the operation completes or is abandoned.
+- **Key custody.** `create` and `delete` on Secrets in each namespace ichord serves (the rules above):
+  from the moment a CA rotation generates new CA keys until the bundle Secret holds them as current, they are kept twice, in the bundle
+  Secret (held by the finalizer `ichor.maesh.dev/ca-custody`, written with the `update` it already had) and
+  in a custody copy `ichord-custody-<operation UID>` (type `ichor.maesh.dev/ca-custody`, owned by the
+  TalosOperation), deleted at Done or abandon. If the bundle Secret is lost anyway, the rotation pauses
+  with `BundleRestoreRequired` and names `ichord cluster restore-bundle NAME -n NS`, which restores it from
+  the copy (run with your own credentials: it creates or updates the bundle Secret). The copy is a Secret
+  holding CA keys: whoever may read Secrets in the bundle's namespace may read it, exactly as the bundle.
 
 ## Values
 

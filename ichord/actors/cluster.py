@@ -38,6 +38,8 @@ from ichord.kube.status import update_status
 from ichord.machines.memo import ConfigMemo
 from ichord.machines.reconciler import OWNED_FIELDS, MachineResult, reconcile_machine
 from ichord.metrics import CLUSTER_CONDITION, RECONCILE_OUTCOMES
+from ichord.operations import guard
+from ichord.operations.backbone import OperationKind
 from ichord.operations.bundle_source import BundleSourceError
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, expiry_pass, forget_cluster
 from ichord.operations.kinds import default_registry
@@ -164,10 +166,11 @@ class ClusterReconciler:
             return self._record("cluster", Done())
         expiry = self._record("expiry", await self._expiry(scope, messages))
         operations = self._record("operations", await self.rt.registry.advance_all(scope))
+        held = self._record("guard", await self._guard(scope))
         machines = self._record("machines", await self._machines_phase(scope))
         self._conditions = publish_conditions(self.namespace, self.name,
                                               self.rt.clusters.get(self.namespace, self.name), self._conditions)
-        return soonest(expiry, operations, machines)
+        return soonest(expiry, operations, held, machines)
 
     async def _scope(self) -> ClusterScope:
         cluster = self.rt.clusters.get(self.namespace, self.name)
@@ -220,6 +223,29 @@ class ClusterReconciler:
             )
             self._expiry_due = now + delay
         return Requeue(max(0.0, self._expiry_due - now), "expiry re-read")
+
+    # ---- guarded deletes ----------------------------------------------------------------------
+
+    def _kind_of(self, kind: str) -> OperationKind | None:
+        impl = self.rt.registry.get(kind)
+        return impl.spec if impl is not None else None
+
+    def _covers(self, op: OperationView, machines: list[MachineView]) -> set[str]:
+        kind = self._kind_of(op.kind)
+        return kind.covers(op, machines) if kind is not None else set()
+
+    async def _guard(self, scope: ClusterScope) -> Outcome:
+        """The cluster and the machines a running operation covers held against deletion (operations/guard.py),
+        after the operations phase, so an operation that just ended lets them go in the same step."""
+        assert scope.cluster is not None
+        try:
+            await guard.reconcile(guard.GuardScope(self.rt.kube, self.rt.recorder, scope.cluster, scope.machines,
+                                                   scope.operations, self._kind_of, self._covers, scope.now))
+        except IchordError as exc:
+            log.warning("guarded deletes: a finalizer or condition write failed; retried", cluster=self.key,
+                        error=SCRUBBER.exception(exc))
+            return Requeue(self.rt.timing.retry, "guard write failed")
+        return Done()
 
     # ---- machines ---------------------------------------------------------------------------
 
@@ -337,6 +363,11 @@ class ClusterReconciler:
         self._conditions = publish_conditions(self.namespace, self.name, None, self._conditions)
         self._expiry_due = None
         message = f"TalosCluster {self.key} does not exist; create it or fix spec.clusterRef.name"
+        try:
+            await guard.release_machines(self.rt.kube, scope.machines)  # no operation of a missing cluster runs
+        except IchordError as exc:
+            log.warning("cannot let go of the machines of a missing cluster", cluster=self.key,
+                        error=SCRUBBER.exception(exc))
         await self._operations_without_cluster(message)
         for m in scope.machines:
             await self._write_machine(

@@ -22,6 +22,17 @@ CA_ROTATION_TEMPLATE_ANNOTATION = f"{GROUP}/ca-rotation"
 #: On a bundle Secret: ichord watches Secrets with this label (set by ``ichord sim``, by the user, or by ichord when
 #: it first reads a referenced Secret), so a changed bundle wakes its cluster at once, never a list of every Secret.
 BUNDLE_LABEL = f"{GROUP}/bundle"
+#: On a TalosCluster and on the TalosMachines an operation covers, while an operation of the cluster runs: their
+#: deletion waits for the operation's completion or abandon (ichord/operations/guard.py).
+OPERATION_GUARD_FINALIZER = f"{GROUP}/operation-in-progress"
+#: On the bundle Secret while a ca-rotation holds new CA keys that the Secret does not hold as current yet
+#: (ichord/operations/ca_rotation/custody.py); released at Done or abandon.
+BUNDLE_CUSTODY_FINALIZER = f"{GROUP}/ca-custody"
+#: The custody copy: a Secret of this type, owned by its TalosOperation, labelled with the operation's name, holding
+#: the secrets.yaml the rotation started from and its rotation.yaml; it names the bundle Secret in an annotation.
+CUSTODY_SECRET_TYPE = f"{GROUP}/ca-custody"
+CUSTODY_OF_LABEL = f"{GROUP}/custody-of"
+CUSTODY_BUNDLE_ANNOTATION = f"{GROUP}/bundle-secret"
 
 # Bundle Secret keys.
 SECRETS_KEY = "secrets.yaml"
@@ -101,8 +112,10 @@ class EventReason:
     RENDER_FAILED = "RenderFailed"
     OPERATION_ABANDONED = "OperationAbandoned"  # on the cluster: a deleted rotation was abandoned (ADR 0120 Am. 2)
     DELETION_HELD = "DeletionHeld"  # a deleted rotation past its point of no return runs on to Done
+    #                                 (also: a TalosCluster or TalosMachine deleted under a running operation)
     STEPS_FAILING = "StepsFailing"  # an operation's steps failed past the retry bound (operations/step_errors.py)
     FORBIDDEN = "Forbidden"  # a 403 from the management API blocks the object (one Warning per refusal)
+    BUNDLE_RESTORE_REQUIRED = "BundleRestoreRequired"  # the bundle Secret lost the rotation's keys: restore-bundle
 
 
 class CertificatesExpiringReason:
@@ -143,6 +156,15 @@ class CARotationReason:
     AWAITING_AGGREGATOR_CA = "AwaitingAggregatorCA"  # extension-apiserver-authentication lacks the new CA (ADR 0120 §4)
     SETTLING_AGGREGATOR = "SettlingAggregator"  # AggregatorAuthReset in Finalizing (ADR 0120 Amendment 3)
     PAST_POINT_OF_NO_RETURN = "PastPointOfNoReturn"  # the DeletionHeld condition's reason (ADR 0120 Amendment 2)
+    #: the bundle Secret was deleted, emptied of rotation.yaml or replaced mid-rotation: `ichord cluster
+    #: restore-bundle` puts it back from the custody copy (custody.py)
+    BUNDLE_RESTORE_REQUIRED = "BundleRestoreRequired"
+
+
+class DeletionHeldReason:
+    """DeletionHeld on a TalosCluster or TalosMachine deleted while an operation of its cluster runs (guard.py)."""
+
+    OPERATION_IN_PROGRESS = "OperationInProgress"
 
 
 class StepsFailingReason:

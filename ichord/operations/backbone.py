@@ -29,7 +29,7 @@ import structlog
 from ichord.api import names
 from ichord.api.conditions import Condition, find, now_rfc3339, parse_time, set_condition, set_operation_phase
 from ichord.api.names import Phase
-from ichord.api.views import OperationView
+from ichord.api.views import MachineView, OperationView
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import Conflict, Forbidden, KubeError, NotFound
@@ -63,6 +63,13 @@ class OperationKind:
     finalizer: str
     #: ADR 0120 Amendment 2: may an operation in this state be abandoned when deleted? Kinds fill it in.
     abandonable: Callable[[OperationView], bool] = lambda _op: False
+    #: The TalosMachines (names) a running operation covers: their deletion waits for it (operations/guard.py).
+    covers: Callable[[OperationView, list[MachineView]], set[str]] = lambda _op, machines: approved(machines)
+
+
+def approved(machines: list[MachineView]) -> set[str]:
+    """Every approved machine of the cluster (what a ca-rotation's passes visit)."""
+    return {m.name for m in machines if m.approved}
 
 
 class Context(Protocol):
@@ -244,14 +251,15 @@ async def _write_without_subject(ctx: Context, kind: OperationKind, op: Obj, pha
     ctx.observe(await update_status(crds.operations(ctx.kube), meta["namespace"], meta["name"], mutate))
 
 
-async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, message: str, *,
-                              reason: str = BLOCKED) -> Blocked:
+async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, message: str, *, reason: str = BLOCKED,
+                              event_reason: str = names.EventReason.OPERATION_BLOCKED) -> Blocked:
     """Blocked when the step could not even read its inputs (the cluster, the bundle): same shape, best effort.
 
-    ``reason`` FORBIDDEN: a 403 of the management API (the condition's reason and the Warning's are Forbidden)."""
+    ``reason``: the condition's (Blocked, or one naming what the operator must do, e.g. BundleRestoreRequired);
+    FORBIDDEN: a 403 of the management API (the condition's reason and the Warning's are Forbidden)."""
     message = SCRUBBER.text(message)
     before = find((op.get("status") or {}).get("conditions"), kind.condition_type)
-    event_reason = FORBIDDEN if reason == FORBIDDEN else names.EventReason.OPERATION_BLOCKED
+    event_reason = FORBIDDEN if reason == FORBIDDEN else event_reason
     with contextlib.suppress(KubeError):
         await _write_without_subject(ctx, kind, op, Phase.PAUSED, reason, message)
         if before is None or (before.get("reason"), before.get("message")) != (reason, message):

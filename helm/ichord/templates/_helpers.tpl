@@ -106,6 +106,13 @@ the bundle Secrets and the cluster locks of the TalosClusters there.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, list, watch, update]
+# Key custody (README "Protections"): during a CA rotation update also puts the finalizer
+# ichor.maesh.dev/ca-custody on the bundle Secret; create writes the custody copy
+# (ichord-custody-<operation UID>, owned by the TalosOperation) and delete removes it at Done or abandon.
+# Not limited by resourceNames: the copy's name is the operation's UID, unknown before it exists.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create, delete]
 # Creating a Lease cannot be limited by name (RBAC does not know the name of an object being
 # created): the leader Lease and each cluster's lock are created on first use.
 - apiGroups: [coordination.k8s.io]

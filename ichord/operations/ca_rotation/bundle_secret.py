@@ -109,5 +109,8 @@ async def remove_rotation(kube: KubeClient, namespace: str, name: str, resource_
                                 "the step runs again on a fresh read")
     body = copy.deepcopy(obj)
     body["data"].pop(names.ROTATION_KEY, None)
+    # The keys leave with rotation.yaml: the custody finalizer (custody.py) goes in the same update.
+    finalizers = [f for f in body["metadata"].get("finalizers") or [] if f != names.BUNDLE_CUSTODY_FINALIZER]
+    body["metadata"]["finalizers"] = finalizers or None
     await _put(kube, namespace, name, body)
     return True

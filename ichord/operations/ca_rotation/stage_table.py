@@ -28,17 +28,19 @@ from ichord.api.carotation import Stage
 from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.api.views import OperationView
 from ichord.failpoints import failpoint
-from ichord.operations import backbone
+from ichord.operations import backbone, guard
+from ichord.operations.bundle_source import BundleSourceError
 from ichord.operations.ca_rotation import (
     abandon,
     aggregator,
     apiserver_instances,
     cluster_conditions,
+    custody,
     etcd_roll,
     finalizing,
     handoff,
 )
-from ichord.operations.ca_rotation.bundle_secret import replace_bundle, save_rotation
+from ichord.operations.ca_rotation.bundle_secret import replace_bundle
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.lifecycle import (
     blocked_without_inputs,
@@ -88,6 +90,11 @@ from ichord.pki.rotation import Rotation, Target
 log = structlog.get_logger("ichord.operations.ca_rotation")
 
 
+#: A bundle Secret that cannot be read as one (gone, no secrets.yaml, a broken rotation.yaml) mid-rotation.
+_BUNDLE_LOST = frozenset({BundleSourceError.SECRET_NOT_FOUND, BundleSourceError.INVALID,
+                          BundleSourceError.ROTATION_INVALID})
+
+
 def _stage_of(op: Obj) -> Stage | None:
     text = ((op.get("status") or {}).get("caRotation") or {}).get("stage") or ""
     return Stage.parse(text) if text else None
@@ -105,6 +112,7 @@ async def advance(ctx: RotationContext, op: Obj) -> Outcome:
 async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
     status = op.get("status") or {}
     if status.get("phase") in (Phase.COMPLETED, Phase.FAILED):
+        await custody.release(ctx.kube, op)  # done before Completed; again here after a kill between the two
         await let_go(ctx, op)
         return Done()
     stage = _stage_of(op)
@@ -120,11 +128,16 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
     except InputsError as exc:
         if exc.reason == backbone.FORBIDDEN:
             return await backbone.blocked_before_read(ctx, CA_ROTATION, op, exc.message, reason=backbone.FORBIDDEN)
+        if stage is not None and exc.reason in _BUNDLE_LOST:  # under way: the keys must come back (custody.py)
+            return await custody.lost(ctx, op, stage, exc.reason == BundleSourceError.SECRET_NOT_FOUND)
         return await blocked_without_inputs(ctx, op, f"{exc.reason}: {exc.message}")
     if abandon.must_abandon(inputs):  # deleted before its point of no return (ADR 0120 Amendment 2)
         return await abandon.abandon(ctx, inputs, stage)
     if stage is None:
         return await _start(ctx, inputs)
+    restore = await custody.check(ctx, inputs, stage)  # the bundle Secret still holds the rotation's keys
+    if restore is not None:
+        return restore
     if OperationView.of(op).deleting and stage is not Stage.DONE:
         await abandon.hold(ctx, inputs, stage)
     if stage is not Stage.DONE and (op.get("spec") or {}).get("paused"):
@@ -148,6 +161,9 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
         return Done()
     if inputs.status.get("plan") != plan:
         await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), started(ctx))
+    held = await guard.hold_for_start(ctx.kube, inputs.cluster, inputs.machines)  # before anything irreversible
+    if held is not None:
+        return await blocked(ctx, inputs, held)
     await ensure_finalizer(ctx, inputs)
     refusal = await lock(ctx, inputs)
     if refusal is not None:
@@ -160,7 +176,7 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     if problems:
         return await blocked(ctx, inputs, "preflight: " + "; ".join(problems))
     failpoint("ca-rotation.save.before")
-    saved = await save_rotation(ctx.kube, inputs.secret.namespace, inputs.secret.name, targets)
+    saved = await custody.save(ctx.kube, inputs.op, inputs.secret.namespace, inputs.secret.name, targets)
     failpoint("ca-rotation.saved")
     rotation = saved.rotation
     hand_trust(ctx, rotation, inputs.bundle.k8s.cert_pem)

@@ -36,7 +36,7 @@ from ichord.api.views import MachineView, OperationView
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.errors import KubeError
-from ichord.operations import backbone
+from ichord.operations import backbone, guard
 from ichord.operations.backbone import OperationKind
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.managed import ManagedAPIError, ManagedClients
@@ -67,7 +67,15 @@ from ichord.talos.dial import DialBundle
 
 log = structlog.get_logger("ichord.operations.config")
 
-CONFIG = OperationKind(names.KIND_CONFIG, names.CONFIG_ROLLOUT, f"{names.GROUP}/config")
+def _covers(op: OperationView, machines: list[MachineView]) -> set[str]:
+    """The machines of the plan once written (the ones rolled), else every approved one (guard.py)."""
+    planned = {str(m.get("name")) for m in ((op.status.get("plan") or {}).get("machines") or []) if m.get("name")}
+    return planned or backbone.approved(machines)
+
+
+#: A config rollout may always be abandoned: deleting it gives back its cordon and lets the lock go (release.py).
+CONFIG = OperationKind(names.KIND_CONFIG, names.CONFIG_ROLLOUT, f"{names.GROUP}/config",
+                       abandonable=lambda _op: True, covers=_covers)
 ROLLING = "Rolling"
 ROLLED_OUT = "RolledOut"
 
@@ -146,6 +154,10 @@ async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, i
     if op.paused:
         await backbone.plan_only(ctx, CONFIG, inputs, plan)
         return Done()
+    names_planned = {p.name for p in planned}
+    held = await guard.hold_for_start(ctx.kube, inputs.cluster, [m for m in inputs.machines if m.name in names_planned])
+    if held is not None:  # before anything irreversible: the cluster and the planned machines held
+        return await backbone.blocked(ctx, CONFIG, inputs, held)
     await backbone.ensure_finalizer(ctx, CONFIG, inputs)
     refused_lock = await backbone.lock(ctx, CONFIG, inputs, approved_control_planes=len(inputs.control_planes),
                                        other_under_way=backbone.other_under_way(scope.operations, inputs.uid))
