@@ -90,14 +90,15 @@ kubectl get taloscluster -n team-a demo -o jsonpath='{{.status.conditions[?(@.ty
   operation of a cluster runs, the TalosCluster and the TalosMachines it covers carry the finalizer
   `ichor.maesh.dev/operation-in-progress`; a `kubectl delete` waits (condition `DeletionHeld`, one Warning)
   until the operation completes or is abandoned.
-- **Key custody.** `create` and `delete` on Secrets in each namespace ichord serves (the rules above):
-  from the moment a CA rotation generates new CA keys until the bundle Secret holds them as current,
-  they are kept twice, in the bundle Secret (held by the finalizer `ichor.maesh.dev/ca-custody`, written
-  with the `update` it already had) and in a custody copy `ichord-custody-<operation UID>` (type `ichor.maesh.dev/ca-custody`, owned by the
-  TalosOperation), deleted at Done or abandon. If the bundle Secret is lost anyway, the rotation pauses
-  with `BundleRestoreRequired` and names `ichord cluster restore-bundle NAME -n NS`, which restores it from
-  the copy (run with your own credentials: it creates or updates the bundle Secret). The copy is a Secret
-  holding CA keys: whoever may read Secrets in the bundle's namespace may read it, exactly as the bundle.
+- **Key custody.** `create` and `delete` on Secrets in each namespace ichord serves (the rules above): from
+  the moment a CA rotation generates new CA keys until the bundle Secret holds them as current, they are
+  kept twice, in the bundle Secret (held by the finalizer `ichor.maesh.dev/ca-custody`, written with the
+  `update` it already had) and in a custody copy `ichord-custody-<operation UID>` (type
+  `ichor.maesh.dev/ca-custody`, owned by the TalosOperation), deleted at Done or abandon. If the bundle
+  Secret is lost anyway, the rotation pauses with `BundleRestoreRequired` and names `ichord cluster
+  restore-bundle NAME -n NS`, which restores it from the copy (run with your own credentials: it creates or
+  updates the bundle Secret). The copy is a Secret holding CA keys: whoever may read Secrets in the bundle's
+  namespace may read it, exactly as the bundle.
 
 ## Values
 
