@@ -44,6 +44,14 @@ and compares): the custom resources in every namespace; the bundle Secrets and t
 release namespace. The managed clusters are reached with the admin kubeconfig their Talos control
 planes issue, never with this service account.
 
+An operation's intent cannot change once it started: a ValidatingAdmissionPolicy and its binding
+(`admissionPolicy.enabled`, cluster-scoped, named `<fullname>-operation-intent`; Kubernetes >= 1.30)
+make the API server refuse any change of a TalosOperation's spec but `spec.paused` once its stored
+`status.phase` has left Pending, naming the fields in the refusal. Without the policy (disabled, or
+an older API server) the change is accepted by the API and ignored by ichord, which runs on the spec
+it recorded at the start (`status.acceptedSpec`) and reports it: condition `SpecChangeIgnored`, one
+Warning Event, and a line in `ichord cluster status`.
+
 ## Values
 
 | Key | Default | Description |

@@ -41,6 +41,8 @@ CA_CLIENTS_NOT_RESTARTED = "CAClientsNotRestarted"
 CA_ROTATION = "CARotation"
 DELETION_HELD = "DeletionHeld"
 SUCCEEDED = "Succeeded"
+#: On a TalosOperation: its spec changed after it left Pending and ichord keeps the accepted one (operations/intent).
+SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
 
 #: The TalosOperation kinds (spec.kind) and the condition each one reports its progress in.
 KIND_CA_ROTATION = "ca-rotation"
@@ -97,6 +99,7 @@ class EventReason:
     RENDER_FAILED = "RenderFailed"
     OPERATION_ABANDONED = "OperationAbandoned"  # on the cluster: a deleted rotation was abandoned (ADR 0120 Am. 2)
     DELETION_HELD = "DeletionHeld"  # a deleted rotation past its point of no return runs on to Done
+    SPEC_CHANGE_IGNORED = "SpecChangeIgnored"  # an operation's spec changed after its start; the change is ignored
 
 
 class CertificatesExpiringReason:
@@ -136,6 +139,13 @@ class CARotationReason:
     AWAITING_AGGREGATOR_CA = "AwaitingAggregatorCA"  # extension-apiserver-authentication lacks the new CA (ADR 0120 §4)
     SETTLING_AGGREGATOR = "SettlingAggregator"  # AggregatorAuthReset in Finalizing (ADR 0120 Amendment 3)
     PAST_POINT_OF_NO_RETURN = "PastPointOfNoReturn"  # the DeletionHeld condition's reason (ADR 0120 Amendment 2)
+
+
+class SpecChangeReason:
+    """TalosOperation SpecChangeIgnored reasons (operations/intent.py)."""
+
+    IGNORED = "SpecChangedAfterStart"
+    AS_ACCEPTED = "SpecAsAccepted"
 
 
 class CAClientsNotRestartedReason:

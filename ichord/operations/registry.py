@@ -25,6 +25,7 @@ from ichord.kube.errors import NotFound
 from ichord.kube.events import ObjectRef
 from ichord.kube.status import update_status
 from ichord.metrics import OPERATION_INFO
+from ichord.operations import intent
 from ichord.operations.backbone import OperationKind
 from ichord.operations.outcome import Done, Outcome, soonest
 from ichord.operations.scope import ClusterScope
@@ -79,7 +80,8 @@ class Registry:
                 continue
             if op.finished and impl.spec.finalizer not in op.finalizers:
                 continue
-            outcomes.append(await impl.advance(scope, op))
+            # Past Pending a kind runs on the spec it accepted (a changed one is reported, never followed).
+            outcomes.append(await impl.advance(scope, await intent.keep(scope, op)))
         publish_info(scope)
         return soonest(*outcomes) if outcomes else Done()
 

@@ -144,6 +144,7 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
 
 async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     targets = spec_targets(inputs.op)
+    start = started(ctx, inputs.op)  # the spec planned from here is the accepted intent, whatever changes later
     refusal_of_contract = contract_refusal(targets, inputs.cluster_inputs.contract)
     if refusal_of_contract is not None:  # refused at plan: nothing is written (ADR 0120 §2)
         return await fail(ctx, inputs.op, CARotationReason.UNSUPPORTED_TARGET, refusal_of_contract)
@@ -153,7 +154,7 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
         await backbone.plan_only(ctx, CA_ROTATION, inputs, plan)
         return Done()
     if inputs.status.get("plan") != plan:
-        await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), started(ctx))
+        await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), *start)
     await ensure_finalizer(ctx, inputs)
     refusal = await lock(ctx, inputs)
     if refusal is not None:
@@ -171,7 +172,7 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     rotation = saved.rotation
     hand_trust(ctx, rotation, inputs.bundle.k8s.cert_pem)
     how = "adopted the rotation.yaml a previous start saved" if saved.adopted else "saved the new CAs to rotation.yaml"
-    await enter(ctx, inputs, rotation, Stage.ACCEPTING, extra=[started(ctx)])
+    await enter(ctx, inputs, rotation, Stage.ACCEPTING, extra=start)
     event(ctx, inputs, "Normal", EventReason.OPERATION_STARTED,
           f"CA rotation of {', '.join(t.value for t in rotation.targets)} started: {how}")
     return Requeue(0.0, "stage Accepting")

@@ -16,7 +16,7 @@ from ichord.api import names
 from ichord.api.abandonable import DEFAULT_TARGETS, rotation_abandonable
 from ichord.api.conditions import Condition, find, now_rfc3339
 from ichord.api.views import OperationView
-from ichord.operations import backbone
+from ichord.operations import backbone, intent
 from ichord.operations.backbone import Mutation, OperationKind
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.outcome import Blocked, Requeue
@@ -75,13 +75,14 @@ def in_progress(ctx: RotationContext, reason: str, message: str, *, timed: bool 
     return backbone.in_progress(ctx, CA_ROTATION, reason, message, timed=timed)
 
 
-def started(ctx: RotationContext) -> Mutation:
+def started(ctx: RotationContext, op: Obj) -> list[Mutation]:
+    """Out of Pending: when, and the spec it was started from (the accepted intent, operations/intent.py)."""
     stamp = now_rfc3339(ctx.now())
 
     def m(status: Obj) -> None:
         status.setdefault("startedAt", stamp)
 
-    return m
+    return [m, intent.accept(op)]
 
 
 event = backbone.event

@@ -36,7 +36,7 @@ from ichord.api.views import MachineView, OperationView
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.errors import KubeError
-from ichord.operations import backbone
+from ichord.operations import backbone, intent
 from ichord.operations.backbone import OperationKind
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.managed import ManagedAPIError, ManagedClients
@@ -157,7 +157,8 @@ async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, i
         s["plan"], s["stage"] = plan, ROLLING
         s.setdefault("startedAt", stamp)
 
-    await backbone.write(ctx, inputs, start, *backbone.in_progress(ctx, CONFIG, ROLLING, f"rolling out: {order}"))
+    await backbone.write(ctx, inputs, start, intent.accept(op.obj),
+                         *backbone.in_progress(ctx, CONFIG, ROLLING, f"rolling out: {order}"))
     backbone.event(ctx, inputs, "Normal", names.EventReason.OPERATION_STARTED, f"config rollout started: {order}")
     backbone.log_transition(CONFIG, inputs, "config rollout started", machines=len(planned))
     return Requeue(0.0, "stage Rolling")
