@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from ichord import yamlio
 from ichord.kube import crds as crd_api
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import Invalid
@@ -83,7 +84,7 @@ async def test_a_targets_patch_on_a_running_rotation_is_refused(policy: str, kub
         await ops.patch(NS, "rotate-running", {"spec": {"caRotation": {"targets": ["talos", "kubernetes", "etcd"]}}})
     message = str(refused.value)
     assert "spec.caRotation" in message and "status.phase InProgress" in message and "spec.paused" in message
-    assert "ichord-operation-intent" in message  # the policy names itself, so the operator knows who refused
+    assert "ValidatingAdmissionPolicy 'ichord'" in message  # it names itself: the operator knows who refused
     stored = await ops.get(NS, "rotate-running")
     assert stored["spec"]["caRotation"]["targets"] == ["talos", "kubernetes"]
     # What stays writable: spec.paused, metadata (ichord's annotations, finalizers) and the status subresource.
@@ -113,4 +114,9 @@ def test_kubectl_shows_the_refusal(policy: str, control_plane: ControlPlane) -> 
 
 
 def test_without_the_policy_the_chart_renders_none() -> None:
-    assert "ValidatingAdmissionPolicy" not in _policy_manifests("--set", "admissionPolicy.enabled=false")
+    helm = tools.tool("helm")
+    assert helm is not None
+    kinds = {str(d.get("kind")) for d in yamlio.load_all(subprocess.run(
+        [str(helm), "template", "ichord", str(CHART), "--set", "admissionPolicy.enabled=false"],
+        capture_output=True, text=True, check=True, timeout=60).stdout) if d}
+    assert "Deployment" in kinds and not {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} & kinds
