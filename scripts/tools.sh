@@ -46,12 +46,28 @@ done
 # that differs between the two machinery versions.
 oracle_v1_14=(-modfile=go.v1.14.mod -tags=talos_v1_14)
 
-# The pins: the module files and sums, the etcd and oracle sources, the build flags and the Go toolchain.
-pins=$( { cat "$tools/go.mod" "$tools/go.sum" "$tools/etcd/main.go" "$tools/helm/go.mod" "$tools/helm/go.sum"
-          cat "$tools"/talos-oracle/go.mod "$tools"/talos-oracle/go.sum "$tools"/talos-oracle/go.v1.14.{mod,sum}
-          cat "$tools"/talos-oracle/*.go
-          echo "${flags[*]} $kube_x $helm_x ${oracle_v1_14[*]}"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16)
-bin=${ICHORD_TOOLS_DIR:-$HOME/.cache/ichord/tools}/$pins/bin
+# Each binary is cached by its own inputs (its module files and sums, its sources, the flags that
+# shape it and the Go toolchain) in store/, so adding or changing one tool rebuilds only that tool.
+# The bin directory is named by the hash of every tool's key, so a test run never mixes pin sets.
+toolchain=$(go env GOVERSION GOOS GOARCH)
+key() {  # key FILE... -- WORD...: the cache key of one binary's inputs
+    local files=() words=()
+    while (( $# )) && [[ $1 != -- ]]; do files+=("$1"); shift; done
+    (( $# )) && shift
+    words=("$@")
+    { cat "${files[@]}"; echo "${flags[*]} ${words[*]}"; echo "$toolchain"; } | sha256sum | cut -c1-16
+}
+kube_key=$(key "$tools/go.mod" "$tools/go.sum" -- "$kube_x")
+etcd_key=$(key "$tools/go.mod" "$tools/go.sum" "$tools/etcd/main.go" --)
+helm_key=$(key "$tools/helm/go.mod" "$tools/helm/go.sum" -- "$helm_x")
+oracle_v1_13_key=$(key "$tools"/talos-oracle/go.{mod,sum} "$tools"/talos-oracle/*.go --)
+oracle_v1_14_key=$(key "$tools"/talos-oracle/go.v1.14.{mod,sum} "$tools"/talos-oracle/*.go -- "${oracle_v1_14[*]}")
+keys="kube-apiserver=$kube_key kubectl=$kube_key etcd=$etcd_key helm=$helm_key"
+keys+=" talos-oracle-v1.13=$oracle_v1_13_key talos-oracle-v1.14=$oracle_v1_14_key"
+cache=${ICHORD_TOOLS_DIR:-$HOME/.cache/ichord/tools}
+pins=$(echo "$keys" | sha256sum | cut -c1-16)
+bin=$cache/$pins/bin
+store=$cache/store
 
 if [[ ${1:-} == --print-bin ]]; then
     echo "$bin"
@@ -67,36 +83,42 @@ machine_kubectl_ok() {
 }
 
 mkdir -p "$bin"
-exec 9>"$bin/../.lock"
+exec 9>"$cache/.lock"
 flock 9 2>/dev/null || true  # one build per pin set at a time; flock is optional
 
-build() {  # build NAME MODULE_DIR PACKAGE [-X ...] [go build flags...]
-    local name=$1 dir=$2 pkg=$3 xflags=${4:-} start
-    local extra=("${@:5}")
-    if [[ -x $bin/$name ]]; then
+build() {  # build NAME KEY MODULE_DIR PACKAGE [-X ...] [go build flags...]
+    local name=$1 k=$2 dir=$3 pkg=$4 xflags=${5:-} start
+    local extra=("${@:6}")
+    local stored=$store/$name-$k
+    if [[ ! -x $stored && -x $bin/$name && ! -L $bin/$name ]]; then
+        mkdir -p "$store" && mv "$bin/$name" "$stored"  # built by an earlier layout of this same pin set
+    fi
+    if [[ -x $stored ]]; then
+        ln -sfn "$stored" "$bin/$name"
         echo "$name: cached"
         return
     fi
     echo "$name: building $pkg (go $(go env GOVERSION | sed 's/^go//'), -p $jobs ${flags[*]} ${extra[*]} -ldflags=-s -w)"
     start=$SECONDS
-    (cd "$dir" && go build -p "$jobs" "${flags[@]}" "${extra[@]}" "-ldflags=-s -w$xflags" -o "$bin/.$name.partial" "$pkg") || return
-    mv "$bin/.$name.partial" "$bin/$name" || return
+    mkdir -p "$store"
+    (cd "$dir" && go build -p "$jobs" "${flags[@]}" "${extra[@]}" "-ldflags=-s -w$xflags" -o "$stored.partial" "$pkg") || return
+    mv "$stored.partial" "$stored" && ln -sfn "$stored" "$bin/$name" || return
     echo "$name: built in $((SECONDS - start)) s"
 }
 
 total=$SECONDS
-build kube-apiserver "$tools" k8s.io/kubernetes/cmd/kube-apiserver "$kube_x"
-build etcd "$tools" ichord.local/tools/etcd
-build helm "$tools/helm" helm.sh/helm/v3/cmd/helm " $helm_x"
+build kube-apiserver "$kube_key" "$tools" k8s.io/kubernetes/cmd/kube-apiserver "$kube_x"
+build etcd "$etcd_key" "$tools" ichord.local/tools/etcd
+build helm "$helm_key" "$tools/helm" helm.sh/helm/v3/cmd/helm " $helm_x"
 if [[ ! -x $bin/kubectl ]] && machine_kubectl_ok; then
     echo "kubectl: the machine's ($(command -v kubectl)) is within one minor of $kube_version"
 else
-    build kubectl "$tools" k8s.io/kubernetes/cmd/kubectl "$kube_x"
+    build kubectl "$kube_key" "$tools" k8s.io/kubernetes/cmd/kubectl "$kube_x"
 fi
 # Last: a failure here leaves the API server tier's binaries built (only that oracle's tests skip).
 oracle_failed=()
-build talos-oracle-v1.13 "$tools/talos-oracle" ichord.local/tools/talos-oracle || oracle_failed+=(talos-oracle-v1.13)
-build talos-oracle-v1.14 "$tools/talos-oracle" ichord.local/tools/talos-oracle "" "${oracle_v1_14[@]}" \
+build talos-oracle-v1.13 "$oracle_v1_13_key" "$tools/talos-oracle" ichord.local/tools/talos-oracle || oracle_failed+=(talos-oracle-v1.13)
+build talos-oracle-v1.14 "$oracle_v1_14_key" "$tools/talos-oracle" ichord.local/tools/talos-oracle "" "${oracle_v1_14[@]}" \
     || oracle_failed+=(talos-oracle-v1.14)
 (( ${#oracle_failed[@]} == 0 )) || die "${oracle_failed[*]} failed to build (the other binaries are built, in $bin)"
 echo "tools ready in $((SECONDS - total)) s"
