@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
+
 from ichord.errors import IchordError
 from ichord.etcd_snapshot.file import AtomicSnapshot, SnapshotFile
 from ichord.talos.client import TalosClient
@@ -80,7 +82,9 @@ async def take(talos: TalosClient, control_planes: Sequence[ControlPlane], path:
             except TalosError as exc:
                 why.append(f"{cp.name}: {exc}")
                 continue
-            return Taken(out.commit(), cp.name, int(status.member_id), int(status.raft_index))
+            # fsync of a database of up to gigabytes: off the event loop (a leader must keep renewing its Lease).
+            committed = await anyio.to_thread.run_sync(out.commit)
+            return Taken(committed, cp.name, int(status.member_id), int(status.raft_index))
     if not why:
         raise NoHealthyControlPlane("the cluster has no approved control plane to take a snapshot from")
     raise NoHealthyControlPlane("no control plane could serve an etcd snapshot: " + "; ".join(why),

@@ -27,9 +27,10 @@ from ichord.api import names
 from ichord.api.carotation import Stage
 from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.api.views import OperationView
+from ichord.etcd_snapshot.take import ControlPlane
 from ichord.failpoints import failpoint
 from ichord.kube.errors import KubeError
-from ichord.operations import backbone
+from ichord.operations import backbone, etcd_snapshot
 from ichord.operations.ca_rotation import (
     abandon,
     aggregator,
@@ -83,6 +84,8 @@ from ichord.operations.ca_rotation.status import (
     wait_within_bound,
     write,
 )
+from ichord.operations.etcd_snapshot import Destination, plan_entry
+from ichord.operations.etcd_snapshot import hint as snapshot_hint
 from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.pki.rotation import Rotation, Target
 from ichord.pki.scrub import SCRUBBER
@@ -148,7 +151,10 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     refusal_of_contract = contract_refusal(targets, inputs.cluster_inputs.contract)
     if refusal_of_contract is not None:  # refused at plan: nothing is written (ADR 0120 §2)
         return await fail(ctx, inputs.op, CARotationReason.UNSUPPORTED_TARGET, refusal_of_contract)
-    plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines], inputs.worker_bound)
+    destination = Destination.of(inputs.cluster.get("spec") or {})
+    plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines], inputs.worker_bound,
+                       etcd_snapshot=plan_entry(destination, inputs.status),
+                       snapshot_hint=snapshot_hint(inputs.cluster_name, inputs.op_namespace))
     spec = inputs.op.get("spec") or {}
     if spec.get("paused"):
         await backbone.plan_only(ctx, CA_ROTATION, inputs, plan)
@@ -166,6 +172,17 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     problems = await preflight(ctx, inputs, targets)
     if problems:
         return await blocked(ctx, inputs, "preflight: " + "; ".join(problems))
+    if Target.ETCD in targets and destination is not None:
+        # The etcd roll reboots every control plane: a snapshot first, before anything is changed.
+        talos = ctx.talos_factory(etcd_snapshot.dial(inputs.bundle))
+        try:
+            refused = await etcd_snapshot.ensure_taken(
+                ctx, CA_ROTATION, inputs, destination, talos,
+                [ControlPlane(m.name, m.address) for m in inputs.control_planes], namespace=inputs.op_namespace)
+        finally:
+            talos.close()
+        if refused is not None:
+            return refused
     failpoint("ca-rotation.save.before")
     saved = await save_rotation(ctx.kube, inputs.secret.namespace, inputs.secret.name, targets)
     failpoint("ca-rotation.saved")
