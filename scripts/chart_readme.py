@@ -52,6 +52,15 @@ an older API server) the change is accepted by the API and ignored by ichord, wh
 it recorded at the start (`status.acceptedSpec`) and reports it: condition `SpecChangeIgnored`, one
 Warning Event, and a line in `ichord cluster status`.
 
+etcd snapshots before control-plane reboots: give the daemon a volume (`etcdSnapshots.volume`,
+mounted at `etcdSnapshots.mountPath`, default `/var/lib/ichord/snapshots`) and name a directory on
+it in a TalosCluster (`spec.etcdSnapshots: {{path: /var/lib/ichord/snapshots, retain: 5}}`); a
+ca-rotation of the etcd CA and a `config` rollout that reboots a control plane then write one there
+(`<namespace>.<cluster>.<UTC time>.<operation>.db`, the newest `retain` of the cluster kept) before
+anything changes, and record it in the operation's `status.etcdSnapshot` and `status.plan`. The image
+runs as UID/GID 65532 (`podSecurityContext.fsGroup` makes a claim writable). With two replicas the
+claim must be ReadWriteMany (both mount it; the leader writes).
+
 ## Values
 
 | Key | Default | Description |
