@@ -8,6 +8,7 @@ reading everything afresh, must neither take a second snapshot nor skip it."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -139,3 +140,37 @@ async def test_retention_keeps_the_clusters_newest(env: SimEnvironment, driver: 
     kept = [p.name for p in listing(tmp_path)]
     new = (await driver.get())["status"]["etcdSnapshot"]["path"]
     assert kept == sorted([older[-1].name, Path(new).name, other.name])
+
+
+async def test_a_config_rollout_that_reboots_control_planes_takes_one_first(
+        bundle: SecretsBundle, tmp_path: Path) -> None:
+    from ichord.settings import Timing
+    from tests.integration._config_world import REBOOT_PATCH, world_on
+
+    async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=3, workers=1) as env, \
+            contextlib.asynccontextmanager(world_on)(env, Timing().scaled(0.01)) as world:
+        if True:
+            await crds.clusters(world.kube).patch(env.namespace, env.cluster_name, {"spec": {
+                "etcdSnapshots": {"path": str(tmp_path)}}})
+            await world.patch_cluster([REBOOT_PATCH])
+
+            async def reported() -> bool:
+                return sum(1 for m in await world.machines() if (m.get("status") or {}).get("rebootPaths")) == 4
+
+            await world.run_until(reported, what="4 machines reporting rebootPaths")
+            since = len(env.talos.history.events)
+            await crds.operations(world.kube).create(env.namespace, {"metadata": {"name": "roll"}, "spec": {
+                "clusterRef": {"name": env.cluster_name}, "kind": "config"}})
+
+            async def finished() -> bool:
+                return ((await world.op("roll")).get("status") or {}).get("phase") in ("Completed", "Failed")
+
+            await world.run_until(finished, what="the rollout finished")
+            op = await world.op("roll")
+    assert op["status"]["phase"] == "Completed", op["status"]
+    events = env.talos.history.events[since:]
+    served = [e for e in events if e["kind"] == "etcd_snapshot"]
+    assert len(served) == 1 and served[0]["seq"] < _first(events, "apply") < _first(events, "reboot_requested")
+    (file,) = listing(tmp_path)
+    assert op["status"]["etcdSnapshot"]["path"] == str(file) == op["status"]["plan"]["etcdSnapshot"]["file"]
+    assert file.name.startswith(f"{env.namespace}.{env.cluster_name}.") and file.name.endswith(".roll.db")
