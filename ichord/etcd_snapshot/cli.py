@@ -20,7 +20,12 @@ from typing import Any
 
 from ichord.api import views
 from ichord.errors import IchordError
-from ichord.etcd_snapshot.file import SnapshotDestinationError, SnapshotIntegrityError, check_destination
+from ichord.etcd_snapshot.file import (
+    SnapshotDestinationError,
+    SnapshotIntegrityError,
+    SnapshotWriteError,
+    check_destination,
+)
 from ichord.etcd_snapshot.take import BACKUP_ROLE, ControlPlane, NoHealthyControlPlane, Taken, take
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
@@ -60,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     except (SnapshotInputError, SnapshotDestinationError) as exc:
         print(f"ichord: {SCRUBBER.text(str(exc))}; nothing was written", file=sys.stderr)
         return 2
-    except (NoHealthyControlPlane, SnapshotIntegrityError) as exc:
+    except (NoHealthyControlPlane, SnapshotIntegrityError, SnapshotWriteError) as exc:
         print(f"ichord: {SCRUBBER.text(str(exc))}; nothing was written", file=sys.stderr)
         return 1
     f = taken.file

@@ -10,6 +10,7 @@ failure anywhere removes the temporary file: nothing is left under the destinati
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import secrets
@@ -33,6 +34,10 @@ class SnapshotDestinationError(IchordError):
 
 class SnapshotIntegrityError(IchordError):
     """What the node streamed is not a whole etcd snapshot."""
+
+
+class SnapshotWriteError(IchordError):
+    """The local write failed (a full disk, an I/O error): not the node's fault, so no other node is asked."""
 
 
 @dataclass(frozen=True)
@@ -86,9 +91,13 @@ class AtomicSnapshot:
 
     def write(self, chunk: bytes) -> None:
         view = memoryview(chunk)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        except OSError as exc:
+            raise SnapshotWriteError(f"writing {self.path} failed after {self._size} bytes: "
+                                     f"{exc.strerror or exc}") from None
         self._whole.update(chunk)
         self._size += len(chunk)
         if len(self._head) < 20:
@@ -106,7 +115,10 @@ class AtomicSnapshot:
         if has_trailer and self._database.digest() != self._tail:
             raise SnapshotIntegrityError(f"the stream ({self._size} bytes) does not match etcd's SHA-256 of the "
                                          "database it ends with: the snapshot is damaged (nothing was written)")
-        os.fsync(self._fd)
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise SnapshotWriteError(f"writing {self.path} failed: {exc.strerror or exc}") from None
         os.close(self._fd)
         self._fd = -1
         try:
@@ -114,6 +126,15 @@ class AtomicSnapshot:
         except FileExistsError:
             raise SnapshotDestinationError(f"{self.path} appeared while the snapshot was taken; it was not "
                                            "overwritten") from None
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise SnapshotWriteError(f"naming {self.path} failed: {exc.strerror or exc}") from None
+            # A filesystem without hard links: rename, after a last look (only a concurrent writer of this very
+            # name could slip in between).
+            if self.path.exists():
+                raise SnapshotDestinationError(f"{self.path} appeared while the snapshot was taken; it was not "
+                                               "overwritten") from None
+            os.rename(self._temp, self.path)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 self._temp.unlink()

@@ -38,7 +38,13 @@ import anyio
 from ichord.api import names
 from ichord.api.conditions import now_rfc3339
 from ichord.errors import IchordError
-from ichord.etcd_snapshot.file import SnapshotDestinationError, SnapshotIntegrityError, describe, partial_files
+from ichord.etcd_snapshot.file import (
+    SnapshotDestinationError,
+    SnapshotIntegrityError,
+    SnapshotWriteError,
+    describe,
+    partial_files,
+)
 from ichord.etcd_snapshot.take import BACKUP_ROLE, ControlPlane, NoHealthyControlPlane, take
 from ichord.failpoints import failpoint
 from ichord.operations import backbone
@@ -162,7 +168,8 @@ async def ensure_taken(ctx: backbone.Context, kind: OperationKind, subject: back
             taken = await take(talos, control_planes, path)
             file, machine = taken.file, taken.machine
             failpoint("etcd-snapshot.taken.before")
-    except (NoHealthyControlPlane, SnapshotIntegrityError, SnapshotDestinationError, OSError) as exc:
+    except (NoHealthyControlPlane, SnapshotIntegrityError, SnapshotDestinationError, SnapshotWriteError,
+            OSError) as exc:
         detail = str(exc) if isinstance(exc, IchordError) else f"{path}: {exc.strerror or exc}"
         return await backbone.blocked(ctx, kind, subject, f"etcd snapshot before the first reboot: {detail}")
     await backbone.write(ctx, subject, _record(state=TAKEN, path=str(file.path), size=file.size, sha256=file.sha256,
