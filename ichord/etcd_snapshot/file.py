@@ -52,6 +52,8 @@ class SnapshotFile:
 def check_destination(path: Path) -> Path:
     """The absolute destination, or why it cannot be written (nothing is created)."""
     path = path.expanduser()
+    if path.is_dir():
+        raise SnapshotDestinationError(f"{path} is a directory; name a file in it, e.g. {path / 'etcd.db'}")
     if path.exists() or path.is_symlink():
         raise SnapshotDestinationError(f"{path} exists; an etcd snapshot never overwrites a file: choose a new name")
     parent = path.parent if str(path.parent) else Path(".")
@@ -73,7 +75,11 @@ class AtomicSnapshot:
     def __init__(self, path: Path) -> None:
         self.path = check_destination(path)
         self._temp = self.path.parent / f".{self.path.name}{PARTIAL}{secrets.token_hex(4)}"
-        self._fd = os.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            self._fd = os.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise SnapshotDestinationError(f"cannot create a file in {self.path.parent}: "
+                                           f"{exc.strerror or exc}") from None
         self._whole = hashlib.sha256()
         self._database = hashlib.sha256()  # everything but the last TRAILER bytes seen so far
         self._tail = b""
