@@ -47,19 +47,24 @@ class Taken:
     revision: int  # the member's raft index when it was asked
 
 
-async def _health(talos: TalosClient, cp: ControlPlane) -> tuple[m.EtcdMemberStatus | None, str | TalosError]:
+async def _health(talos: TalosClient, cp: ControlPlane,
+                  alarms: list[m.EtcdMemberAlarm] | None) -> tuple[m.EtcdMemberStatus | None, str | TalosError,
+                                                                  list[m.EtcdMemberAlarm] | None]:
+    """The member's status, or why it cannot serve; the cluster's alarms (EtcdAlarmList lists every member's:
+    asked once, of the first node that answers)."""
     try:
         status = await talos.etcd_status(cp.endpoint)
-        alarms = await talos.etcd_alarms(cp.endpoint)
+        if alarms is None:
+            alarms = await talos.etcd_alarms(cp.endpoint)
     except TalosError as exc:
-        return None, exc
+        return None, exc, alarms
     if status.errors:
-        return None, "etcd reports " + "; ".join(status.errors)
+        return None, "etcd reports " + "; ".join(status.errors), alarms
     if not status.leader:
-        return None, "its etcd member has no leader"
+        return None, "its etcd member has no leader", alarms
     if any(a.member_id == status.member_id and a.alarm == m.EtcdMemberAlarm.CORRUPT for a in alarms):
-        return None, "its etcd member raised the CORRUPT alarm"
-    return status, ""
+        return None, "its etcd member raised the CORRUPT alarm", alarms
+    return status, "", alarms
 
 
 async def take(talos: TalosClient, control_planes: Sequence[ControlPlane], path: Path) -> Taken:
@@ -67,8 +72,9 @@ async def take(talos: TalosClient, control_planes: Sequence[ControlPlane], path:
     healthy: list[tuple[ControlPlane, m.EtcdMemberStatus]] = []
     why: list[str] = []
     refused = 0
-    for cp in control_planes:
-        status, reason = await _health(talos, cp)
+    alarms: list[m.EtcdMemberAlarm] | None = None
+    for cp in control_planes:  # per node one EtcdStatus; EtcdAlarmList once; then one EtcdSnapshot
+        status, reason, alarms = await _health(talos, cp, alarms)
         if status is None:
             why.append(f"{cp.name}: {reason}")
             refused += isinstance(reason, TalosCertificateError)

@@ -69,6 +69,10 @@ async def test_a_snapshot_is_written_with_its_size_and_sha256(env: SimEnvironmen
     assert node.startswith(f"{env.cluster_name}-cp-") and node != env.talos.etcd.leader
     assert f"from control plane {node}" in out
     assert leftovers(tmp_path) == ["demo.db"]
+    # What it cost the cluster: one EtcdStatus per control plane, the alarms once, one EtcdSnapshot.
+    calls = {rpc: sum(env.node(n).rpcs[rpc] for n in env.machine_names)
+             for rpc in ("EtcdStatus", "EtcdAlarmList", "EtcdSnapshot", "ApplyConfiguration", "Reboot")}
+    assert calls == {"EtcdStatus": 3, "EtcdAlarmList": 1, "EtcdSnapshot": 1, "ApplyConfiguration": 0, "Reboot": 0}
 
 
 async def test_an_existing_file_is_never_overwritten(env: SimEnvironment, tmp_path: Path) -> None:
