@@ -56,7 +56,7 @@ etcd snapshots before control-plane reboots: give the daemon a volume (`etcdSnap
 mounted at `etcdSnapshots.mountPath`, default `/var/lib/ichord/snapshots`) and name a directory on
 it in a TalosCluster (`spec.etcdSnapshots: {{path: /var/lib/ichord/snapshots, retain: 5}}`); a
 ca-rotation of the etcd CA and a `config` rollout that reboots a control plane then write one there
-(`<namespace>.<cluster>.<UTC time>.<operation>.db`, the newest `retain` of the cluster kept) before
+(`<namespace>_<cluster>_<UTC time>_<operation>.db`, the newest `retain` of the cluster kept) before
 anything changes, and record it in the operation's `status.etcdSnapshot` and `status.plan`. The image
 runs as UID/GID 65532 (`podSecurityContext.fsGroup` makes a claim writable). With two replicas the
 claim must be ReadWriteMany (both mount it; the leader writes).

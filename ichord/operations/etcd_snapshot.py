@@ -3,7 +3,7 @@
     spec.etcdSnapshots: {path: /var/lib/ichord/snapshots, retain: 5}
 
 ``path`` is a directory the daemon can write (the chart mounts a volume there: values ``etcdSnapshots``); each
-snapshot is ``<namespace>.<cluster>.<UTC time>.<operation>.db`` in it, and after each one only the newest
+snapshot is ``<namespace>_<cluster>_<UTC time>_<operation>.db`` in it, and after each one only the newest
 ``retain`` of that cluster are kept (files of other clusters, and files named otherwise, are never touched). The
 operations that take one: a ca-rotation of the etcd CA (its roll reboots every control plane) and a config
 rollout that reboots a control plane, at their start, before anything is changed (``status.plan.etcdSnapshot``
@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,8 @@ TAKING = "Taking"
 TAKEN = "Taken"
 DEFAULT_RETAIN = 5
 SUFFIX = ".db"
+#: What follows "<namespace>_<cluster>_" in a snapshot's name: its UTC time and the operation.
+_STAMPED = re.compile(r"\d{8}T\d{6}Z_[^_/]+\.db")
 
 
 @dataclass(frozen=True)
@@ -78,10 +81,11 @@ class Destination:
         return cls(Path(path), max(1, int(raw.get("retain") or DEFAULT_RETAIN)))
 
     def prefix(self, namespace: str, cluster: str) -> str:
-        return f"{namespace}.{cluster}."
+        # "_" is in no Kubernetes name: "ns_demo_" never matches a cluster "demo.prod" (names may hold dots).
+        return f"{namespace}_{cluster}_"
 
     def file_for(self, namespace: str, cluster: str, operation: str, now: dt.datetime) -> Path:
-        return self.directory / f"{self.prefix(namespace, cluster)}{now:%Y%m%dT%H%M%SZ}.{operation}{SUFFIX}"
+        return self.directory / f"{self.prefix(namespace, cluster)}{now:%Y%m%dT%H%M%SZ}_{operation}{SUFFIX}"
 
     def problem(self) -> str | None:
         """Why the daemon cannot write snapshots there, or None."""
@@ -99,7 +103,7 @@ class Destination:
         """Remove this cluster's snapshots beyond the newest ``retain`` (names sort by time); the removed."""
         prefix = self.prefix(namespace, cluster)
         mine = sorted(p for p in self.directory.iterdir()
-                      if p.name.startswith(prefix) and p.name.endswith(SUFFIX) and p.is_file())
+                      if p.name.startswith(prefix) and _STAMPED.fullmatch(p.name[len(prefix):]) and p.is_file())
         gone = mine[:-self.retain] if len(mine) > self.retain else []
         for path in gone:
             with contextlib.suppress(FileNotFoundError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,8 @@ async def test_an_etcd_rotation_leaves_one_snapshot_before_its_first_reboot(
     await driver.create(targets=["etcd"])
     assert isinstance(await driver.run(max_steps=1500), Done)
     files = listing(tmp_path)
-    assert [f.name for f in files] == [f"{env.namespace}.{env.cluster_name}.{files[0].name.split('.')[2]}.rotate.db"]
+    assert len(files) == 1 and re.fullmatch(rf"{env.namespace}_{env.cluster_name}_\d{{8}}T\d{{6}}Z_rotate\.db",
+                                            files[0].name), files
     events = _history(env)
     snapshots = [e for e in events if e["kind"] == "etcd_snapshot"]
     assert len(snapshots) == 1 and "-cp-" in str(snapshots[0]["node"])
@@ -129,9 +131,12 @@ async def test_an_unusable_destination_blocks_before_anything_changes(
 
 
 async def test_retention_keeps_the_clusters_newest(env: SimEnvironment, driver: Driver, tmp_path: Path) -> None:
-    older = [tmp_path / f"{env.namespace}.{env.cluster_name}.2026010{i}T000000Z.old.db" for i in range(1, 4)]
-    other = tmp_path / f"{env.namespace}.another.20260101T000000Z.old.db"
-    for path in [*older, other]:
+    older = [tmp_path / f"{env.namespace}_{env.cluster_name}_2026010{i}T000000Z_old.db" for i in range(1, 4)]
+    # Another cluster's (its name starting like this one's: names may hold dots), and a file named otherwise.
+    others = [tmp_path / f"{env.namespace}_another_20260101T000000Z_old.db",
+              tmp_path / f"{env.namespace}_{env.cluster_name}.prod_20260101T000000Z_old.db",
+              tmp_path / f"{env.namespace}_{env.cluster_name}_keep-me.db"]
+    for path in [*older, *others]:
         path.write_bytes(b"x")
     await _destination(env, driver, tmp_path, retain=2)
     await driver.create(targets=["etcd"])
@@ -139,7 +144,7 @@ async def test_retention_keeps_the_clusters_newest(env: SimEnvironment, driver: 
         "state") == "Taken")
     kept = [p.name for p in listing(tmp_path)]
     new = (await driver.get())["status"]["etcdSnapshot"]["path"]
-    assert kept == sorted([older[-1].name, Path(new).name, other.name])
+    assert kept == sorted([older[-1].name, Path(new).name, *(o.name for o in others)])
 
 
 async def test_a_config_rollout_that_reboots_control_planes_takes_one_first(
@@ -173,4 +178,4 @@ async def test_a_config_rollout_that_reboots_control_planes_takes_one_first(
     assert len(served) == 1 and served[0]["seq"] < _first(events, "apply") < _first(events, "reboot_requested")
     (file,) = listing(tmp_path)
     assert op["status"]["etcdSnapshot"]["path"] == str(file) == op["status"]["plan"]["etcdSnapshot"]["file"]
-    assert file.name.startswith(f"{env.namespace}.{env.cluster_name}.") and file.name.endswith(".roll.db")
+    assert file.name.startswith(f"{env.namespace}_{env.cluster_name}_") and file.name.endswith("_roll.db")
