@@ -45,7 +45,8 @@ release namespace. The managed clusters are reached with the admin kubeconfig th
 planes issue, never with this service account.
 
 An operation's intent cannot change once it started: a ValidatingAdmissionPolicy and its binding
-(`admissionPolicy.enabled`; cluster-scoped, named as the release's objects; Kubernetes >= 1.30)
+(`admissionPolicy.enabled`; cluster-scoped, named as the release's objects; rendered only for
+Kubernetes >= 1.30, which serves `admissionregistration.k8s.io/v1` policies)
 make the API server refuse any change of a TalosOperation's spec but `spec.paused` once its stored
 `status.phase` has left Pending, naming the fields in the refusal. Without the policy (disabled, or
 an older API server) the change is accepted by the API and ignored by ichord, which runs on the spec

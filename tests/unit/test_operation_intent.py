@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from ichord import yamlio
 from ichord.api.views import OperationView
 from ichord.operations.intent import accept, changed_fields, effective
+from tests._helm import find_helm
 from tests.unit.test_helm_chart import strip_actions
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "ichord"
@@ -49,3 +53,15 @@ def test_the_chart_policy_compares_every_spec_field_of_the_crd_but_paused() -> N
     assert rules["spec"]["matchConstraints"]["resourceRules"] == [{
         "apiGroups": ["ichor.maesh.dev"], "apiVersions": ["*"], "operations": ["UPDATE"],
         "resources": ["talosoperations"]}]
+
+
+@pytest.mark.skipif(find_helm() is None, reason="helm is not installed: the chart is not rendered")
+@pytest.mark.parametrize(("kube_version", "installed"), [("1.29.0", False), ("1.30.0", True), ("1.36.3", True)])
+def test_the_policy_is_rendered_where_the_api_server_serves_it(kube_version: str, installed: bool) -> None:
+    helm = find_helm()
+    assert helm is not None
+    out = subprocess.run([helm, "template", "ichord", str(CHART), "--kube-version", kube_version],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    kinds = {str(d.get("kind")) for d in yamlio.load_all(out) if d}
+    assert ("ValidatingAdmissionPolicy" in kinds) is installed
+    assert ("ValidatingAdmissionPolicyBinding" in kinds) is installed
