@@ -30,6 +30,7 @@ from ichord.api.names import (
 from ichord.cluster_status import ClusterView, format_status, read_view
 from ichord.credentials import DEFAULT_CREDENTIALS_DIR, HandOff, files, hand_off
 from ichord.errors import IchordError
+from ichord.etcd_snapshot import cli as etcd_snapshot_cli
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.crds import clusters
 from ichord.kube.errors import KubeConfigError, KubeError, NotFound
@@ -64,6 +65,7 @@ def register(subparsers: Any) -> None:
     _register_status(sub)
     _register_restore_bundle(sub)
     config_cli.register(sub, _cluster_args)
+    etcd_snapshot_cli.register(sub, _cluster_args)
 
 
 BUNDLE_NAMESPACE_HELP = (

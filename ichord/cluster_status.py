@@ -159,6 +159,9 @@ def _operation(view: ClusterView, op: Obj) -> list[str]:
         lines.append(f"    waiting for: {cond.get('reason', '')}: {_text(cond.get('message'))}")
     elif status.get("message"):
         lines.append(f"    {_text(status.get('message'))}")
+    ignored = find(status.get("conditions"), names.SPEC_CHANGE_IGNORED)
+    if ignored is not None and ignored.get("status") == "True":
+        lines.append(f"    spec change ignored: {_text(ignored.get('message'))}")
     lines.append(f"    next: {next_step(op, view.name, view.namespace)}")
     return lines
 

@@ -100,6 +100,26 @@ kubectl get taloscluster -n team-a demo -o jsonpath='{{.status.conditions[?(@.ty
   updates the bundle Secret). The copy is a Secret holding CA keys: whoever may read Secrets in the bundle's
   namespace may read it, exactly as the bundle.
 
+## Operations: intent and etcd snapshots
+
+An operation's intent cannot change once it started: a ValidatingAdmissionPolicy and its binding
+(`admissionPolicy.enabled`; cluster-scoped, named as the release's objects; rendered only for
+Kubernetes >= 1.30, which serves `admissionregistration.k8s.io/v1` policies)
+make the API server refuse any change of a TalosOperation's spec but `spec.paused` once its stored
+`status.phase` has left Pending, naming the fields in the refusal. Without the policy (disabled, or
+an older API server) the change is accepted by the API and ignored by ichord, which runs on the spec
+it recorded at the start (`status.acceptedSpec`) and reports it: condition `SpecChangeIgnored`, one
+Warning Event, and a line in `ichord cluster status`.
+
+etcd snapshots before control-plane reboots: give the daemon a volume (`etcdSnapshots.volume`,
+mounted at `etcdSnapshots.mountPath`, default `/var/lib/ichord/snapshots`) and name a directory on
+it in a TalosCluster (`spec.etcdSnapshots: {{path: /var/lib/ichord/snapshots, retain: 5}}`); a
+ca-rotation of the etcd CA and a `config` rollout that reboots a control plane then write one there
+(`<namespace>_<cluster>_<UTC time>_<operation>.db`, the newest `retain` of the cluster kept) before
+anything changes, and record it in the operation's `status.etcdSnapshot` and `status.plan`. The image
+runs as UID/GID 65532 (`podSecurityContext.fsGroup` makes a claim writable). With two replicas the
+claim must be ReadWriteMany (both mount it; the leader writes).
+
 ## Values
 
 | Key | Default | Description |

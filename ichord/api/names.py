@@ -54,6 +54,8 @@ DELETION_HELD = "DeletionHeld"
 SUCCEEDED = "Succeeded"
 #: On a TalosOperation: its steps have failed (API or node errors) for longer than the retry bound.
 STEPS_FAILING = "StepsFailing"
+#: On a TalosOperation: its spec changed after it left Pending and ichord keeps the accepted one (operations/intent).
+SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
 
 #: The TalosOperation kinds (spec.kind) and the condition each one reports its progress in.
 KIND_CA_ROTATION = "ca-rotation"
@@ -116,6 +118,8 @@ class EventReason:
     STEPS_FAILING = "StepsFailing"  # an operation's steps failed past the retry bound (operations/step_errors.py)
     FORBIDDEN = "Forbidden"  # a 403 from the management API blocks the object (one Warning per refusal)
     BUNDLE_RESTORE_REQUIRED = "BundleRestoreRequired"  # the bundle Secret lost the rotation's keys: restore-bundle
+    SPEC_CHANGE_IGNORED = "SpecChangeIgnored"  # an operation's spec changed after its start; the change is ignored
+    ETCD_SNAPSHOT_TAKEN = "EtcdSnapshotTaken"  # before the first control-plane reboot, to spec.etcdSnapshots.path
 
 
 class CertificatesExpiringReason:
@@ -174,6 +178,13 @@ class StepsFailingReason:
     TALOS_ERROR = "TalosError"  # a Talos node's API
     STEP_ERROR = "StepError"  # another of ichord's typed errors (the bundle Secret unreadable, ...)
     RECOVERED = "Recovered"
+
+
+class SpecChangeReason:
+    """TalosOperation SpecChangeIgnored reasons (operations/intent.py)."""
+
+    IGNORED = "SpecChangedAfterStart"
+    AS_ACCEPTED = "SpecAsAccepted"
 
 
 class CAClientsNotRestartedReason:

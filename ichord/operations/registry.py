@@ -25,6 +25,7 @@ from ichord.kube.errors import Forbidden, NotFound
 from ichord.kube.events import ObjectRef
 from ichord.kube.status import update_status
 from ichord.metrics import OPERATION_INFO
+from ichord.operations import intent
 from ichord.operations.backbone import OperationKind, forbidden
 from ichord.operations.outcome import Done, Outcome, soonest
 from ichord.operations.scope import ClusterScope
@@ -91,7 +92,8 @@ class Registry:
     async def _step(self, scope: ClusterScope, impl: Operation, op: OperationView) -> Outcome:
         """One step of one operation under the error policy: an IchordError is a retry, anything else a bug."""
         try:
-            outcome = await impl.advance(scope, op)
+            # Past Pending a kind runs on the spec it accepted (a changed one is reported, never followed).
+            outcome = await impl.advance(scope, await intent.keep(scope, op))
         except Forbidden as exc:
             # Not transient: the grant stays missing until someone adds it. Said at once on the operation (its
             # kind's condition False/Forbidden naming the chart value, one Warning), not as StepsFailing after the

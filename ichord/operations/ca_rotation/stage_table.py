@@ -27,8 +27,9 @@ from ichord.api import names
 from ichord.api.carotation import Stage
 from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.api.views import OperationView
+from ichord.etcd_snapshot.take import ControlPlane
 from ichord.failpoints import failpoint
-from ichord.operations import backbone, guard
+from ichord.operations import backbone, etcd_snapshot, guard
 from ichord.operations.bundle_source import BundleSourceError
 from ichord.operations.ca_rotation import (
     abandon,
@@ -84,6 +85,8 @@ from ichord.operations.ca_rotation.status import (
     wait_within_bound,
     write,
 )
+from ichord.operations.etcd_snapshot import Destination, plan_entry
+from ichord.operations.etcd_snapshot import hint as snapshot_hint
 from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.pki.rotation import Rotation, Target
 
@@ -151,16 +154,20 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
 
 async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     targets = spec_targets(inputs.op)
+    start = started(ctx, inputs.op)  # the spec planned from here is the accepted intent, whatever changes later
     refusal_of_contract = contract_refusal(targets, inputs.cluster_inputs.contract)
     if refusal_of_contract is not None:  # refused at plan: nothing is written (ADR 0120 §2)
         return await fail(ctx, inputs.op, CARotationReason.UNSUPPORTED_TARGET, refusal_of_contract)
-    plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines], inputs.worker_bound)
+    destination = Destination.of(inputs.cluster.get("spec") or {})
+    plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines], inputs.worker_bound,
+                       etcd_snapshot=plan_entry(destination, inputs.status),
+                       snapshot_hint=snapshot_hint(inputs.cluster_name, inputs.op_namespace))
     spec = inputs.op.get("spec") or {}
     if spec.get("paused"):
         await backbone.plan_only(ctx, CA_ROTATION, inputs, plan)
         return Done()
     if inputs.status.get("plan") != plan:
-        await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), started(ctx))
+        await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), *start)
     held = await guard.hold_for_start(ctx.kube, inputs.cluster, inputs.machines)  # before anything irreversible
     if held is not None:
         return await blocked(ctx, inputs, held)
@@ -175,13 +182,24 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     problems = await preflight(ctx, inputs, targets)
     if problems:
         return await blocked(ctx, inputs, "preflight: " + "; ".join(problems))
+    if Target.ETCD in targets and destination is not None:
+        # The etcd roll reboots every control plane: a snapshot first, before anything is changed.
+        talos = ctx.talos_factory(etcd_snapshot.dial(inputs.bundle))
+        try:
+            refused = await etcd_snapshot.ensure_taken(
+                ctx, CA_ROTATION, inputs, destination, talos,
+                [ControlPlane(m.name, m.address) for m in inputs.control_planes], namespace=inputs.op_namespace)
+        finally:
+            talos.close()
+        if refused is not None:
+            return refused
     failpoint("ca-rotation.save.before")
     saved = await custody.save(ctx.kube, inputs.op, inputs.secret.namespace, inputs.secret.name, targets)
     failpoint("ca-rotation.saved")
     rotation = saved.rotation
     hand_trust(ctx, rotation, inputs.bundle.k8s.cert_pem)
     how = "adopted the rotation.yaml a previous start saved" if saved.adopted else "saved the new CAs to rotation.yaml"
-    await enter(ctx, inputs, rotation, Stage.ACCEPTING, extra=[started(ctx)])
+    await enter(ctx, inputs, rotation, Stage.ACCEPTING, extra=start)
     event(ctx, inputs, "Normal", EventReason.OPERATION_STARTED,
           f"CA rotation of {', '.join(t.value for t in rotation.targets)} started: {how}")
     return Requeue(0.0, "stage Accepting")

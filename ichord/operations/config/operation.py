@@ -34,9 +34,10 @@ from ichord.api.conditions import find, now_rfc3339
 from ichord.api.names import Phase
 from ichord.api.views import MachineView, OperationView
 from ichord.errors import IchordError
+from ichord.etcd_snapshot.take import ControlPlane
 from ichord.kube import crds
 from ichord.kube.errors import KubeError
-from ichord.operations import backbone, guard
+from ichord.operations import backbone, etcd_snapshot, guard, intent
 from ichord.operations.backbone import OperationKind
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.managed import ManagedAPIError, ManagedClients
@@ -51,6 +52,7 @@ from ichord.operations.config.plan import (
     plan_machines,
     plan_status,
     planned_from_status,
+    reboots_control_plane,
     refusal,
 )
 from ichord.operations.config.reboot import advance_reboot
@@ -150,7 +152,10 @@ async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, i
         log.info("config operation refused", operation=op.name, reason=reason)
         backbone.event(ctx, inputs, "Warning", names.EventReason.OPERATION_BLOCKED, message)
         return await backbone.fail(ctx, CONFIG, op.obj, reason, message)
-    plan = plan_status(planned, len(inputs.control_planes), inputs.worker_bound)
+    destination = etcd_snapshot.Destination.of(inputs.cluster.get("spec") or {})
+    plan = plan_status(planned, len(inputs.control_planes), inputs.worker_bound,
+                       etcd_snapshot=etcd_snapshot.plan_entry(destination, inputs.status),
+                       snapshot_hint=etcd_snapshot.hint(inputs.cluster_name, inputs.op_namespace))
     if op.paused:
         await backbone.plan_only(ctx, CONFIG, inputs, plan)
         return Done()
@@ -163,6 +168,20 @@ async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, i
                                        other_under_way=backbone.other_under_way(scope.operations, inputs.uid))
     if refused_lock is not None:
         return refused_lock
+    if destination is not None and reboots_control_plane(planned):
+        # A control plane's reboot restarts its etcd member: a snapshot first, before anything is changed.
+        if (inputs.status.get("plan") or {}).get("etcdSnapshot") is None:
+            await backbone.write(ctx, inputs, lambda s: s.__setitem__("plan", plan))  # where it goes, for review
+        talos = ctx.talos_factory(etcd_snapshot.dial(inputs.bundle))
+        try:
+            not_taken = await etcd_snapshot.ensure_taken(
+                ctx, CONFIG, inputs, destination, talos,
+                [ControlPlane(m.name, m.address) for m in inputs.control_planes], namespace=inputs.op_namespace)
+        finally:
+            talos.close()
+        if not_taken is not None:
+            return not_taken
+        plan = {**plan, "etcdSnapshot": etcd_snapshot.plan_entry(destination, inputs.status)}
     stamp = now_rfc3339(ctx.now())
     order = ", ".join(f"{p.name} ({p.change.value})" for p in planned)
 
@@ -170,7 +189,8 @@ async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, i
         s["plan"], s["stage"] = plan, ROLLING
         s.setdefault("startedAt", stamp)
 
-    await backbone.write(ctx, inputs, start, *backbone.in_progress(ctx, CONFIG, ROLLING, f"rolling out: {order}"))
+    await backbone.write(ctx, inputs, start, intent.accept(op.obj),
+                         *backbone.in_progress(ctx, CONFIG, ROLLING, f"rolling out: {order}"))
     backbone.event(ctx, inputs, "Normal", names.EventReason.OPERATION_STARTED, f"config rollout started: {order}")
     backbone.log_transition(CONFIG, inputs, "config rollout started", machines=len(planned))
     return Requeue(0.0, "stage Rolling")
