@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ichord import operation_cli
 from ichord.api import views
 from ichord.api.names import (
     BUNDLE_EXPORTED_ANNOTATION,
@@ -28,7 +29,7 @@ from ichord.api.names import (
 )
 from ichord.cluster_status import ClusterView, format_status, read_view
 from ichord.credentials import DEFAULT_CREDENTIALS_DIR, HandOff, files, hand_off
-from ichord.errors import IchordError
+from ichord.errors import IchordError, RuntimeFailure
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.crds import clusters
 from ichord.kube.errors import NotFound
@@ -36,7 +37,6 @@ from ichord.kube.reads import read_secret
 from ichord.operations.config import cli as config_cli
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import export_fingerprint
-from ichord.pki.scrub import SCRUBBER
 
 #: Where ``ichor init`` keeps a cluster's bundle (ADR 0063 Decision 4); ``{name}`` is the TalosCluster.
 DEFAULT_EXPORT_PATH = "~/.ichor/clusters/{name}/secrets.yaml"
@@ -50,7 +50,7 @@ class RotationUnderWay(ClusterCommandError):
     """The bundle Secret holds rotation.yaml: the bundle will change at Finalizing."""
 
 
-class ExportNotVerified(ClusterCommandError):
+class ExportNotVerified(ClusterCommandError, RuntimeFailure):
     """The file read back is not the live bundle; no annotation was written."""
 
 
@@ -61,6 +61,21 @@ def register(subparsers: Any) -> None:
     _register_credentials(sub)
     _register_status(sub)
     config_cli.register(sub, _cluster_args)
+    operation_cli.register_rotate(sub, _cluster_args)
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling still accepted (``-o FILE`` where ``-o`` now means the output format elsewhere): it sets
+    the same value and says once, on stderr, what to use instead."""
+
+    def __init__(self, option_strings: list[str], dest: str, instead: str = "", **kwargs: Any) -> None:
+        self.instead = instead
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"ichord: {option_string} is deprecated here; use {self.instead}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 BUNDLE_NAMESPACE_HELP = (
@@ -89,7 +104,9 @@ def _register_bundle_export(sub: Any) -> None:
         ),
     )
     _cluster_args(p)
-    p.add_argument("-o", "--output", type=Path,
+    p.add_argument("-o", dest="output", type=Path, action=DeprecatedAlias, instead="-f/--file",
+                   help=argparse.SUPPRESS)
+    p.add_argument("-f", "--file", "--output", dest="output", type=Path,
                    help=f"file to write (default {DEFAULT_EXPORT_PATH.format(name='NAME')}; missing parent "
                         "directories are created with mode 0700; an existing file is overwritten)")
     p.add_argument("--secret-namespace", help=BUNDLE_NAMESPACE_HELP)
@@ -114,7 +131,9 @@ def _register_credentials(sub: Any) -> None:
     p.add_argument("--acknowledge", action="store_true",
                    help="after the files are verified and written, let the rotation go on (sets the annotation); "
                         "without it nothing on the cluster changes")
-    p.add_argument("-o", "--output-dir", type=Path,
+    p.add_argument("-o", dest="output_dir", type=Path, action=DeprecatedAlias, instead="-d/--output-dir",
+                   help=argparse.SUPPRESS)
+    p.add_argument("-d", "--output-dir", type=Path,
                    help=f"directory for the files talosconfig and kubeconfig (default "
                         f"{DEFAULT_CREDENTIALS_DIR.format(name='NAME')}; created with mode 0700; existing files "
                         "are replaced)")
@@ -136,31 +155,30 @@ def _register_status(sub: Any) -> None:
         ),
     )
     _cluster_args(p)
+    operation_cli.add_output_format(p)
     p.set_defaults(func=_status_main)
 
 
 def _status_main(args: argparse.Namespace) -> int:
     view = asyncio.run(_status_cli(args))
-    print(format_status(view, dt.datetime.now(dt.UTC)), end="")
+    now = dt.datetime.now(dt.UTC)
+    if args.output == "text":
+        print(format_status(view, now), end="")
+    else:
+        print(operation_cli.dump(view.as_data(now), args.output), end="")
     return 0
 
 
 async def _status_cli(args: argparse.Namespace) -> ClusterView:
     kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
     async with kube:
-        return await read_view(kube, args.namespace or kube.namespace, args.name)
+        return await read_view(kube, args.namespace or kube.namespace, args.name, operation_cli.kube_flags(args))
 
 
 def _credentials_main(args: argparse.Namespace) -> int:
     if args.wait <= 0:
-        print("ichord: --wait must be a positive number of seconds", file=sys.stderr)
-        return 2
-    try:
-        result = asyncio.run(_credentials_cli(args))
-    except IchordError as exc:
-        # Scrubbed again: a message built from a server's answer must never carry key material.
-        print(f"ichord: {SCRUBBER.text(str(exc))}", file=sys.stderr)
-        return 2
+        raise ClusterCommandError("--wait must be a positive number of seconds. Nothing was written.")
+    result = asyncio.run(_credentials_cli(args))  # errors: ichord.cli.main prints them scrubbed, with the exit code
     print(f"wrote {result.talosconfig} (mode 0600; os:admin client certificate sha256 "
           f"{result.talos_client_fingerprint})")
     print(f"wrote {result.kubeconfig} (mode 0600; admin client certificate sha256 {result.kube_client_fingerprint})")

@@ -330,7 +330,8 @@ async def hand_off(kube: KubeClient, namespace: str, cluster: str, out_dir: Path
     cps = await _control_planes(kube, retry, namespace, cluster)
 
     minted = mint(view.cluster_name, [m.address for m in cps], server,
-                  os_signing=os_new, os_trusted=os_trusted, k8s_signing=k8s_new, k8s_trusted=k8s_trusted)
+                  os_signing=os_new, os_trusted=os_trusted, k8s_signing=k8s_new, k8s_trusted=k8s_trusted,
+                  namespace=namespace)
     await _verified(retry, minted, server, os_new, talos_factory or _talos_client)
     talos_path, kube_path = _write(out_dir, minted)
 

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import anyio
 
-from ichord.errors import IchordError
+from ichord.errors import RuntimeFailure
 from ichord.kube.client import NoTrustError
 from ichord.kube.errors import KubeError, NotFound, TLSVerificationError, TooManyRequests, Unavailable
 from ichord.pki.scrub import SCRUBBER
@@ -67,7 +67,7 @@ def classify(exc: BaseException) -> Verdict:
     return Verdict.FINAL
 
 
-class RetryWindowExceeded(IchordError):
+class RetryWindowExceeded(RuntimeFailure):
     """Transient failures went on for the whole window; the message names the call and the last error."""
 
 

@@ -93,8 +93,10 @@ def certificate_expiries(bundle: SecretsBundle) -> tuple[CertificateExpiry, ...]
     )
 
 
-def expiry_status(bundle: SecretsBundle, now: dt.datetime, warning_days: float) -> ExpiryResult:
-    """status.certificates and the CertificatesExpiring condition for ``bundle`` at ``now``.
+def expiry_status(bundle: SecretsBundle, now: dt.datetime, warning_days: float, *,
+                  cluster: tuple[str, str] = ("NS", "NAME")) -> ExpiryResult:
+    """status.certificates and the CertificatesExpiring condition for ``bundle`` at ``now``; ``cluster`` is
+    (namespace, name), for the commands the message names.
 
     The message names CAs and UTC dates, never days left, so it changes only when the bundle does
     (or once, when a CA crosses into the window or expires).
@@ -116,9 +118,10 @@ def expiry_status(bundle: SecretsBundle, now: dt.datetime, warning_days: float) 
     named += [f"{c.name} expires on {c.not_after_rfc3339}" for c in expiring]
     targets = ", ".join(c.name for c in certs if c in expired or c in expiring)
     reason = CertificatesExpiringReason.EXPIRED if expired else CertificatesExpiringReason.EXPIRING
-    message = (f"CAs expired or expiring within {window}: {'; '.join(named)}. Rotate them with a "
-               f"ca-rotation TalosOperation (targets: {targets}), then save the new bundle with "
-               f"`ichord cluster bundle-export`.")
+    ns, name = cluster
+    message = (f"CAs expired or expiring within {window}: {'; '.join(named)}. Rotate them: "
+               f"`ichord cluster rotate {name} -n {ns} --targets {targets.replace(', ', ',')}`, then save the new "
+               f"bundle with `ichord cluster bundle-export {name} -n {ns}`.")
     return ExpiryResult(certs, expiring, expired, Condition(CERTIFICATES_EXPIRING, "True", reason, message))
 
 
@@ -256,7 +259,7 @@ async def expiry_pass(
                       error=message, retry_in=timing.expiry_retry)
         return timing.expiry_retry
 
-    result = expiry_status(public, now, warning_days)
+    result = expiry_status(public, now, warning_days, cluster=(namespace, name))
     publish_metrics(namespace, name, result)
     written = _Written()
     try:

@@ -60,6 +60,8 @@ class RotationContext:
     #: Asked with the current Kubernetes CA before a rotation of it starts: why ichord cannot safely rotate it
     #: (its own client would be locked out at Issuing), or None. The trust pool fills it.
     trust_refusal: Callable[[bytes], str | None] = lambda _current_ca_pem: None
+    #: Whether a Kubernetes CA is the one of the API server ichord talks to (TrustHooks.own_cluster).
+    own_cluster: Callable[[bytes], bool] = lambda _ca_pem: False
     #: Told of every write of the operation (the step's scope keeps its copy current for the phases after it).
     observe: Callable[[Obj], None] = lambda _obj: None
     #: The cluster's operations as the step's scope listed them (None: list them, e.g. a test driving one step).

@@ -183,11 +183,11 @@ async def complete(ctx: RotationContext, inputs: Inputs, not_back: list[str]) ->
         reason = CARotationReason.ROTATED_CLIENTS_NOT_BACK
         message = (f"the CAs were rotated, but these clients were not available again within "
                    f"{ctx.timing.ca_client_restart_timeout:g} s: {', '.join(not_back)}.{note} Export the bundle: "
-                   f"`ichord cluster bundle-export {inputs.cluster_name}`")
+                   f"`{cluster_conditions.export_command(ctx, inputs)}`")
     else:
         reason = CARotationReason.ROTATED
         message = (f"the CAs were rotated and the clients restarted.{note} Export the bundle: "
-                   f"`ichord cluster bundle-export {inputs.cluster_name}`")
+                   f"`{cluster_conditions.export_command(ctx, inputs)}`")
     await cluster_conditions.set_clients_not_restarted(ctx, inputs, not_back)
     failpoint("ca-rotation.done.before")
     stamp = now_rfc3339(ctx.now())
