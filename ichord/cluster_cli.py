@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,20 +63,6 @@ def register(subparsers: Any) -> None:
     operation_cli.register_rotate(sub, _cluster_args)
 
 
-class DeprecatedAlias(argparse.Action):
-    """An old spelling still accepted (``-o FILE`` where ``-o`` now means the output format elsewhere): it sets
-    the same value and says once, on stderr, what to use instead."""
-
-    def __init__(self, option_strings: list[str], dest: str, instead: str = "", **kwargs: Any) -> None:
-        self.instead = instead
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        print(f"ichord: {option_string} is deprecated here; use {self.instead}", file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
 BUNDLE_NAMESPACE_HELP = (
                          "namespace field, else the TalosCluster's namespace)")
 
@@ -104,9 +89,9 @@ def _register_bundle_export(sub: Any) -> None:
         ),
     )
     _cluster_args(p)
-    p.add_argument("-o", dest="output", type=Path, action=DeprecatedAlias, instead="-f/--file",
+    p.add_argument("-o", dest="output", type=Path, action=operation_cli.DeprecatedAlias, instead="-f/--file",
                    help=argparse.SUPPRESS)
-    p.add_argument("-f", "--file", "--output", dest="output", type=Path,
+    p.add_argument("-f", "--file", "--output", dest="output", type=Path, metavar="FILE",
                    help=f"file to write (default {DEFAULT_EXPORT_PATH.format(name='NAME')}; missing parent "
                         "directories are created with mode 0700; an existing file is overwritten)")
     p.add_argument("--secret-namespace", help=BUNDLE_NAMESPACE_HELP)
@@ -131,9 +116,9 @@ def _register_credentials(sub: Any) -> None:
     p.add_argument("--acknowledge", action="store_true",
                    help="after the files are verified and written, let the rotation go on (sets the annotation); "
                         "without it nothing on the cluster changes")
-    p.add_argument("-o", dest="output_dir", type=Path, action=DeprecatedAlias, instead="-d/--output-dir",
+    p.add_argument("-o", dest="output_dir", type=Path, action=operation_cli.DeprecatedAlias, instead="-d/--output-dir",
                    help=argparse.SUPPRESS)
-    p.add_argument("-d", "--output-dir", type=Path,
+    p.add_argument("-d", "--output-dir", type=Path, metavar="DIR",
                    help=f"directory for the files talosconfig and kubeconfig (default "
                         f"{DEFAULT_CREDENTIALS_DIR.format(name='NAME')}; created with mode 0700; existing files "
                         "are replaced)")

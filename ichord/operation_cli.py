@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,6 +47,20 @@ OUTPUT_FORMATS = ("text", "json", "yaml")
 
 class Refused(IchordError):
     """The command was refused and nothing was written; the message says why and what to do (exit 2)."""
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling still accepted (``-o FILE`` where ``-o`` now means the output format elsewhere): it sets
+    the same value and says once, on stderr, what to use instead."""
+
+    def __init__(self, option_strings: list[str], dest: str, instead: str = "", **kwargs: Any) -> None:
+        self.instead = instead
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"ichord: {option_string} is deprecated here; use {self.instead}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def add_output_format(p: argparse.ArgumentParser) -> None:
