@@ -30,7 +30,7 @@ from ichord.contract import UnsupportedContractError, parse_contract
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
-from ichord.kube.errors import KubeError, NotFound
+from ichord.kube.errors import AlreadyExists, KubeError, NotFound
 from ichord.operations.ca_rotation.plan import (
     TargetSpecError,
     UnsupportedTargetError,
@@ -143,7 +143,16 @@ async def create_and_plan(kube: KubeClient, namespace: str, body: Obj, *, wait: 
 
     A refusal the daemon wrote (Failed before any stage ran) is deleted again by UID and raised as Refused."""
     ops = crds.operations(kube)
-    created = await ops.create(namespace, body)
+    base = str(body["metadata"]["name"])
+    for attempt in range(2, 12):
+        try:
+            created = await ops.create(namespace, body)
+            break
+        except AlreadyExists:  # another command in the same second: the next free suffix
+            body = {**body, "metadata": {**body["metadata"], "name": f"{base[:60]}-{attempt}"}}
+    else:
+        raise Refused(f"TalosOperations {namespace}/{base} and its next ten suffixes exist already; pass again "
+                      "in a second. Nothing was created.")
     name, uid = str(created["metadata"]["name"]), str(created["metadata"]["uid"])
     op = created
     with anyio.move_on_after(wait):

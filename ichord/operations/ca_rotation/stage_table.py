@@ -255,7 +255,7 @@ async def _after_accepting(ctx: RotationContext, inputs: Inputs, rotation: Rotat
         await enter(ctx, inputs, rotation, nxt)
         return Requeue(0.0, f"stage {nxt.value}")
     message = (f"waiting for the operator's credentials from the new CAs: run `ichord cluster credentials "
-               f"{inputs.cluster_name} --acknowledge`")
+               f"{inputs.cluster_name} -n {inputs.op_namespace} --acknowledge`")
     entered = await handoff.enter(ctx, inputs, *stage_mutations(ctx, inputs, rotation, nxt),
                                   *in_progress(ctx, CARotationReason.AWAITING_CREDENTIALS, message))
     if not entered:
@@ -310,7 +310,7 @@ async def _await_credentials(ctx: RotationContext, inputs: Inputs, _stage: Stage
         await enter(ctx, inputs, rotation, Stage.ISSUING)
         return Requeue(0.0, "stage Issuing")
     message = (f"waiting for the operator's credentials from the new CAs: run `ichord cluster credentials "
-               f"{inputs.cluster_name} --acknowledge`")
+               f"{inputs.cluster_name} -n {inputs.op_namespace} --acknowledge`")
     await write(ctx, inputs, *in_progress(ctx, CARotationReason.AWAITING_CREDENTIALS, message))
     return Requeue(ctx.timing.retry, "awaiting credentials")
 
