@@ -212,7 +212,8 @@ def _report_only(result: Classification, machine: MachineView) -> MachineResult 
         paths = list(result.reboot_paths)
         msg = (
             f"{len(paths)} change(s) need a reboot and were not applied ({summarize_paths(paths)}); "
-            f"roll them out one node at a time with a TalosOperation of kind config for cluster {machine.cluster}"
+            f"roll them out one node at a time with a TalosOperation of kind config: `ichord cluster config-apply "
+            f"{machine.cluster} -n {machine.namespace}`"
         )
         return MachineResult(
             _ready("False", ReadyReason.REBOOT_REQUIRED, msg),
@@ -223,8 +224,8 @@ def _report_only(result: Classification, machine: MachineView) -> MachineResult 
         paths = list(result.api_server_restart_paths)
         msg = (
             f"{len(paths)} change(s) restart kube-apiserver and were not applied ({summarize_paths(paths)}); "
-            f"roll them out one control plane at a time with a TalosOperation of kind config for cluster "
-            f"{machine.cluster}"
+            f"roll them out one control plane at a time with a TalosOperation of kind config: `ichord cluster "
+            f"config-apply {machine.cluster} -n {machine.namespace}`"
         )
         return MachineResult(
             _ready("False", ReadyReason.API_SERVER_RESTART_REQUIRED, msg),
