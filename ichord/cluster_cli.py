@@ -1,12 +1,12 @@
 """``ichord cluster ...``: commands about one TalosCluster, run with the user's kubeconfig.
 
-``credentials`` is the operator's side of a CA rotation's AwaitingCredentials stage (ADR 0091,
-ADR 0120 §5): see ichord.credentials.
+``credentials`` is the operator's side of a CA rotation's AwaitingCredentials stage
+(docs/decisions.md#credentials-handoff): see ichord.credentials.
 
 ``bundle-export`` saves the live secrets bundle and acknowledges it with the annotation
-``ichor.maesh.dev/bundle-exported: <ExportFingerprint>`` (ADR 0063 "BundleBackupStale", ADR 0120
-§5); the daemon's expiry pass lowers BundleBackupStale when that equals the live bundle's. The CLI
-writes metadata only, never spec or status.
+``ichor.maesh.dev/bundle-exported: <ExportFingerprint>`` (docs/decisions.md#bundle-backup-stale,
+docs/decisions.md#bundle-backup-stale); the daemon's expiry pass lowers BundleBackupStale when that equals the live
+bundle's. The CLI writes metadata only, never spec or status.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from ichord.operations.config import cli as config_cli
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import export_fingerprint
 
-#: Where ``ichor init`` keeps a cluster's bundle (ADR 0063 Decision 4); ``{name}`` is the TalosCluster.
+#: Where ``ichor init`` keeps a cluster's bundle (docs/decisions.md#bundle-backup-stale); ``{name}`` is the
+#: TalosCluster.
 DEFAULT_EXPORT_PATH = "~/.ichor/clusters/{name}/secrets.yaml"
 
 

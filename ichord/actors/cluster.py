@@ -4,9 +4,9 @@ A step reads a ``ClusterScope`` once (the cluster and its machines from the info
 from one uncached LIST, the bundle Secret at most once) and runs three phases over it, each returning a
 typed Outcome (cluster-api's phase functions, the soonest requeue wins):
 
-    expiry       CA expiry: status.certificates, CertificatesExpiring, the expiry metric (ADR 0063)
-    operations   one step of each operation of the cluster, through the registry (the actor names no kind)
-    machines     keep every approved machine on its render, apply safe differences, report the rest
+    expiry       CA expiry: status.certificates, CertificatesExpiring, the expiry metric
+    (docs/decisions.md#rotation-state) operations   one step of each operation of the cluster, through the registry (the
+    actor names no kind) machines     keep every approved machine on its render, apply safe differences, report the rest
 
 The outcome of each phase is logged and counted here, in one place. Steps are short: waits are requeues.
 """

@@ -1,4 +1,5 @@
-"""The operator's side of AwaitingCredentials (ADR 0091; ADR 0120 §5, Amendment 4 and "an early acknowledgement").
+"""The operator's side of AwaitingCredentials (docs/decisions.md#credentials-handoff;
+docs/decisions.md#credentials-handoff and "an early acknowledgement").
 
 ``hand_off`` finds the cluster's ca-rotation, waits until it reaches AwaitingCredentials, mints a
 talosconfig and an admin kubeconfig from the new CAs, proves both work (Version on every control
@@ -43,7 +44,7 @@ from ichord.talos.errors import TalosError
 T = TypeVar("T")
 Obj = dict[str, Any]
 
-#: Where the files go by default, next to ``ichor init``'s secrets.yaml (ADR 0063 Decision 4).
+#: Where the files go by default, next to ``ichor init``'s secrets.yaml (docs/decisions.md#bundle-backup-stale).
 DEFAULT_CREDENTIALS_DIR = "~/.ichor/clusters/{name}"
 TALOSCONFIG = "talosconfig"
 KUBECONFIG = "kubeconfig"
@@ -150,7 +151,7 @@ async def _find_operation(kube: KubeClient, retry: Retrier, namespace: str, clus
     if targets is not None and not hands_off(targets):
         raise CredentialsError(
             f"TalosOperation {namespace}/{op['metadata']['name']} rotates {', '.join(t.value for t in targets)} only: "
-            "the operator's talosconfig and kubeconfig do not change, so there is no hand-off (ADR 0120 §5).")
+            "the operator's talosconfig and kubeconfig do not change, so there is no hand-off.")
     return op
 
 

@@ -1,4 +1,4 @@
-"""The hand-off's transient-error retry (ADR 0120 Amendments 4, lane E and lane F).
+"""The hand-off's transient-error retry (docs/decisions.md#ca-rotation-passes).
 
 Every API call of ``ichord cluster credentials`` goes through ``Retrier.call``: a transient failure
 (the API server restarting for the new CA, a webhook that timed out, a group not served yet) is
@@ -24,7 +24,7 @@ from ichord.talos.errors import TalosError, TalosUnreachableError
 
 T = TypeVar("T")
 
-#: ADR 0120 Amendment 4: retryTransient's backoff, 1 s doubling to 15 s, for up to 10 minutes.
+#: docs/decisions.md#credentials-handoff: retryTransient's backoff, 1 s doubling to 15 s, for up to 10 minutes.
 DEFAULT_DELAYS = (1.0, 15.0)
 DEFAULT_WINDOW = 600.0
 

@@ -8,9 +8,10 @@
        (on a worker it is applied like a safe change)
     unsupported change                     -> never applied                  -> Ready=False/UnsupportedChange
     unreachable / render failure           -> Ready=False with the cause
-    a ca-rotation under way                -> Ready=Unknown/CARotationInProgress, nothing else (ADR 0063)
+    a ca-rotation under way                -> Ready=Unknown/CARotationInProgress, nothing else
+    (docs/decisions.md#rotation-state)
 
-The reconciler never reboots and never restarts the API server behind anyone's back (ADR 0080):
+The reconciler never reboots and never restarts the API server behind anyone's back (docs/decisions.md#config-rollout):
 a `config` operation rolls those out. It returns the status it wants; the actor writes it.
 """
 
@@ -85,7 +86,7 @@ async def reconcile_machine(
 ) -> MachineResult:
     """One step of one machine; ``memo`` (the caller's, per cluster) spares re-deriving unchanged content."""
     if rotation_in_progress:
-        # Standing aside: no render, no dial, no apply (ADR 0063 "does not fight the stages").
+        # Standing aside: no render, no dial, no apply (docs/decisions.md#rotation-state).
         return MachineResult(
             _ready(
                 "Unknown",

@@ -1,4 +1,4 @@
-"""The CA expiry pass (ADR 0063 Decision 1, "Addendum: expiry alerting"; ADR 0120 §5).
+"""The CA expiry pass (docs/decisions.md#expiry-alerting; docs/decisions.md#credentials-handoff).
 
 Per cluster: read the bundle Secret uncached, publish each CA's notAfter in
 ``TalosCluster.status.certificates`` and as ``ichor_certificate_expiry_timestamp_seconds``, keep the
@@ -48,7 +48,7 @@ log = structlog.get_logger(__name__)
 
 Obj = dict[str, Any]
 
-#: status.certificates order (api.md); the names are the rotation targets' (ADR 0120 §1).
+#: status.certificates order (the CRDs); the names are the rotation targets' (docs/decisions.md#ca-rotation-targets).
 CERTIFICATE_ORDER: tuple[Target, ...] = (
     Target.TALOS, Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR, Target.ETCD,
 )
@@ -132,7 +132,7 @@ def exported_fingerprint(cluster_obj: Obj) -> str | None:
 
 
 def backup_stale_lowered(cluster_obj: Obj, bundle: SecretsBundle) -> bool:
-    """True when the export annotation names the live bundle (ADR 0120 §5: ExportFingerprint).
+    """True when the export annotation names the live bundle (docs/decisions.md#credentials-handoff: ExportFingerprint).
 
     An export of the pre-rotation bundle carries the old fingerprint and does not count.
     """
@@ -174,7 +174,7 @@ def publish_metrics(namespace: str, name: str, result: ExpiryResult) -> None:
 
 
 def forget_cluster(namespace: str, name: str) -> None:
-    """Drop a deleted cluster's expiry series (ADR 0063 Decision 1)."""
+    """Drop a deleted cluster's expiry series (docs/decisions.md#expiry-alerting)."""
     for target in CERTIFICATE_ORDER:
         with contextlib.suppress(KeyError):
             CERTIFICATE_EXPIRY.remove(namespace, name, target.value)

@@ -1,4 +1,4 @@
-"""The trust pool and the per-replica trust sync (ADR 0063 trust amendments).
+"""The trust pool and the per-replica trust sync (docs/decisions.md#trust-pool).
 
 ``ichord run`` builds one pool and one ``SharedTrust`` (the pool and where its extras are published) and hands
 its hooks to the cluster actors through their Runtime (``SharedTrust.hooks()``), never through a global: the

@@ -1,4 +1,5 @@
-"""ADR 0080 on the simulators: the ``config`` operation run by the real cluster actor step and registry.
+"""docs/decisions.md#config-rollout on the simulators: the ``config`` operation run by the real cluster actor step and
+registry.
 
 A reboot-class patch rolled out on 3 control planes + 2 workers with a PDB-protected app: plan only while
 paused, each node rebooted exactly once, never two control planes (nor more than one worker) down at once,

@@ -1,4 +1,4 @@
-"""The TalosCluster conditions a CA rotation raises (ADR 0063 Decision 4 and its amendments).
+"""The TalosCluster conditions a CA rotation raises (docs/decisions.md#bundle-backup-stale and its amendments).
 
 - BundleBackupStale (reason CARotated) and a Warning Event naming the export command: the bundle on
   the operator's machine describes a PKI no node accepts any more.

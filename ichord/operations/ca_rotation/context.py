@@ -1,7 +1,7 @@
 """What one step of a ca-rotation works with: the shared handles, and the inputs read fresh every step.
 
 Nothing here is kept between steps: every step reads the operation, the cluster, the machines and
-the bundle Secret uncached (ADR 0063: a controller killed anywhere resumes from what it reads).
+the bundle Secret uncached (docs/decisions.md#rotation-state: a controller killed anywhere resumes from what it reads).
 """
 
 from __future__ import annotations
@@ -132,7 +132,8 @@ class Inputs:
 async def load_inputs(ctx: RotationContext, op: Obj) -> Inputs:
     """Read the cluster, its approved machines and the bundle Secret uncached; parse the bundle and rotation.yaml.
 
-    Uncached on purpose (ADR 0063): a rotation step decides irreversible calls on what it reads here.
+    Uncached on purpose (docs/decisions.md#rotation-state): a rotation step decides irreversible calls on what it reads
+    here.
     """
     view = OperationView.of(op)
     ns, cluster_name = view.namespace, view.cluster or ""

@@ -1,4 +1,4 @@
-"""Finalizing, after the one Secret update (ADR 0063 step 4 and its amendments), as explicit steps
+"""Finalizing, after the one Secret update (docs/decisions.md#rotation-state and its amendments), as explicit steps
 (``status.caRotation.step``, with ``stepSince``), each a row of ``STEPS``:
 
     verify-replaced   the replaced bundle on every machine (plain dial, configuration equal to its render)
@@ -90,8 +90,8 @@ def _rotated_aggregator(inputs: Inputs) -> bool:
 
 
 async def _reset_aggregator(ctx: RotationContext, inputs: Inputs) -> Outcome:
-    """AggregatorAuthReset (ADR 0120 Amendment 3): checked every Timing.retry until the ConfigMap holds the new
-    aggregator CA alone; then the Nodes settle."""
+    """AggregatorAuthReset (docs/decisions.md#aggregator-ca): checked every Timing.retry until the ConfigMap holds the
+    new aggregator CA alone; then the Nodes settle."""
     async with _managed(ctx, inputs) as kc:
         result = await aggregator.reset_step(kc, inputs.bundle.k8s_aggregator.cert_pem)
     if not result.settled:

@@ -1,4 +1,5 @@
-"""``ichord cluster config-apply NAME``: create the ``config`` TalosOperation and print its plan (ADR 0080 D1).
+"""``ichord cluster config-apply NAME``: create the ``config`` TalosOperation and print its plan
+(docs/decisions.md#config-rollout).
 
 Refusals come first and write nothing (operation_cli: the cluster exists, no other operation of it is
 unfinished, a machine waits). Plan only unless ``--start`` (``spec.paused: true``): the daemon writes

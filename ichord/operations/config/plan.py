@@ -1,4 +1,4 @@
-"""The ``config`` operation's plan: which machines wait, for what, in which order (ADR 0080 D1-D3).
+"""The ``config`` operation's plan: which machines wait, for what, in which order (docs/decisions.md#config-rollout).
 
 Pure functions, table-tested (tests/unit/test_config_plan.py). The machine reconciler classifies each
 machine's difference (``status.rebootPaths``, ``status.apiServerRestartPaths``, from render/fieldmeta) and
@@ -147,7 +147,7 @@ class Refusal(enum.StrEnum):
 
 def refusal(planned: Sequence[PlannedMachine], operations: Sequence[OperationView],
             uid: str) -> tuple[Refusal, str] | None:
-    """Why a ``config`` operation must not start (ADR 0080 D1: refused, nothing written), or None.
+    """Why a ``config`` operation must not start (docs/decisions.md#config-rollout: refused, nothing written), or None.
 
     Any other unfinished operation of the cluster blocks it, a plan-only one included: it may start any moment."""
     for other in operations:
