@@ -130,6 +130,24 @@ def _leaves(node: Any, path: str = "") -> list[str]:
     return [path]
 
 
+@pytest.mark.parametrize(("value", "expected"), [
+    ("controller.maxUnavailable=0", "at '/controller/maxUnavailable': minimum: got 0, want 1"),
+    ("controller.maxUnavailable=150%", "at '/controller/maxUnavailable': '150%' does not match pattern"),
+    ("controller.certificateExpiryWarningDays=-3", "at '/controller/certificateExpiryWarningDays': minimum: got -3"),
+    ("podDisruptionBudget.minAvailable=x", "at '/podDisruptionBudget/minAvailable': 'x' does not match pattern"),
+])
+def test_helm_names_the_rule_a_bad_number_or_percentage_breaks(value: str, expected: str) -> None:
+    """A bad maxUnavailable (or PDB minAvailable) fails with the rule it breaks, not only "'oneOf' failed":
+    one if/then/else per value (integer: its minimum; string: its pattern), each branch described."""
+    helm = find_helm()
+    if helm is None:
+        pytest.skip("no helm: build it with scripts/tools.sh or set ICHORD_HELM")
+    proc = subprocess.run([helm, "lint", str(CHART), "--set", value], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
+    assert expected in proc.stdout + proc.stderr
+    assert "oneOf" not in proc.stdout + proc.stderr
+
+
 def test_every_value_is_documented_and_the_readme_is_generated_from_them() -> None:
     sys.path.insert(0, str(CHART.parents[1] / "scripts"))
     try:
