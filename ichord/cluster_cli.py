@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,8 +184,10 @@ async def _credentials_cli(args: argparse.Namespace) -> HandOff:
     kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
     async with kube:
         out_dir = args.output_dir or Path(DEFAULT_CREDENTIALS_DIR.format(name=args.name))
+        # Progress ("waiting for ...") on stderr: stdout holds only what was done, and nothing on a failure.
         return await hand_off(kube, args.namespace or kube.namespace, args.name, out_dir, wait=args.wait,
-                              acknowledge=args.acknowledge, secret_namespace=args.secret_namespace)
+                              acknowledge=args.acknowledge, secret_namespace=args.secret_namespace,
+                              say=lambda line: print(line, file=sys.stderr))
 
 
 def _bundle_export_main(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ from ichord.api.views import ClusterView, MachineSpecError, MachineView, Operati
 from ichord.credentials.files import make_private_dirs, write_private
 from ichord.credentials.mint import Minted, mint, talosconfig_dial
 from ichord.credentials.retry import DEFAULT_DELAYS, Retrier
-from ichord.errors import IchordError
+from ichord.errors import IchordError, RuntimeFailure
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import Forbidden, Invalid, KubeError, NotFound, TLSVerificationError, Unauthorized
@@ -59,8 +59,8 @@ class NoRotationUnderWay(CredentialsError):
     """The cluster has no ca-rotation that is neither Completed nor Failed."""
 
 
-class StageNotReached(CredentialsError):
-    """The rotation did not reach AwaitingCredentials within the wait."""
+class StageNotReached(CredentialsError, RuntimeFailure):
+    """The rotation did not reach AwaitingCredentials within the wait (the command exits 1: try again later)."""
 
 
 class CredentialsNotVerified(CredentialsError):

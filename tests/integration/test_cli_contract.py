@@ -11,6 +11,7 @@ kubeconfig, as an operator runs it, in a world of four clusters in namespace ``c
     calm      v1.13, nothing waits
     busy      a ca-rotation of it is under way (stage Issuing, paused)
     rotating  its bundle Secret holds rotation.yaml
+    early     a ca-rotation of it is in Accepting (the operator's hand-off comes later)
 
 A refusal (exit 2) or a failure (exit 1) must leave the API exactly as it was: no create, update, patch or delete
 reached the simulator, and no file was written.
@@ -130,6 +131,11 @@ async def world(bundle: SecretsBundle, tmp_path: Path) -> AsyncIterator[World]:
             await update_status(crds.operations(kube), NS, "busy-rotation", lambda s, _o: {
                 **s, "phase": "InProgress", "caRotation": {"stage": "Issuing"}})
             await _cluster(kube, "rotating", "v1.14", {"secrets.yaml": raw, "rotation.yaml": b"talos: {}\n"})
+            await _cluster(kube, "early", "v1.14", {"secrets.yaml": raw})
+            await crds.operations(kube).create(NS, {"metadata": {"name": "early-rotation", "namespace": NS}, "spec": {
+                "clusterRef": {"name": "early"}, "kind": "ca-rotation"}})
+            await update_status(crds.operations(kube), NS, "early-rotation", lambda s, _o: {
+                **s, "phase": "InProgress", "caRotation": {"stage": "Accepting"}})
             bundle_file = tmp_path / "secrets.yaml"
             bundle_file.write_bytes(raw)
             bundle_file.chmod(0o600)
@@ -281,6 +287,8 @@ CASES = [
     Case("credentials-no-rotation", f"cluster credentials demo {K} -d {{tmp}}/creds --wait 2", 2,
          err="no ca-rotation"),
     Case("credentials-bad-wait", f"cluster credentials demo {K} --wait 0", 2, err="--wait must be"),
+    Case("credentials-too-early", f"cluster credentials early {K} -d {{tmp}}/creds --wait 1", 1,
+         err="TalosOperation clusters/early-rotation is still in Accepting after 1 s"),
     Case("credentials-missing", f"cluster credentials nope {K} -d {{tmp}}/creds --wait 2", 2, err="nope"),
     # -- run: settings refused before anything starts
     Case("run-bad-addr", "run --kubeconfig {kc} --metrics-addr nowhere", 2, err="--metrics-addr must be host:port"),
@@ -315,8 +323,9 @@ async def test_cli_contract(world: World, case: Case) -> None:
         assert "BEGIN" not in out + err and "PRIVATE KEY" not in out + err
     if rc != 0:
         assert out == "", "a failed command prints no output"
-        assert err.startswith("ichord: ") or "usage: " in err, err
-        assert len(err.strip().splitlines()) == 1 or "usage: " in err, f"one line: {err!r}"
+        # The failure is one `ichord:` line, last (progress notes, like "waiting for ...", may come before it).
+        assert err.strip().splitlines()[-1].startswith("ichord: ") or "usage: " in err, err
+        assert sum(line.startswith("ichord: ") for line in err.splitlines()) == 1 or "usage: " in err, err
         writes = {v: world.sim.requests.count(verb=v) for v in WRITES}
         assert sum(writes.values()) == 0, f"a refusal wrote to the API: {writes}"
         assert await world.inventory() == before
