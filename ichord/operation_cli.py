@@ -59,7 +59,7 @@ class DeprecatedAlias(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        print(f"ichord: {option_string} is deprecated here; use {self.instead}", file=sys.stderr)
+        print(f"note: {option_string} is deprecated here; use {self.instead}", file=sys.stderr)
         setattr(namespace, self.dest, values)
 
 
