@@ -1,4 +1,4 @@
-"""``ichord run``: the task tree of architecture.md.
+"""``ichord run``: the task tree of docs/architecture.md.
 
     ichord run
      ├─ http server: /metrics /healthz /readyz              (every replica)
@@ -12,7 +12,7 @@
 Losing leadership cancels the actor system and exits non-zero (LeadershipLost); SIGTERM cancels the
 tree, and the leader Lease is released if this process still holds it.
 
-Start-up (ADR 0063 trust amendments): the trust pool loads the CAs a previous container published,
+Start-up (docs/decisions.md#trust-pool): the trust pool loads the CAs a previous container published,
 then the client is built on the pool; the HTTP server starts, then the API wait, then the rest of the
 tree. A container restarted mid-rotation trusts the new Kubernetes CA before its first request.
 """
@@ -75,7 +75,8 @@ class DaemonSettings:
     timing: Timing = field(default_factory=Timing.from_env)
     resync: float | None = None
     certificate_expiry_warning_days: float = DEFAULT_WARNING_DAYS
-    #: The trust pool (ADR 0063): off, the client trusts its CA file alone and nothing is published.
+    #: The trust pool (docs/decisions.md#rotation-state): off, the client trusts its CA file alone and nothing is
+    #: published.
     trust_pool: bool = True
     #: Where the extras are published; None: the emptyDir path in-cluster, a per-kubeconfig file with a kubeconfig.
     trust_file: str | None = None
@@ -224,7 +225,7 @@ class Daemon:
             self.trust_sync = TrustSync(kube, pool, trust_file=settings.resolved_trust_file(), timing=timing,
                                         cluster_cache=self.clusters.get,
                                         allowed_secret_namespaces=settings.allowed_secret_namespaces)
-            # First in line: the publish races the rotation's next stage (ADR 0063, "on an event").
+            # First in line: the publish races the rotation's next stage (docs/decisions.md#rotation-state).
             self.operations.add_handler(self.trust_sync.on_operation)
         self.recorder = EventRecorder(kube, instance=settings.identity)
         self.runtime = Runtime(kube, settings.namespace, self.clusters, self.machines, self.operations,

@@ -1,4 +1,4 @@
-"""Every Prometheus metric of api.md, defined once, in one registry."""
+"""Every Prometheus metric ichord exports, defined once, in one registry."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ GCCollector(registry=REGISTRY)
 
 CERTIFICATE_EXPIRY = Gauge(
     "ichor_certificate_expiry_timestamp_seconds",
-    "notAfter of each cluster CA, as a Unix timestamp (ADR 0063 name kept).",
+    "notAfter of each cluster CA, as a Unix timestamp (docs/decisions.md#rotation-state name kept).",
     ["namespace", "name", "certificate"],
     registry=REGISTRY,
 )

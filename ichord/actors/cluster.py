@@ -4,9 +4,9 @@ A step reads a ``ClusterScope`` once (the cluster and its machines from the info
 from one uncached LIST, the bundle Secret at most once) and runs three phases over it, each returning a
 typed Outcome (cluster-api's phase functions, the soonest requeue wins):
 
-    expiry       CA expiry: status.certificates, CertificatesExpiring, the expiry metric (ADR 0063)
-    operations   one step of each operation of the cluster, through the registry (the actor names no kind)
-    machines     keep every approved machine on its render, apply safe differences, report the rest
+    expiry       CA expiry: status.certificates, CertificatesExpiring, the expiry metric
+    (docs/decisions.md#rotation-state) operations   one step of each operation of the cluster, through the registry (the
+    actor names no kind) machines     keep every approved machine on its render, apply safe differences, report the rest
 
 The outcome of each phase is logged and counted here, in one place. Steps are short: waits are requeues.
 """
@@ -475,7 +475,7 @@ class ClusterReconciler:
         """A 403 on an object's own status write: the condition cannot be written, so one Warning Event on the
         object says what was refused and which chart value grants it (and the log, once)."""
         key = f"{ref.kind} {ref.namespace}/{ref.name}"
-        message = f"ichord cannot write this object's status: {forbidden_message(exc)}"
+        message = f"this object's status cannot be written: {forbidden_message(exc)}"
         if (key, message) in self._denied:
             return
         self._denied.add((key, message))

@@ -64,7 +64,7 @@ OPERATION_CONDITION = {KIND_CA_ROTATION: CA_ROTATION, KIND_CONFIG: CONFIG_ROLLOU
 
 
 class ReadyReason:
-    """TalosMachine Ready reasons (api.md); CROSS_NAMESPACE_REFUSED is the TalosCluster's."""
+    """TalosMachine Ready reasons (the CRDs); CROSS_NAMESPACE_REFUSED is the TalosCluster's."""
 
     CROSS_NAMESPACE_REFUSED = "CrossNamespaceRefused"
 
@@ -112,7 +112,8 @@ class EventReason:
     API_SERVER_RESTART_REQUIRED = "APIServerRestartRequired"
     MACHINE_UNREACHABLE = "MachineUnreachable"
     RENDER_FAILED = "RenderFailed"
-    OPERATION_ABANDONED = "OperationAbandoned"  # on the cluster: a deleted rotation was abandoned (ADR 0120 Am. 2)
+    #: On the cluster: a deleted rotation was abandoned (docs/decisions.md#abandon-or-hold).
+    OPERATION_ABANDONED = "OperationAbandoned"
     DELETION_HELD = "DeletionHeld"  # a deleted rotation past its point of no return runs on to Done
     #                                 (also: a TalosCluster or TalosMachine deleted under a running operation)
     STEPS_FAILING = "StepsFailing"  # an operation's steps failed past the retry bound (operations/step_errors.py)
@@ -123,7 +124,7 @@ class EventReason:
 
 
 class CertificatesExpiringReason:
-    """TalosCluster CertificatesExpiring reasons (ADR 0063, "Addendum: expiry alerting")."""
+    """TalosCluster CertificatesExpiring reasons (docs/decisions.md#expiry-alerting)."""
 
     EXPIRING = "CAsExpiring"
     EXPIRED = "CAsExpired"
@@ -139,7 +140,8 @@ class BundleBackupStaleReason:
 
 
 class CARotationReason:
-    """TalosOperation CARotation condition reasons and ca-rotation terminal reasons (api.md, ADR 0063, 0120)."""
+    """TalosOperation CARotation condition reasons and ca-rotation terminal reasons (the CRDs,
+    docs/decisions.md#rotation-state, docs/decisions.md#ca-rotation-passes)."""
 
     BLOCKED = "Blocked"
     ROTATED = "Rotated"
@@ -157,9 +159,11 @@ class CARotationReason:
     UNSUPPORTED_TARGET = "UnsupportedTarget"
     INVALID_SPEC = "InvalidSpec"
     CLUSTER_UNAVAILABLE = "ClusterUnavailable"  # the step could not read its TalosCluster
-    AWAITING_AGGREGATOR_CA = "AwaitingAggregatorCA"  # extension-apiserver-authentication lacks the new CA (ADR 0120 §4)
-    SETTLING_AGGREGATOR = "SettlingAggregator"  # AggregatorAuthReset in Finalizing (ADR 0120 Amendment 3)
-    PAST_POINT_OF_NO_RETURN = "PastPointOfNoReturn"  # the DeletionHeld condition's reason (ADR 0120 Amendment 2)
+    #: extension-apiserver-authentication lacks the new CA (docs/decisions.md#aggregator-ca).
+    AWAITING_AGGREGATOR_CA = "AwaitingAggregatorCA"
+    SETTLING_AGGREGATOR = "SettlingAggregator"  # AggregatorAuthReset in Finalizing (docs/decisions.md#aggregator-ca)
+    #: The DeletionHeld condition's reason (docs/decisions.md#abandon-or-hold).
+    PAST_POINT_OF_NO_RETURN = "PastPointOfNoReturn"
     #: the bundle Secret was deleted, emptied of rotation.yaml or replaced mid-rotation: `ichord cluster
     #: restore-bundle` puts it back from the custody copy (custody.py)
     BUNDLE_RESTORE_REQUIRED = "BundleRestoreRequired"
@@ -188,7 +192,7 @@ class SpecChangeReason:
 
 
 class CAClientsNotRestartedReason:
-    """TalosCluster CAClientsNotRestarted reasons (ADR 0063 "the CNI is restarted first")."""
+    """TalosCluster CAClientsNotRestarted reasons (docs/decisions.md#client-restarts)."""
 
     NOT_BACK = "RotatedClientsNotBack"
     ALL_BACK = "ClientsRestarted"

@@ -239,7 +239,8 @@ class OperationView(_ObjectView):
     @property
     def rotation_under_way(self) -> bool:
         """A ca-rotation under way: the machine reconciler stands aside, the trust pool trusts the new CA, no
-        other disruptive operation may start (ADR 0063: the stage is the only record of which CAs nodes accept)."""
+        other disruptive operation may start (docs/decisions.md#rotation-state: the stage is the only record of which
+        CAs nodes accept)."""
         return self.is_ca_rotation and self.under_way
 
     @property

@@ -13,7 +13,7 @@
 Status is written in one place (``write``): a fresh read on conflict, messages scrubbed, the Succeeded
 condition kept with the phase, observedGeneration recorded, and the step's scope told of the new copy. An
 operation kind declares only its stage table and its stage functions; everything here is shared.
-The abandon/DeletionHeld decision (ADR 0120 Amendment 2) plugs in through ``OperationKind.abandonable``.
+The abandon/DeletionHeld decision (docs/decisions.md#abandon-or-hold) plugs in through ``OperationKind.abandonable``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class OperationKind:
     kind: str
     condition_type: str
     finalizer: str
-    #: ADR 0120 Amendment 2: may an operation in this state be abandoned when deleted? Kinds fill it in.
+    #: docs/decisions.md#abandon-or-hold: may an operation in this state be abandoned when deleted? Kinds fill it in.
     abandonable: Callable[[OperationView], bool] = lambda _op: False
     #: The TalosMachines (names) a running operation covers: their deletion waits for it (operations/guard.py).
     covers: Callable[[OperationView, list[MachineView]], set[str]] = lambda _op, machines: approved(machines)
@@ -289,7 +289,7 @@ async def fail(ctx: Context, kind: OperationKind, op: Obj, reason: str, message:
 
 
 async def plan_only(ctx: Context, kind: OperationKind, subject: Subject, plan: Obj) -> None:
-    """Created with spec.paused: true: write the plan for review; nothing else runs (api.md)."""
+    """Created with spec.paused: true: write the plan for review; nothing else runs (the CRDs)."""
     message = "plan only: spec.paused is true; set it to false to start"
     await write(ctx, subject, lambda s: s.__setitem__("plan", plan), phase(ctx, Phase.PENDING, message),
                 condition(ctx, kind, "False", PLANNED, message))

@@ -74,7 +74,7 @@ async def test_an_etcd_rotation_leaves_one_snapshot_before_its_first_reboot(
     assert record["machine"] == snapshots[0]["node"]
     # The plan says where it went, and its warning names the directory instead of a command to run by hand.
     assert op["status"]["plan"]["etcdSnapshot"] == {"directory": str(tmp_path), "retain": 5, "file": str(files[0])}
-    assert any(f"ichord takes an etcd snapshot to {tmp_path}" in w for w in op["status"]["plan"]["warnings"])
+    assert any(f"an etcd snapshot is taken to {tmp_path}" in w for w in op["status"]["plan"]["warnings"])
     await driver.recorder.drain()
     store = env.management.store
     taken = [e for e in store.list(store.resolve("", "v1", "events"), env.namespace)[0]

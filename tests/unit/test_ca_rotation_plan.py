@@ -78,7 +78,7 @@ def test_an_etcd_plan_reboots_the_control_planes_and_says_how_often() -> None:
     named = plan_status((Target.ETCD,), machines, etcd_snapshot={"directory": "/var/lib/ichord/snapshots",
                                                                  "retain": 5})
     assert named["etcdSnapshot"] == {"directory": "/var/lib/ichord/snapshots", "retain": 5}
-    assert any("ichord takes an etcd snapshot to /var/lib/ichord/snapshots before the first reboot" in w
+    assert any("an etcd snapshot is taken to /var/lib/ichord/snapshots before the first reboot" in w
                for w in named["warnings"])
     assert "etcdSnapshot" not in plan_status((Target.TALOS,), machines, etcd_snapshot=named["etcdSnapshot"])
     assert not any("AwaitingCredentials" in w for w in plan["warnings"])

@@ -1,4 +1,4 @@
-"""The import direction of architecture.md, enforced: a package imports only its own layer and the ones below.
+"""The import direction of docs/architecture.md, enforced: a package imports only its own layer and the ones below.
 
     cli/daemon -> actors, watchers, trust, leader, server -> operations, machines -> render, talos, kube
     -> pki, api, settings (and the small shared modules beside them)

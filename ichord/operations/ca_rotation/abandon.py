@@ -1,4 +1,4 @@
-"""Deleting a ca-rotation that is under way (ADR 0120 Amendment 2): abandon it, or hold the delete.
+"""Deleting a ca-rotation that is under way (docs/decisions.md#abandon-or-hold): abandon it, or hold the delete.
 
 ``api.abandonable`` decides (RotationAbandonable). An abandonable rotation is let go at once, every step
 idempotent and the whole retried on any error:

@@ -4,11 +4,11 @@
    a rotation.yaml already there is adopted, never overwritten (a start that died after the save).
 2. ``replace_bundle``: in Finalizing, the new CAs go into secrets.yaml and rotation.yaml is removed,
    in one update.
-3. ``remove_rotation``: an abandoned rotation (ADR 0120 Amendment 2) takes rotation.yaml out, nothing else.
+3. ``remove_rotation``: an abandoned rotation (docs/decisions.md#abandon-or-hold) takes rotation.yaml out, nothing else.
 
 Both PUT the object as read, carrying its resourceVersion, so a concurrent change makes the server
 refuse (409) instead of one write silently undoing another. Only the Secret ``spec.secretsRef``
-names, in the controller namespace, is ever written (ADR 0063 "write scope").
+names, in the controller namespace, is ever written (docs/decisions.md#rotation-state).
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ async def replace_bundle(kube: KubeClient, namespace: str, name: str, bundle: Se
 
 
 async def remove_rotation(kube: KubeClient, namespace: str, name: str, resource_version: str) -> bool:
-    """Abandon (ADR 0120 Amendment 2): rotation.yaml removed, secrets.yaml untouched; one update, refused if the
-    Secret changed since ``resource_version``. False when there was none to remove."""
+    """Abandon (docs/decisions.md#abandon-or-hold): rotation.yaml removed, secrets.yaml untouched; one update, refused
+    if the Secret changed since ``resource_version``. False when there was none to remove."""
     obj = await _get(kube, namespace, name)
     if names.ROTATION_KEY not in (obj.get("data") or {}):
         return False

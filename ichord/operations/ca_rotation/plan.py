@@ -10,7 +10,7 @@ Pure functions only (table-tested): nothing here reads the API or a node.
     Dropping            Finalizing                 the pass, then the one Secret update
     Finalizing          Done                       replaced bundle verified, Nodes settled, clients restarted
 
-    * Issuing when neither talos nor kubernetes is a target (ADR 0120 §5).
+    * Issuing when neither talos nor kubernetes is a target (docs/decisions.md#credentials-handoff).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from ichord.pki.rotation import Rotation, RotationError, Target, parse_targets
 from ichord.render.stages import StageRenderError, check_targets
 from ichord.talos.dial import DialBundle
 
-#: Targets this executor rotates (ADR 0120); kubernetes-aggregator only on the v1.14 contract (``contract_refusal``).
+#: Targets this executor rotates (docs/decisions.md#ca-rotation-passes); kubernetes-aggregator only on the v1.14
+#: contract (``contract_refusal``).
 SUPPORTED_TARGETS = frozenset({Target.TALOS, Target.KUBERNETES, Target.ETCD, Target.KUBERNETES_AGGREGATOR})
 
 #: Targets whose passes restart or reboot kube-apiserver: with one control plane the API is away meanwhile.
@@ -42,7 +43,7 @@ PASS_STAGES = (Stage.ACCEPTING, Stage.ISSUING, Stage.DROPPING)
 CERT_NAMES = {t: t.value for t in Target}
 
 
-#: ADR 0120 §4: ichord restarts none of them; the plan and the completion message say so.
+#: docs/decisions.md#aggregator-ca: ichord restarts none of them; the plan and the completion message say so.
 EXTENSION_APISERVERS_NOTE = ("extension API servers (metrics-server and the like) that read the aggregator CA only "
                              "once must be restarted by their owners; ichord restarts none of them")
 
@@ -77,7 +78,7 @@ def targets_in_order(targets: Iterable[Target]) -> list[Target]:
 
 
 def contract_refusal(targets: Iterable[Target], contract: VersionContract) -> str | None:
-    """Why the cluster's version contract cannot take these targets (ADR 0120 §2), or None."""
+    """Why the cluster's version contract cannot take these targets (docs/decisions.md#ca-rotation-passes), or None."""
     try:
         check_targets(targets, contract)
     except StageRenderError as exc:
@@ -86,7 +87,8 @@ def contract_refusal(targets: Iterable[Target], contract: VersionContract) -> st
 
 
 def hands_off(targets: Iterable[Target]) -> bool:
-    """AwaitingCredentials exists only when the operator's credentials change (ADR 0120 §5)."""
+    """AwaitingCredentials exists only when the operator's credentials change
+    (docs/decisions.md#credentials-handoff)."""
     return bool({Target.TALOS, Target.KUBERNETES} & set(targets))
 
 
@@ -136,14 +138,14 @@ def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine],
                         "kubeconfig from the new CAs (ichord cluster credentials NAME --acknowledge)")
     etcd = Target.ETCD in targets
     if etcd:
-        # ADR 0120 Amendment 1 §1 "Cost and risk"; the lane E wording: the control planes reboot in each pass.
+        # docs/decisions.md#etcd-reboot-roll: the control planes reboot in each pass.
         warnings.append(f"the etcd CA is loaded only at boot: every control plane reboots once in each of the three "
                         f"passes, one at a time, with etcd checked whole before and after each reboot (three reboots "
                         f"per control plane, {3 * len(cps)} for {len(cps)}); the workers do not reboot")
         if etcd_snapshot is None:
             warnings.append(snapshot_hint)
         else:
-            warnings.append(f"ichord takes an etcd snapshot to {etcd_snapshot['directory']} before the first reboot "
+            warnings.append(f"an etcd snapshot is taken to {etcd_snapshot['directory']} before the first reboot "
                             f"(keeping the cluster's newest {etcd_snapshot['retain']}); etcdSnapshot.file names it")
     if Target.KUBERNETES_AGGREGATOR in targets:
         warnings.append(EXTENSION_APISERVERS_NOTE)

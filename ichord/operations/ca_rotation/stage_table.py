@@ -1,7 +1,7 @@
 """The ca-rotation's stage table: ``advance(ctx, op)`` runs one step and says when to run the next.
 
 Every step reads everything it decides on (operation, cluster, machines, bundle Secret, nodes) and
-writes status in the step that decided it; nothing lives in memory between steps (ADR 0063). The
+writes status in the step that decided it; nothing lives in memory between steps (docs/decisions.md#rotation-state). The
 stage only moves forward, and only after the stage under way is verified. The lifecycle around the
 stages (plan only, pause/resume, lock, finalizer, blocked, fail) is the backbone's (operations/backbone).
 
@@ -134,7 +134,7 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
         if stage is not None and exc.reason in _BUNDLE_LOST:  # under way: the keys must come back (custody.py)
             return await custody.lost(ctx, op, stage, exc.reason == BundleSourceError.SECRET_NOT_FOUND)
         return await blocked_without_inputs(ctx, op, f"{exc.reason}: {exc.message}")
-    if abandon.must_abandon(inputs):  # deleted before its point of no return (ADR 0120 Amendment 2)
+    if abandon.must_abandon(inputs):  # deleted before its point of no return (docs/decisions.md#abandon-or-hold)
         return await abandon.abandon(ctx, inputs, stage)
     if stage is None:
         return await _start(ctx, inputs)
@@ -156,7 +156,7 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     targets = spec_targets(inputs.op)
     start = started(ctx, inputs.op)  # the spec planned from here is the accepted intent, whatever changes later
     refusal_of_contract = contract_refusal(targets, inputs.cluster_inputs.contract)
-    if refusal_of_contract is not None:  # refused at plan: nothing is written (ADR 0120 §2)
+    if refusal_of_contract is not None:  # refused at plan: nothing is written (docs/decisions.md#ca-rotation-passes)
         return await fail(ctx, inputs.op, CARotationReason.UNSUPPORTED_TARGET, refusal_of_contract)
     destination = Destination.of(inputs.cluster.get("spec") or {})
     plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines], inputs.worker_bound,
@@ -228,7 +228,7 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
     certs = inputs.ca_status.get("certificates") or []
     if rotation is None:
         if stage is Stage.DROPPING and replaced_by(inputs.bundle, certs):
-            # The Secret was replaced but the process died before status learned it (ADR 0063 step 4).
+            # The Secret was replaced but the process died before status learned it (docs/decisions.md#rotation-state).
             await cluster_conditions.raise_backup_stale(ctx, inputs)
             await enter_finalizing(ctx, inputs, FINALIZING_VERIFY)
             return Requeue(0.0, "stage Finalizing")
@@ -240,7 +240,7 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
         return refusal
     rolls = etcd_roll.rolls(rotation.targets)
     if rolls and etcd_roll.rolling(inputs):
-        # ADR 0120 Amendment 1 §1.3: while the roll runs the pass does nothing else (no configuration read).
+        # docs/decisions.md#etcd-reboot-roll: while the roll runs the pass does nothing else (no configuration read).
         return await etcd_roll.roll_step(ctx, inputs, stage)
     result = await apply_pass(ctx, inputs, rotation, stage)
     if result.problem is not None:
@@ -291,7 +291,7 @@ async def _after_accepting(ctx: RotationContext, inputs: Inputs, rotation: Rotat
         await enter(ctx, inputs, rotation, nxt)
         return Requeue(0.0, f"stage {nxt.value}")
     message = (f"waiting for the operator's credentials from the new CAs: run `ichord cluster credentials "
-               f"{inputs.cluster_name} --acknowledge`")
+               f"{inputs.cluster_name} -n {inputs.op_namespace} --acknowledge`")
     entered = await handoff.enter(ctx, inputs, *stage_mutations(ctx, inputs, rotation, nxt),
                                   *in_progress(ctx, CARotationReason.AWAITING_CREDENTIALS, message))
     if not entered:
@@ -305,7 +305,8 @@ async def _after_accepting(ctx: RotationContext, inputs: Inputs, rotation: Rotat
 
 
 async def _aggregator_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome | None:
-    """extension-apiserver-authentication holds the new front-proxy CA, then ClientSettleDelay (ADR 0120 §4)."""
+    """extension-apiserver-authentication holds the new front-proxy CA, then ClientSettleDelay
+    (docs/decisions.md#aggregator-ca)."""
     new_agg = rotation.new[Target.KUBERNETES_AGGREGATOR]
     talos = ctx.talos_factory(verify_dial(inputs.bundle, rotation, Stage.ACCEPTING))
     try:
@@ -346,13 +347,14 @@ async def _await_credentials(ctx: RotationContext, inputs: Inputs, _stage: Stage
         await enter(ctx, inputs, rotation, Stage.ISSUING)
         return Requeue(0.0, "stage Issuing")
     message = (f"waiting for the operator's credentials from the new CAs: run `ichord cluster credentials "
-               f"{inputs.cluster_name} --acknowledge`")
+               f"{inputs.cluster_name} -n {inputs.op_namespace} --acknowledge`")
     await write(ctx, inputs, *in_progress(ctx, CARotationReason.AWAITING_CREDENTIALS, message))
     return Requeue(ctx.timing.retry, "awaiting credentials")
 
 
 async def _issuing_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome:
-    """kube-root-ca.crt holds the new Kubernetes CA everywhere, then caClientSettleDelay (ADR 0063)."""
+    """kube-root-ca.crt holds the new Kubernetes CA everywhere, then caClientSettleDelay
+    (docs/decisions.md#rotation-state)."""
     new_k8s = rotation.new.get(Target.KUBERNETES)
     if new_k8s is not None:
         talos = ctx.talos_factory(issuing_dial(inputs, rotation))

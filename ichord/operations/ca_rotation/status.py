@@ -100,7 +100,8 @@ def log_transition(inputs: Inputs, what: str, **fields: Any) -> None:
 
 async def blocked(ctx: RotationContext, inputs: Inputs, message: str, *,
                   reason: str = names.CARotationReason.BLOCKED, machines: list[Obj] | None = None) -> Blocked:
-    """Paused, CARotation=False/Blocked naming the cause; retried every Timing.retry (ADR 0063)."""
+    """Paused, CARotation=False/Blocked naming the cause; retried every Timing.retry
+    (docs/decisions.md#rotation-state)."""
     return await backbone.blocked(ctx, CA_ROTATION, inputs, message, reason=reason, machines=machines)
 
 

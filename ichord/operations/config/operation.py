@@ -1,4 +1,5 @@
-"""The ``config`` operation as the registry runs it (ADR 0080): plan, refusals, the lifecycle, one executor step.
+"""The ``config`` operation as the registry runs it (docs/decisions.md#config-rollout): plan, refusals, the lifecycle,
+one executor step.
 
     created paused                      -> plan only (status.plan), phase Pending, reason Planned
     no machine waits / another operation of the cluster unfinished
@@ -81,7 +82,7 @@ CONFIG = OperationKind(names.KIND_CONFIG, names.CONFIG_ROLLOUT, f"{names.GROUP}/
 ROLLING = "Rolling"
 ROLLED_OUT = "RolledOut"
 
-#: Roll reasons -> the ADR's ConfigRollout reasons (on the operation and on the machine).
+#: Roll reasons -> the ConfigRollout reasons (docs/decisions.md#config-rollout) (on the operation and on the machine).
 _ROLL_REASONS = {
     RollReason.CORDONED: RolloutReason.DRAINING,
     RollReason.DRAINING: RolloutReason.DRAINING,

@@ -1,4 +1,4 @@
-"""The ``config`` operation's plan: which machines wait, for what, in which order (ADR 0080 D1-D3).
+"""The ``config`` operation's plan: which machines wait, for what, in which order (docs/decisions.md#config-rollout).
 
 Pure functions, table-tested (tests/unit/test_config_plan.py). The machine reconciler classifies each
 machine's difference (``status.rebootPaths``, ``status.apiServerRestartPaths``, from render/fieldmeta) and
@@ -139,7 +139,7 @@ def plan_status(planned: Sequence[PlannedMachine], control_planes: int, worker_b
     snapshot = reboots_control_plane(planned) and etcd_snapshot is not None
     if reboots_control_plane(planned):
         warnings.append(snapshot_hint if etcd_snapshot is None else
-                        f"ichord takes an etcd snapshot to {etcd_snapshot['directory']} before the first reboot "
+                        f"an etcd snapshot is taken to {etcd_snapshot['directory']} before the first reboot "
                         f"(keeping the cluster's newest {etcd_snapshot['retain']}); etcdSnapshot.file names it")
     plan = {"machines": [p.to_status() for p in planned], "warnings": warnings,
             "stages": ["Rolling"], "kubernetesAPIUnavailable": control_planes == 1 and touches_cp,
@@ -162,7 +162,7 @@ class Refusal(enum.StrEnum):
 
 def refusal(planned: Sequence[PlannedMachine], operations: Sequence[OperationView],
             uid: str) -> tuple[Refusal, str] | None:
-    """Why a ``config`` operation must not start (ADR 0080 D1: refused, nothing written), or None.
+    """Why a ``config`` operation must not start (docs/decisions.md#config-rollout: refused, nothing written), or None.
 
     Any other unfinished operation of the cluster blocks it, a plan-only one included: it may start any moment."""
     for other in operations:

@@ -20,11 +20,11 @@ class Faults:
     #: 409 Conflict (as if another writer had won the race).
     error_code: int = 500
     #: The message of an injected failure (None: "injected fault: <verb> failed"); e.g. the 500 a webhook that
-    #: timed out gives (ADR 0120 lane E 1): 'Internal error occurred: failed calling webhook "x": ... context
-    #: deadline exceeded'.
+    #: timed out gives (docs/decisions.md#ca-rotation-passes): 'Internal error occurred: failed calling webhook "x": ...
+    #: context deadline exceeded'.
     error_message: str | None = None
     #: After the server comes back up, requests for a CustomResourceDefinition's group answer 404 with no name
-    #: for this long: the group is not served yet ("no matches for kind", ADR 0120 lane F).
+    #: for this long: the group is not served yet ("no matches for kind", docs/decisions.md#ca-rotation-passes).
     discovery_lag: float = 0.0
     #: Probability (0..1) that a request of a verb has its connection reset instead of an answer;
     #: ``reset_after`` resets it after the request was served (a write that happened, its answer lost).
