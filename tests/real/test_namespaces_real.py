@@ -188,7 +188,8 @@ async def test_a_grant_taken_away_is_a_forbidden_condition_and_one_warning_on_th
     _ensure_namespace(control_plane, TEAM_B)
     full = _render(NARROW_RELEASE, NARROW_NS, f"watchNamespaces={{{TEAM_B}}}")
     docs, removed = _without_secrets_in(full, TEAM_B)
-    assert removed == 1, "the chart's team-b Role no longer grants Secrets in one rule: update this test"
+    # Two rules: the bundle's get/list/watch/update and key custody's create/delete (the custody copy).
+    assert removed == 2, "the chart's team-b Role no longer grants Secrets in two rules: update this test"
     _apply(control_plane, docs, NARROW_NS)
     sa = control_plane.service_account_kubeconfig(NARROW_NS, f"{NARROW_RELEASE}-ichord", tmp_path / "sa.kubeconfig")
     assert run_kubectl(sa, "auth", "can-i", "get", "secrets", "-n", TEAM_B, check=False).strip() == "no"
