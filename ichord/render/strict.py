@@ -1,0 +1,338 @@
+"""Talos's strict configuration decoder, checked before anything is applied: unknown fields and wrong types.
+
+Talos decodes every document of a machine configuration (and of every strategic merge patch, before it
+merges it) in two steps: go-yaml decodes the document into the Go struct of its kind, which refuses a value
+of the wrong type (a string where a mapping is expected), then ``xyaml.CheckUnknownKeys`` refuses any key no
+field of the struct carries. A configuration Talos would refuse must never reach a node: ichord renders it,
+checks it here, and reports it (``InvalidConfig``) instead of classifying it.
+
+Where the knowledge comes from: ``render/schema/v1.13.json`` and ``v1.14.json``, generated artifacts written
+by ``tools/talos-oracle/gen_schema.py`` from the pinned machinery of each contract (the oracle's ``schema``
+case): every registered document kind's Go type, walked as CheckUnknownKeys walks it, and for every type the
+probe values (``PROBES``, encoded as ichord encodes values) that go-yaml and CheckUnknownKeys accept when
+decoding into it, so go-yaml's scalar rules and each type's own unmarshaler are Talos's verdicts, not a
+description of them. ``tests/real/test_talos_schema.py`` keeps the files current; the validator differential
+(``tests/real/test_strict_oracle.py``) holds the verdicts to Talos's decoder.
+
+What is not checked here: the content of a scalar that a type with its own unmarshaler parses (a size, a
+CIDR, a URL), except enumerations, whose names the schema lists; Talos's semantic validation (its
+``Validate``) is the node's and the dry run's.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from ichord.contract import VersionContract
+from ichord.render.config import V1ALPHA1, MachineConfig
+from ichord.render.errors import PatchError, RenderError
+
+#: The probe values the schema records verdicts for: name -> the Python value ichord would write.
+PROBES: dict[str, Any] = {
+    "null": None,
+    "bool": True,
+    "int": 1,
+    "negint": -1,
+    "float": 1.5,
+    "floatint": 1.0,
+    "emptymap": {},
+    "map": {"zz_probe": "x"},
+    "seq": ["x"],
+    "emptyseq": [],
+    "s_word": "x",
+    "s_int": "1",
+    "s_true": "true",
+    "s_yes": "yes",
+    "s_empty": "",
+    "s_dur": "5m",
+    "s_cidr": "10.0.0.0/8",
+    "s_ip": "1.2.3.4",
+    "s_url": "https://example.com:6443",
+}
+_STRING_PROBES = frozenset(k for k, v in PROBES.items() if isinstance(v, str))
+_SCALAR_PROBES = frozenset(k for k, v in PROBES.items() if not isinstance(v, dict | list) and v is not None)
+
+# Strings go-yaml reads in a way of their own: YAML 1.1's booleans (into a bool), Go durations, numbers.
+_YES_NO = re.compile(r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF)$")
+_TRUE_FALSE = re.compile(r"^(true|True|TRUE|false|False|FALSE)$")
+_DURATION = re.compile(r"^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$|^0$")
+_INT = re.compile(r"^[-+]?\d+$")
+_CIDR = re.compile(r"^[0-9a-fA-F:.]+/\d+$")
+_IP = re.compile(r"^(\d+\.\d+\.\d+\.\d+|[0-9a-fA-F:]*:[0-9a-fA-F:.]*)$")
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
+
+
+class InvalidConfigError(PatchError):
+    """A document holds a field Talos does not know or a value of the wrong type.
+
+    ``patch`` is where it was found (``cluster patch 2``, ``machine patch 1``, ``the patched configuration``),
+    ``document`` the document as Talos names it, ``path`` the field (``machine.env``), ``detail`` what was
+    expected and found."""
+
+    def __init__(self, where: str, document: str, path: str, detail: str) -> None:
+        self.document = document
+        self.path = path
+        self.detail = detail
+        super().__init__(where or "the configuration", f"{document}: {path or '(the document)'}: {detail}",
+                         "Talos's configuration decoder refuses it; fix or remove the field")
+
+
+@dataclass(frozen=True)
+class Schema:
+    contract: str
+    documents: dict[str, dict[str, str]]
+    types: dict[str, dict[str, Any]]
+
+    def document_type(self, kind: str) -> dict[str, Any] | None:
+        doc = self.documents.get(kind)
+        return None if doc is None else self.types[doc["type"]]
+
+
+@functools.cache
+def schema_for(contract: VersionContract) -> Schema:
+    """The decoder's schema of ``contract`` (a generated file per contract)."""
+    name = f"v{contract.major}.{contract.minor}.json"
+    try:
+        text = resources.files("ichord.render").joinpath("schema").joinpath(name).read_text()
+    except FileNotFoundError:
+        raise RenderError(f"ichord has no schema of Talos {contract}'s configuration documents") from None
+    data = json.loads(text)
+    return Schema(str(data["contract"]), data["documents"], data["types"])
+
+
+def probe_class(value: Any) -> str:
+    """The probe a value is judged by (what go-yaml sees once ichord has encoded it)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "negint" if value < 0 else "int"
+    if isinstance(value, float):
+        return "floatint" if math.isfinite(value) and value.is_integer() else "float"
+    if isinstance(value, dict):
+        return "map" if value else "emptymap"
+    if isinstance(value, list):
+        return "seq" if value else "emptyseq"
+    text = str(value)
+    for cls, pattern in (("s_empty", None), ("s_yes", _YES_NO), ("s_true", _TRUE_FALSE), ("s_int", _INT),
+                         ("s_dur", _DURATION), ("s_cidr", _CIDR), ("s_ip", _IP), ("s_url", _URL)):
+        if (pattern is None and text == "") or (pattern is not None and pattern.match(text)):
+            return cls
+    return "s_word"
+
+
+def _shape(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    return "a string"
+
+
+def _expected(t: dict[str, Any]) -> str:
+    """What a type takes, in words, from the schema (the Go type in parentheses)."""
+    go = str(t["go"])
+    kind = t["kind"]
+    accepts = set(t["accepts"])
+    if go == "time.Duration":
+        return "a duration such as 30s or 5m (time.Duration)"
+    if t.get("enum"):
+        names = list(t["enum"])
+        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        return f"one of {shown} ({go})"
+    if go == "bool":
+        return "a boolean, true or false (bool)"
+    if not t.get("custom") and kind in ("struct", "map"):
+        return f"a mapping ({go})"
+    if not t.get("custom") and kind == "slice":
+        return f"a list ({go})"
+    words = []
+    if accepts & _STRING_PROBES and kind != "scalar" or "s_word" in accepts or (t.get("custom") and
+                                                                                accepts & _STRING_PROBES):
+        words.append("a string")
+    if "int" in accepts and "s_word" not in accepts:
+        words.append("an integer")
+    if "emptymap" in accepts:
+        words.append("a mapping")
+    if "emptyseq" in accepts:
+        words.append("a list")
+    return f"{' or '.join(words) or 'null'} ({go})"
+
+
+def _accepts_scalar(t: dict[str, Any]) -> bool:
+    return bool(_SCALAR_PROBES & set(t["accepts"]))
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    message: str
+
+
+class _Checker:
+    def __init__(self, schema: Schema) -> None:
+        self.schema = schema
+
+    def check(self, value: Any, t: dict[str, Any], path: str) -> Iterator[Problem]:
+        kind = t["kind"]
+        if kind == "any":
+            return
+        accepts = t["accepts"]
+        cls = probe_class(value)
+        if isinstance(value, dict):
+            if cls not in accepts and "emptymap" not in accepts:
+                yield Problem(path, f"expected {_expected(t)}, found {_shape(value)}")
+                return
+            if t.get("custom"):
+                # Its own unmarshaler decodes the values; CheckUnknownKeys still walks the keys by the Go fields.
+                yield from self._keys(value, t, path)
+            elif kind == "struct":
+                yield from self._struct(value, t, path)
+            elif kind == "map":
+                elem = self.schema.types[t["elem"]]
+                for k, v in value.items():
+                    yield from self.check(v, elem, f"{path}.{k}" if path else str(k))
+            return
+        if isinstance(value, list):
+            if cls not in accepts and "emptyseq" not in accepts:
+                yield Problem(path, f"expected {_expected(t)}, found {_shape(value)}")
+                return
+            if kind == "slice" and "elem" in t:
+                elem = self.schema.types[t["elem"]]
+                for i, v in enumerate(value):
+                    yield from self.check(v, elem, f"{path}[{i}]")
+            return
+        if value is None:
+            if "null" not in accepts:
+                yield Problem(path, f"expected {_expected(t)}, found null")
+            return
+        if not self._scalar_ok(value, cls, t):
+            yield Problem(path, f"expected {_expected(t)}, found {_shape(value)} ({_show(value)})")
+
+    def _scalar_ok(self, value: Any, cls: str, t: dict[str, Any]) -> bool:
+        accepts = set(t["accepts"])
+        enum = t.get("enum")
+        if enum and isinstance(value, str) and value in enum:
+            return True
+        if cls not in accepts:
+            # A type with its own unmarshaler and no listed names parses the text itself: any string it takes
+            # some of is left to it (the content is Talos's to judge); the other classes are Talos's verdicts.
+            if not (t.get("custom") and not enum and isinstance(value, str) and accepts & _STRING_PROBES):
+                return False
+        if t.get("bits") and isinstance(value, int | float) and not isinstance(value, bool):
+            number = int(value)
+            bits = int(t["bits"])
+            low, high = (0, (1 << bits) - 1) if t.get("unsigned") else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+            if not low <= number <= high:
+                return False
+        return True
+
+    def _keys(self, value: Any, t: dict[str, Any], path: str) -> Iterator[Problem]:
+        """CheckUnknownKeys alone (under a type with its own unmarshaler): keys by the Go fields, no value types."""
+        kind = t["kind"]
+        if kind == "any":
+            return
+        if isinstance(value, dict):
+            if kind == "map" or t.get("open"):
+                ref = t.get("elem") or t.get("open")
+                for k, v in value.items():
+                    yield from self._keys(v, self.schema.types[ref], f"{path}.{k}" if path else str(k))
+            elif kind == "struct" and t.get("fields") is not None:
+                for k, v in value.items():
+                    sub = f"{path}.{k}" if path else str(k)
+                    ref = t["fields"].get(str(k))
+                    if ref is None:
+                        yield Problem(sub, f"unknown field (the fields of {t['go']} are {_known(t['fields'])})")
+                    else:
+                        yield from self._keys(v, self.schema.types[ref], sub)
+            elif not t.get("custom"):
+                yield Problem(path, f"expected {_expected(t)}, found a mapping")
+        elif isinstance(value, list) and kind == "slice" and "elem" in t:
+            for i, v in enumerate(value):
+                yield from self._keys(v, self.schema.types[t["elem"]], f"{path}[{i}]")
+
+    def _struct(self, value: dict[str, Any], t: dict[str, Any], path: str) -> Iterator[Problem]:
+        fields: dict[str, str] | None = t.get("fields")
+        open_elem = t.get("open")
+        for k, v in value.items():
+            sub = f"{path}.{k}" if path else str(k)
+            if open_elem:
+                yield from self.check(v, self.schema.types[open_elem], sub)
+                continue
+            ref = (fields or {}).get(str(k))
+            if ref is None:
+                yield Problem(sub, f"unknown field (the fields of {t['go']} are {_known(fields)})")
+                continue
+            yield from self.check(v, self.schema.types[ref], sub)
+
+
+def _known(fields: dict[str, str] | None) -> str:
+    names = sorted(fields or {})
+    shown = ", ".join(names[:12])
+    return shown + (f", and {len(names) - 12} more" if len(names) > 12 else "") if names else "none"
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def document_label(doc: dict[str, Any]) -> str:
+    """``v1alpha1`` for the legacy document, else ``Kind name (apiVersion v)`` as Talos identifies it."""
+    if "kind" not in doc and "apiVersion" not in doc:
+        return "the v1alpha1 document"
+    name = doc.get("name")
+    named = f" {name}" if name not in (None, "") else ""
+    return f"document {doc.get('kind')}{named} (apiVersion {doc.get('apiVersion')})"
+
+
+def check_document(doc: dict[str, Any], contract: VersionContract, where: str = "") -> None:
+    """Raise InvalidConfigError naming the first field of ``doc`` Talos's decoder refuses."""
+    problem = next(iter(document_problems(doc, contract)), None)
+    if problem is not None:
+        raise InvalidConfigError(where, document_label(doc), problem.path, problem.message)
+
+
+def document_problems(doc: dict[str, Any], contract: VersionContract) -> Iterator[Problem]:
+    schema = schema_for(contract)
+    if "kind" not in doc and "apiVersion" not in doc:
+        body = {k: v for k, v in doc.items() if k != "version"}
+        t = schema.document_type(V1ALPHA1)
+        if t is None:  # pragma: no cover - every schema has the v1alpha1 document
+            raise RenderError(f"the schema of {contract} has no v1alpha1 document")
+        if "version" in doc and doc["version"] != V1ALPHA1:
+            yield Problem("version", f"expected v1alpha1, found {_show(doc['version'])}")
+        yield from _Checker(schema).check(body, t, "")
+        return
+    kind, api_version = doc.get("kind"), doc.get("apiVersion")
+    t = schema.document_type(str(kind)) if isinstance(kind, str) else None
+    if t is None:
+        yield Problem("kind", f"Talos {contract} knows no document kind {kind!r}")
+        return
+    expected = schema.documents[str(kind)].get("apiVersion")
+    if api_version != expected:
+        yield Problem("apiVersion", f"expected {expected}, found {_show(api_version)}")
+        return
+    yield from _Checker(schema).check(doc, t, "")
+
+
+def check_config(config: MachineConfig, contract: VersionContract, where: str = "") -> None:
+    """Every document of ``config`` decodes in Talos ``contract``'s decoder, or InvalidConfigError."""
+    for doc in config.documents:
+        check_document(doc, contract, where)
