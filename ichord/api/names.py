@@ -60,6 +60,7 @@ class ReadyReason:
     CA_ROTATION_IN_PROGRESS = "CARotationInProgress"
     UNREACHABLE = "Unreachable"
     RENDER_FAILED = "RenderFailed"
+    INVALID_CONFIG = "InvalidConfig"  # a patch or the render holds what Talos's decoder refuses: nothing applied
     UNSUPPORTED_CHANGE = "UnsupportedChange"
     CLUSTER_NOT_FOUND = "ClusterNotFound"
     BUNDLE_INVALID = "BundleInvalid"
@@ -95,6 +96,7 @@ class EventReason:
     API_SERVER_RESTART_REQUIRED = "APIServerRestartRequired"
     MACHINE_UNREACHABLE = "MachineUnreachable"
     RENDER_FAILED = "RenderFailed"
+    INVALID_CONFIG = "InvalidConfig"  # what Talos's decoder refuses (an unknown field, a wrong type): nothing applied
     OPERATION_ABANDONED = "OperationAbandoned"  # on the cluster: a deleted rotation was abandoned (ADR 0120 Am. 2)
     DELETION_HELD = "DeletionHeld"  # a deleted rotation past its point of no return runs on to Done
 

@@ -163,8 +163,8 @@ def _expected(t: dict[str, Any]) -> str:
     if not t.get("custom") and kind == "slice":
         return f"a list ({go})"
     words = []
-    if accepts & _STRING_PROBES and kind != "scalar" or "s_word" in accepts or (t.get("custom") and
-                                                                                accepts & _STRING_PROBES):
+    takes_text = bool(accepts & _STRING_PROBES) and (kind != "scalar" or bool(t.get("custom")))
+    if takes_text or "s_word" in accepts:
         words.append("a string")
     if "int" in accepts and "s_word" not in accepts:
         words.append("an integer")
@@ -230,11 +230,11 @@ class _Checker:
         enum = t.get("enum")
         if enum and isinstance(value, str) and value in enum:
             return True
-        if cls not in accepts:
-            # A type with its own unmarshaler and no listed names parses the text itself: any string it takes
-            # some of is left to it (the content is Talos's to judge); the other classes are Talos's verdicts.
-            if not (t.get("custom") and not enum and isinstance(value, str) and accepts & _STRING_PROBES):
-                return False
+        # A type with its own unmarshaler and no listed names parses the text itself: any string it takes
+        # some of is left to it (the content is Talos's to judge); the other classes are Talos's verdicts.
+        text_left_to_talos = bool(t.get("custom") and not enum and isinstance(value, str) and accepts & _STRING_PROBES)
+        if cls not in accepts and not text_left_to_talos:
+            return False
         if t.get("bits") and isinstance(value, int | float) and not isinstance(value, bool):
             number = int(value)
             bits = int(t["bits"])
