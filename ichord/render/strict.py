@@ -14,18 +14,23 @@ decoding into it, so go-yaml's scalar rules and each type's own unmarshaler are 
 description of them. ``tests/real/test_talos_schema.py`` keeps the files current; the validator differential
 (``tests/real/test_strict_oracle.py``) holds the verdicts to Talos's decoder.
 
-What is not checked here: the content of a scalar that a type with its own unmarshaler parses (a size, a
-CIDR, a URL), except enumerations, whose names the schema lists; Talos's semantic validation (its
-``Validate``) is the node's and the dry run's.
+The text a type with its own unmarshaler parses (a size, an address, a MAC, base64) is judged by that type's
+grammar as ``_CONTENT`` writes it from machinery's parsers (go-humanize's ParseBytes, net/netip, net.ParseMAC,
+encoding/base64), each a subset of what Talos accepts, so ichord never passes text Talos refuses; an
+enumeration by the names the schema lists; any other such type by the probes it took. Talos's semantic
+validation (its ``Validate``: a hostname's form, a disk that must exist) is the node's and the dry run's.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
+import ipaddress
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -56,7 +61,7 @@ PROBES: dict[str, Any] = {
     "s_ip": "1.2.3.4",
     "s_url": "https://example.com:6443",
 }
-_STRING_PROBES = frozenset(k for k, v in PROBES.items() if isinstance(v, str))
+STRING_PROBES = frozenset(k for k, v in PROBES.items() if isinstance(v, str))
 _SCALAR_PROBES = frozenset(k for k, v in PROBES.items() if not isinstance(v, dict | list) and v is not None)
 
 # Strings go-yaml reads in a way of their own: YAML 1.1's booleans (into a bool), Go durations, numbers.
@@ -67,6 +72,87 @@ _INT = re.compile(r"^[-+]?\d+$")
 _CIDR = re.compile(r"^[0-9a-fA-F:.]+/\d+$")
 _IP = re.compile(r"^(\d+\.\d+\.\d+\.\d+|[0-9a-fA-F:]*:[0-9a-fA-F:.]*)$")
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
+
+
+# ---- the text of types with their own parsers (each a subset of what the Go parser accepts) ----------------
+
+_SIZE = re.compile(r"^\d+(\.\d+)?\s*(b|kib|kb|mib|mb|gib|gb|tib|tb|pib|pb|eib|eb|ki|k|mi|m|gi|g|ti|t|pi|p|ei|e)?$",
+                   re.IGNORECASE)
+_MATCHER = re.compile(r"^\s*(>=|<=|>|<|==)?\s*(.+?)\s*$")
+_MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$|^[0-9a-fA-F]{2}(-[0-9a-fA-F]{2}){5}$")
+_PREFIX = re.compile(r"^([0-9a-fA-F:.]+)/(0|[1-9]\d{0,2})$")
+_ADDR_PORT = re.compile(r"^(\d+\.\d+\.\d+\.\d+|\[[0-9a-fA-F:.]+\]):(0|[1-9]\d{0,4})$")
+
+
+def _size(text: str) -> bool:
+    """go-humanize's ParseBytes (DiskSize, ByteSize): a number and a unit it knows."""
+    return bool(_SIZE.match(text.strip() if text.strip() == text else "x"))
+
+
+def _signed_size(text: str) -> bool:
+    """block.ByteSize: empty, or ParseBytes after an optional minus."""
+    return text == "" or _size(text.removeprefix("-"))
+
+
+def _matcher(text: str) -> bool:
+    """InstallDiskSizeMatcher: an optional comparison, then a size."""
+    m = _MATCHER.match(text)
+    return m is not None and _size(m.group(2))
+
+
+def _addr(text: str) -> bool:
+    if text == "":
+        return True
+    if "%" in text or not re.match(r"^[0-9a-fA-F:.]+$", text):
+        return False
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _prefix(text: str) -> bool:
+    if text == "":
+        return True
+    m = _PREFIX.match(text)
+    if m is None or not _addr(m.group(1)):
+        return False
+    return int(m.group(2)) <= ipaddress.ip_address(m.group(1)).max_prefixlen
+
+
+def _addr_port(text: str) -> bool:
+    if text == "":
+        return True
+    m = _ADDR_PORT.match(text)
+    return m is not None and _addr(m.group(1).strip("[]")) and int(m.group(2)) <= 65535 and \
+        (":" in m.group(1)) == m.group(1).startswith("[")
+
+
+def _mac(text: str) -> bool:
+    return text == "" or bool(_MAC.match(text))
+
+
+def _base64(text: str) -> bool:
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+#: Go type -> its text grammar (types with their own unmarshalers whose text is parsed, by name in the schema).
+_CONTENT: dict[str, Callable[[str], bool]] = {
+    "v1alpha1.DiskSize": _size,
+    "block.ByteSize": _signed_size,
+    "block.Size": _signed_size,  # a percentage ("50%") is refused here: a size in bytes only
+    "v1alpha1.InstallDiskSizeMatcher": _matcher,
+    "netip.Addr": _addr, "network.Addr": _addr, "meta.Addr": _addr,
+    "netip.Prefix": _prefix, "network.Prefix": _prefix, "meta.Prefix": _prefix,
+    "netip.AddrPort": _addr_port, "network.AddrPort": _addr_port, "meta.AddrPort": _addr_port,
+    "nethelpers.HardwareAddr": _mac,
+    "v1alpha1.Base64Bytes": _base64,
+}
 
 
 class InvalidConfigError(PatchError):
@@ -163,7 +249,7 @@ def _expected(t: dict[str, Any]) -> str:
     if not t.get("custom") and kind == "slice":
         return f"a list ({go})"
     words = []
-    takes_text = bool(accepts & _STRING_PROBES) and (kind != "scalar" or bool(t.get("custom")))
+    takes_text = bool(accepts & STRING_PROBES) and (kind != "scalar" or bool(t.get("custom")))
     if takes_text or "s_word" in accepts:
         words.append("a string")
     if "int" in accepts and "s_word" not in accepts:
@@ -228,12 +314,12 @@ class _Checker:
     def _scalar_ok(self, value: Any, cls: str, t: dict[str, Any]) -> bool:
         accepts = set(t["accepts"])
         enum = t.get("enum")
-        if enum and isinstance(value, str) and value in enum:
-            return True
-        # A type with its own unmarshaler and no listed names parses the text itself: any string it takes
-        # some of is left to it (the content is Talos's to judge); the other classes are Talos's verdicts.
-        text_left_to_talos = bool(t.get("custom") and not enum and isinstance(value, str) and accepts & _STRING_PROBES)
-        if cls not in accepts and not text_left_to_talos:
+        if enum and isinstance(value, str):
+            return value in enum
+        grammar = _CONTENT.get(str(t["go"])) if t.get("custom") else None
+        if grammar is not None and isinstance(value, str):
+            return grammar(value)  # the text a type's own parser takes (a size, an address)
+        if cls not in accepts:
             return False
         if t.get("bits") and isinstance(value, int | float) and not isinstance(value, bool):
             number = int(value)
