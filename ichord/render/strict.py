@@ -43,6 +43,7 @@ from ichord.render.errors import PatchError, RenderError
 PROBES: dict[str, Any] = {
     "null": None,
     "bool": True,
+    "zero": 0,
     "int": 1,
     "negint": -1,
     "float": 1.5,
@@ -200,7 +201,7 @@ def probe_class(value: Any) -> str:
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
-        return "negint" if value < 0 else "int"
+        return "negint" if value < 0 else "zero" if value == 0 else "int"
     if isinstance(value, float):
         return "floatint" if math.isfinite(value) and value.is_integer() else "float"
     if isinstance(value, dict):
