@@ -51,6 +51,8 @@ PROBES: dict[str, Any] = {
     "emptymap": {},
     "map": {"zz_probe": "x"},
     "seq": ["x"],
+    "seqmap": [{"zz_probe": "x"}],
+    "seqseq": [["x"]],
     "emptyseq": [],
     "s_word": "x",
     "s_int": "1",
@@ -64,6 +66,7 @@ PROBES: dict[str, Any] = {
 }
 STRING_PROBES = frozenset(k for k, v in PROBES.items() if isinstance(v, str))
 _SCALAR_PROBES = frozenset(k for k, v in PROBES.items() if not isinstance(v, dict | list) and v is not None)
+_LIST_PROBES = ("seq", "seqmap", "seqseq")
 
 # Strings go-yaml reads in a way of their own: YAML 1.1's booleans (into a bool), Go durations, numbers.
 _YES_NO = re.compile(r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF)$")
@@ -143,7 +146,31 @@ def _base64(text: str) -> bool:
 
 
 #: Go type -> its text grammar (types with their own unmarshalers whose text is parsed, by name in the schema).
+def _url(text: str) -> bool:
+    """net/url's Parse (meta.URL, Endpoint): an absolute URL with a plain host, or a relative path."""
+    return bool(_URL_ABSOLUTE.match(text) or _URL_RELATIVE.match(text))
+
+
+_URL_ABSOLUTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._~-]*)(:\d*)?"
+                           r"(/[A-Za-z0-9._~!$&'()*+,;=:@/-]*)?(\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?$")
+_URL_RELATIVE = re.compile(r"^[A-Za-z0-9._~/-]*$")
+
+
+#: How the messages name what these types take.
+_TEXT_WORDS: tuple[tuple[frozenset[str], str], ...] = (
+    (frozenset({"meta.URL", "v1alpha1.Endpoint"}), "a URL such as https://host:6443"),
+    (frozenset({"v1alpha1.DiskSize", "block.ByteSize", "block.Size"}), "a size such as 10GB or 512MiB"),
+    (frozenset({"v1alpha1.InstallDiskSizeMatcher"}), "a size condition such as '>= 10GB'"),
+    (frozenset({"netip.Addr", "network.Addr", "meta.Addr"}), "an IP address"),
+    (frozenset({"netip.Prefix", "network.Prefix", "meta.Prefix"}), "an IP prefix such as 10.0.0.0/8"),
+    (frozenset({"netip.AddrPort", "network.AddrPort", "meta.AddrPort"}), "an address and port such as 10.0.0.1:80"),
+    (frozenset({"nethelpers.HardwareAddr"}), "a MAC address such as 00:11:22:33:44:55"),
+    (frozenset({"v1alpha1.Base64Bytes"}), "base64 text"),
+)
+
 _CONTENT: dict[str, Callable[[str], bool]] = {
+    "meta.URL": _url,
+    "v1alpha1.Endpoint": _url,
     "v1alpha1.DiskSize": _size,
     "block.ByteSize": _signed_size,
     "block.Size": _signed_size,  # a percentage ("50%") is refused here: a size in bytes only
@@ -207,7 +234,11 @@ def probe_class(value: Any) -> str:
     if isinstance(value, dict):
         return "map" if value else "emptymap"
     if isinstance(value, list):
-        return "seq" if value else "emptyseq"
+        if not value:
+            return "emptyseq"
+        if any(isinstance(v, dict) for v in value):
+            return "seqmap"
+        return "seqseq" if any(isinstance(v, list) for v in value) else "seq"
     text = str(value)
     for cls, pattern in (("s_empty", None), ("s_yes", _YES_NO), ("s_true", _TRUE_FALSE), ("s_int", _INT),
                          ("s_dur", _DURATION), ("s_cidr", _CIDR), ("s_ip", _IP), ("s_url", _URL)):
@@ -245,6 +276,9 @@ def _expected(t: dict[str, Any]) -> str:
         return f"one of {shown} ({go})"
     if go == "bool":
         return "a boolean, true or false (bool)"
+    for names_, words_ in _TEXT_WORDS:
+        if go in names_:
+            return f"{words_} ({go})"
     if not t.get("custom") and kind in ("struct", "map"):
         return f"a mapping ({go})"
     if not t.get("custom") and kind == "slice":
@@ -300,10 +334,16 @@ class _Checker:
             if cls not in accepts and "emptyseq" not in accepts:
                 yield Problem(path, f"expected {_expected(t)}, found {_shape(value)}")
                 return
-            if kind == "slice" and "elem" in t:
+            if kind == "slice" and "elem" in t and not t.get("custom"):
                 elem = self.schema.types[t["elem"]]
                 for i, v in enumerate(value):
                     yield from self.check(v, elem, f"{path}[{i}]")
+            elif cls not in accepts:
+                # Its own unmarshaler takes some lists (of strings, say) but not this one's elements.
+                what = {"seqmap": "mappings", "seqseq": "lists"}.get(cls, "values")
+                yield Problem(path, f"expected {_expected(t)}, found a list of {what}")
+            elif t.get("custom"):
+                yield from self._keys(value, t, path)
             return
         if value is None:
             if "null" not in accepts:

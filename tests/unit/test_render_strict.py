@@ -98,7 +98,8 @@ def test_what_talos_takes_is_not_refused(bundle: SecretsBundle, contract: Versio
     patch = ("machine:\n  install:\n    disk: 5\n    wipe: 'yes'\n  env: {A: '1'}\n  time:\n    bootTimeout: 1h30m\n"
              "  kubelet:\n    extraArgs:\n      feature-gates: [A=true, B=false]\n  network:\n    interfaces:\n"
              "      - interface: eth0\n        mtu: 9000\n        addresses: [10.0.0.2/24]\n"
-             "  disks:\n    - device: /dev/sdb\n      partitions:\n        - mountpoint: /var/x\n          size: 10 GB\n")
+             "  disks:\n    - device: /dev/sdb\n      partitions:\n        - mountpoint: /var/x\n"
+             "          size: 10 GB\n")
     render(bundle, _cluster(contract, patch), MachineInputs.from_spec({"role": "worker"}))
 
 
