@@ -65,8 +65,6 @@ PROBES: dict[str, Any] = {
     "s_url": "https://example.com:6443",
 }
 STRING_PROBES = frozenset(k for k, v in PROBES.items() if isinstance(v, str))
-_SCALAR_PROBES = frozenset(k for k, v in PROBES.items() if not isinstance(v, dict | list) and v is not None)
-_LIST_PROBES = ("seq", "seqmap", "seqseq")
 
 # Strings go-yaml reads in a way of their own: YAML 1.1's booleans (into a bool), Go durations, numbers.
 _YES_NO = re.compile(r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF)$")
@@ -80,17 +78,19 @@ _URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
 
 # ---- the text of types with their own parsers (each a subset of what the Go parser accepts) ----------------
 
-_SIZE = re.compile(r"^\d+(\.\d+)?\s*(b|kib|kb|mib|mb|gib|gb|tib|tb|pib|pb|eib|eb|ki|k|mi|m|gi|g|ti|t|pi|p|ei|e)?$",
+# Whole-text matches (fullmatch), ASCII digits only (Go's parsers take no other).
+_SIZE = re.compile(r"[0-9]+(\.[0-9]+)? ?(b|kib|kb|mib|mb|gib|gb|tib|tb|pib|pb|eib|eb|ki|k|mi|m|gi|g|ti|t|pi|p|ei|e)?",
                    re.IGNORECASE)
-_MATCHER = re.compile(r"^\s*(>=|<=|>|<|==)?\s*(.+?)\s*$")
-_MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$|^[0-9a-fA-F]{2}(-[0-9a-fA-F]{2}){5}$")
-_PREFIX = re.compile(r"^([0-9a-fA-F:.]+)/(0|[1-9]\d{0,2})$")
-_ADDR_PORT = re.compile(r"^(\d+\.\d+\.\d+\.\d+|\[[0-9a-fA-F:.]+\]):(0|[1-9]\d{0,4})$")
+_MATCHER = re.compile(r" *(>=|<=|>|<|==)? *(.+?) *")
+_MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}|[0-9a-fA-F]{2}(-[0-9a-fA-F]{2}){5}")
+_PREFIX = re.compile(r"([0-9a-fA-F:.]+)/(0|[1-9][0-9]{0,2})")
+_ADDR_PORT = re.compile(r"([0-9]+\.[0-9]+\.[0-9]+\.[0-9]+|\[[0-9a-fA-F:.]+\]):(0|[1-9][0-9]{0,4})")
+_ADDR = re.compile(r"[0-9a-fA-F:.]+")
 
 
 def _size(text: str) -> bool:
     """go-humanize's ParseBytes (DiskSize, ByteSize): a number and a unit it knows."""
-    return bool(_SIZE.match(text.strip() if text.strip() == text else "x"))
+    return bool(_SIZE.fullmatch(text))
 
 
 def _signed_size(text: str) -> bool:
@@ -100,14 +100,14 @@ def _signed_size(text: str) -> bool:
 
 def _matcher(text: str) -> bool:
     """InstallDiskSizeMatcher: an optional comparison, then a size."""
-    m = _MATCHER.match(text)
+    m = _MATCHER.fullmatch(text)
     return m is not None and _size(m.group(2))
 
 
 def _addr(text: str) -> bool:
     if text == "":
         return True
-    if "%" in text or not re.match(r"^[0-9a-fA-F:.]+$", text):
+    if not _ADDR.fullmatch(text):
         return False
     try:
         ipaddress.ip_address(text)
@@ -119,7 +119,7 @@ def _addr(text: str) -> bool:
 def _prefix(text: str) -> bool:
     if text == "":
         return True
-    m = _PREFIX.match(text)
+    m = _PREFIX.fullmatch(text)
     if m is None or not _addr(m.group(1)):
         return False
     return int(m.group(2)) <= ipaddress.ip_address(m.group(1)).max_prefixlen
@@ -128,13 +128,13 @@ def _prefix(text: str) -> bool:
 def _addr_port(text: str) -> bool:
     if text == "":
         return True
-    m = _ADDR_PORT.match(text)
+    m = _ADDR_PORT.fullmatch(text)
     return m is not None and _addr(m.group(1).strip("[]")) and int(m.group(2)) <= 65535 and \
         (":" in m.group(1)) == m.group(1).startswith("[")
 
 
 def _mac(text: str) -> bool:
-    return text == "" or bool(_MAC.match(text))
+    return text == "" or bool(_MAC.fullmatch(text))
 
 
 def _base64(text: str) -> bool:
@@ -148,12 +148,12 @@ def _base64(text: str) -> bool:
 #: Go type -> its text grammar (types with their own unmarshalers whose text is parsed, by name in the schema).
 def _url(text: str) -> bool:
     """net/url's Parse (meta.URL, Endpoint): an absolute URL with a plain host, or a relative path."""
-    return bool(_URL_ABSOLUTE.match(text) or _URL_RELATIVE.match(text))
+    return bool(_URL_ABSOLUTE.fullmatch(text) or _URL_RELATIVE.fullmatch(text))
 
 
-_URL_ABSOLUTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._~-]*)(:\d*)?"
-                           r"(/[A-Za-z0-9._~!$&'()*+,;=:@/-]*)?(\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?$")
-_URL_RELATIVE = re.compile(r"^[A-Za-z0-9._~/-]*$")
+_URL_ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._~-]*)(:[0-9]*)?"
+                           r"(/[A-Za-z0-9._~!$&'()*+,;=:@/-]*)?(\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?")
+_URL_RELATIVE = re.compile(r"[A-Za-z0-9._~/-]*")
 
 
 #: How the messages name what these types take.
@@ -296,10 +296,6 @@ def _expected(t: dict[str, Any]) -> str:
     return f"{' or '.join(words) or 'null'} ({go})"
 
 
-def _accepts_scalar(t: dict[str, Any]) -> bool:
-    return bool(_SCALAR_PROBES & set(t["accepts"]))
-
-
 @dataclass(frozen=True)
 class Problem:
     path: str
@@ -377,7 +373,7 @@ class _Checker:
             return
         if isinstance(value, dict):
             if kind == "map" or t.get("open"):
-                ref = t.get("elem") or t.get("open")
+                ref = str(t.get("elem") or t.get("open"))
                 for k, v in value.items():
                     yield from self._keys(v, self.schema.types[ref], f"{path}.{k}" if path else str(k))
             elif kind == "struct" and t.get("fields") is not None:
