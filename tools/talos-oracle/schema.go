@@ -58,7 +58,7 @@ type schemaDocument struct {
 
 type schemaOutput struct {
 	Documents map[string]schemaDocument `json:"documents"`
-	Types     map[string]*schemaType     `json:"types"`
+	Types     map[string]*schemaType    `json:"types"`
 }
 
 var textUnmarshalerType = reflect.TypeOf((*interface{ UnmarshalText([]byte) error })(nil)).Elem()
