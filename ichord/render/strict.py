@@ -194,8 +194,9 @@ class InvalidConfigError(PatchError):
         self.document = document
         self.path = path
         self.detail = detail
+        fix = "fix or remove the document" if path in ("kind", "apiVersion") else "fix or remove the field"
         super().__init__(where or "the configuration", f"{document}: {path or '(the document)'}: {detail}",
-                         "Talos's configuration decoder refuses it; fix or remove the field")
+                         f"Talos's configuration decoder refuses it; {fix}")
 
 
 @dataclass(frozen=True)
