@@ -55,7 +55,7 @@ def _valid(t: dict[str, Any], types: dict[str, Any], rng: random.Random, depth: 
         return {f"k{rng.randrange(9)}": _valid(types[t["elem"]], types, rng, depth + 1)}
     if t["kind"] == "slice" and not t.get("custom") and depth < 3:
         return [_valid(types[t["elem"]], types, rng, depth + 1)]
-    accepted = [p for p in t["accepts"] if p != "null" and p not in ("map", "seq")]
+    accepted = sorted(p for p in t["accepts"] if p != "null" and p not in ("map", "seq", "seqmap", "seqseq"))
     return PROBES[rng.choice(accepted)] if accepted else None
 
 
