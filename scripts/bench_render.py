@@ -31,13 +31,25 @@ apiVersion: v1alpha1
 kind: KernelModuleConfig
 name: br_netfilter
 """
+#: Talos 1.13 has no KernelModuleConfig document (its decoder refuses the kind): the v1alpha1 field there.
+PATCH_V1_13 = """machine:
+  network:
+    hostname: bench
+  kubelet:
+    extraArgs:
+      rotate-server-certificates: "true"
+  kernel:
+    modules:
+      - name: br_netfilter
+"""
 SMOKE = {"seconds": 0.05, "bundles": 1}
 
 
 def bench_render(bundle: SecretsBundle, contract: VersionContract, role: str, patched: bool, seconds: float) -> float:
     cluster = ClusterInputs(
         cluster_name="bench", endpoint="https://bench.example:6443", kubernetes_version="1.34.1",
-        contract=contract, additional_sans=("bench.example",), patches=(PATCH,) if patched else (),
+        contract=contract, additional_sans=("bench.example",),
+        patches=((PATCH if contract.multidoc_kubernetes else PATCH_V1_13),) if patched else (),
     )
     machine = MachineInputs(role="controlplane" if role == "controlplane" else "worker")
     render(bundle, cluster, machine)  # warm-up

@@ -75,6 +75,7 @@ class ReadyReason:
     CA_ROTATION_IN_PROGRESS = "CARotationInProgress"
     UNREACHABLE = "Unreachable"
     RENDER_FAILED = "RenderFailed"
+    INVALID_CONFIG = "InvalidConfig"  # a patch or the render holds what Talos's decoder refuses: nothing applied
     UNSUPPORTED_CHANGE = "UnsupportedChange"
     CLUSTER_NOT_FOUND = "ClusterNotFound"
     BUNDLE_INVALID = "BundleInvalid"
@@ -112,6 +113,7 @@ class EventReason:
     API_SERVER_RESTART_REQUIRED = "APIServerRestartRequired"
     MACHINE_UNREACHABLE = "MachineUnreachable"
     RENDER_FAILED = "RenderFailed"
+    INVALID_CONFIG = "InvalidConfig"  # what Talos's decoder refuses (an unknown field, a wrong type): nothing applied
     #: On the cluster: a deleted rotation was abandoned (docs/decisions.md#abandon-or-hold).
     OPERATION_ABANDONED = "OperationAbandoned"
     DELETION_HELD = "DeletionHeld"  # a deleted rotation past its point of no return runs on to Done

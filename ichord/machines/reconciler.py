@@ -7,6 +7,8 @@
                                                                              -> Ready=False/APIServerRestartRequired
        (on a worker it is applied like a safe change)
     unsupported change                     -> never applied                  -> Ready=False/UnsupportedChange
+    a patch Talos's decoder refuses        -> never applied (unknown field, wrong type)
+                                                                             -> Ready=False/InvalidConfig
     unreachable / render failure           -> Ready=False with the cause
     a ca-rotation under way                -> Ready=Unknown/CARotationInProgress, nothing else
     (docs/decisions.md#rotation-state)
@@ -35,6 +37,7 @@ from ichord.render.errors import RenderError
 from ichord.render.fieldmeta import Classification, classify, summarize_paths
 from ichord.render.generate import render
 from ichord.render.inputs import ClusterInputs, MachineInputs
+from ichord.render.strict import InvalidConfigError
 from ichord.talos.client import ApplyMode, TalosClient
 from ichord.talos.errors import (
     TalosCertificateError,
@@ -189,6 +192,14 @@ async def reconcile_machine(
 
 
 def _render_failed(exc: RenderError) -> MachineResult:
+    if isinstance(exc, InvalidConfigError):
+        # Talos would refuse it: reported before any classification, so nothing is applied or planned.
+        msg = f"the configuration is invalid, nothing was applied: {_error_message(exc)}"
+        return MachineResult(
+            _ready("False", ReadyReason.INVALID_CONFIG, msg),
+            fields={"rebootPaths": [], "apiServerRestartPaths": []},
+            event=("Warning", names.EventReason.INVALID_CONFIG, msg),
+        )
     return MachineResult(
         _ready("False", ReadyReason.RENDER_FAILED, f"cannot render the configuration: {_error_message(exc)}"),
         event=(

@@ -1,8 +1,11 @@
 """render(): the full machine configuration `talosctl gen config` generates, then the config patches.
 
 Contract v1.13 renders the legacy layout (legacy.py), v1.14 the multi-document one (multidoc.py).
-Cluster patches apply first, then machine patches, as Talos's configpatcher applies a list. The
-result is checked structurally; any failure raises before anything is returned.
+Cluster patches apply first, then machine patches, as Talos's configpatcher applies a list. Each
+strategic merge patch is checked by Talos's strict decoder's rules before it merges (Talos decodes a
+patch before applying it), and the result again (JSON6902 patches change it as text): unknown fields
+and wrong types raise InvalidConfigError (render/strict.py). The result is then checked structurally;
+any failure raises before anything is returned.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from ichord.render import keyorder, legacy, multidoc, zerofields
 from ichord.render.config import MachineConfig
 from ichord.render.errors import RenderError
 from ichord.render.inputs import ClusterInputs, MachineInputs
-from ichord.render.patch import Patch, apply_patches, doc_id, load_patch, touched
+from ichord.render.patch import Merge, Patch, StrategicPatch, apply_patches, doc_id, load_patch, touched
+from ichord.render.strict import check_config, check_document
 from ichord.render.validate import check_structure
 
 
@@ -48,10 +52,19 @@ def render(
     """
     config = generate(bundle, cluster, machine)
     patches = [*load_patches(cluster, machine), *extra_patches]
+    for patch in patches:
+        if isinstance(patch, StrategicPatch):
+            for step in patch.steps:
+                if isinstance(step, Merge):
+                    check_document(step.content, cluster.contract, patch.label)
     if patches:
         docs = apply_patches(config.documents, patches, in_place=True)
-        # Only documents a patch changed can have keys out of Talos's order or lack a field it writes.
+        # Only documents a patch changed can have keys out of Talos's order, lack a field it writes or hold what
+        # its decoder refuses (the generator's own documents decode: tests/unit/test_render_strict.py).
         changed = touched(patches)
+        # Before ichord's own normalising, which expects the documents' types (a JSON6902 patch may break them).
+        check_config(MachineConfig([d for d in docs if doc_id(d) in changed]), cluster.contract,
+                     "the patched configuration")
         config = MachineConfig([keyorder.normalize(zerofields.fill(d)) if doc_id(d) in changed else d
                                 for d in docs])
     check_structure(config, machine.role)

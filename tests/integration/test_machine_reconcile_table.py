@@ -27,6 +27,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 SAFE = "machine:\n  sysctls:\n    net.core.somaxconn: \"65535\"\n"
 REBOOT = "apiVersion: v1alpha1\nkind: KernelModuleConfig\nname: br_netfilter\n"
 API_SERVER = "apiVersion: v1alpha1\nkind: KubeNetworkConfig\ndnsDomain: table.example\n"
+# What Talos's decoder refuses (issue 26): a wrong type (once classed RebootRequired and rolled out with reboots)
+# and an unknown field (once in no diff at all).
+WRONG_TYPE = "machine:\n  env: just-a-string\n"
+UNKNOWN_FIELD = "machine:\n  nonsense: 1\n"
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class Row:
 
     role: str = "worker"
     cluster_patches: tuple[str, ...] = ()
+    machine_patches: tuple[str, ...] = ()
     rotation_in_progress: bool = False
     unreachable: bool = False
 
@@ -52,6 +57,10 @@ def control_plane(r: Row) -> Row:
 
 def patched(*patches: str) -> Any:
     return lambda r: replace(r, cluster_patches=patches)
+
+
+def machine_patched(*patches: str) -> Any:
+    return lambda r: replace(r, machine_patches=patches)
 
 
 def rotating(r: Row) -> Row:
@@ -81,6 +90,14 @@ TABLE = {
     "a rotation under way: stands aside": (row(patched(SAFE), rotating), "Unknown", "CARotationInProgress", False,
                                            False, False),
     "unreachable: reported, retried": (row(patched(SAFE), unreachable), "False", "Unreachable", False, False, False),
+    "wrong type in a cluster patch: refused, nothing applied": (row(patched(SAFE, WRONG_TYPE)), "False",
+                                                                "InvalidConfig", False, False, False),
+    "unknown field in a cluster patch on a control plane: refused": (row(control_plane, patched(UNKNOWN_FIELD)),
+                                                                     "False", "InvalidConfig", False, False, False),
+    "wrong type in a machine patch: refused": (row(control_plane, machine_patched(WRONG_TYPE)), "False",
+                                               "InvalidConfig", False, False, False),
+    "unknown field in a machine patch: refused": (row(machine_patched(SAFE, UNKNOWN_FIELD)), "False",
+                                                  "InvalidConfig", False, False, False),
 }
 
 
@@ -100,7 +117,7 @@ async def test_never_reboot_table(env: SimEnvironment, bundle: SecretsBundle, ca
     r, status, reason, applied, reboot_paths, api_paths = TABLE[case]
     name = next(m.name for m in env.machines if m.role == r.role)
     spec = {"clusterRef": {"name": env.cluster_name}, "role": r.role, "address": env.endpoints[name],
-            "approved": True}
+            "approved": True, "patches": list(r.machine_patches)}
     machine = MachineView.of({"metadata": {"namespace": env.namespace, "name": name}, "spec": spec})
     cluster = replace(env.cluster_inputs(), patches=r.cluster_patches)
     applies_before = len(env.applies(name))
@@ -118,6 +135,12 @@ async def test_never_reboot_table(env: SimEnvironment, bundle: SecretsBundle, ca
     assert env.node(name).boots == boots_before  # never a reboot, whatever the row
     if r.unreachable:
         assert result.requeue_after == 30.0
+    if reason == "InvalidConfig":
+        # One Warning naming the field and what Talos expects; no stale reboot paths for a config operation to plan.
+        assert result.event is not None and result.event[:2] == ("Warning", "InvalidConfig")
+        assert "machine.env: expected a mapping" in result.ready.message or \
+            "machine.nonsense: unknown field" in result.ready.message, result.ready.message
+        assert result.fields.get("rebootPaths") == []
 
 
 async def test_a_memo_spares_the_unchanged_and_never_hides_a_change(

@@ -131,3 +131,22 @@ def test_render_stage(bundle_file: Path, tmp_path: Path, capsys: pytest.CaptureF
     assert main([*_flags(bundle_file), "--stage", "Sideways", "--rotation", str(rfile)]) == 2
     assert "unknown stage" in capsys.readouterr().err
     assert main([*_flags(bundle_file), "--stage", "Issuing"]) == 2
+
+
+@pytest.mark.parametrize("talos_version", ["v1.13", "v1.14"])
+@pytest.mark.parametrize(("patch", "message"), [
+    ("machine:\n  env: just-a-string\n", "machine.env: expected a mapping (map[string]string), found a string"),
+    ("machine:\n  nonsense: 1\n", "machine.nonsense: unknown field"),
+    ("apiVersion: v1alpha1\nkind: HostnameConfig\nauto: sometimes\n", "auto: expected one of off, "),
+])
+def test_what_talos_refuses_exits_2_naming_the_field(
+        bundle_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], talos_version: str, patch: str,
+        message: str) -> None:
+    """A wrong type or an unknown field (Talos's decoder refuses both) is never printed as a configuration."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yamlio.dump({"endpoint": "https://c.example:6443", "kubernetesVersion": "1.34.1",
+                                    "clusterName": "c", "talosVersion": talos_version, "patches": [patch]}))
+    assert main(["render", "--bundle", str(bundle_file), "--cluster", str(cluster)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "cluster patch 1" in err and message in err, err

@@ -6,12 +6,13 @@
 // It reads a batch of cases as JSON on stdin and writes one JSON result per case, in order, so one
 // run serves hundreds of cases:
 //
-//	{"cases": [{"id": "...", "generate": {...}} | {"id": "...", "validate": {...}}]}
+//	{"cases": [{"id": "...", "generate": {...}} | {"id": "...", "validate": {...}} | {"id": "...", "schema": {...}}]}
 //
 // generate: what `talosctl gen config` writes for the inputs (secrets bundle, cluster name, endpoint,
 // Kubernetes version, role, the gen options ichord maps, then the config patches), without comments,
 // and what Talos's validator says of it. validate: Talos's loader and validator on a full
-// configuration in the mode of a platform (metal: install required; container).
+// configuration in the mode of a platform (metal: install required; container). schema: what the
+// decoder accepts, type by type (schema.go).
 package main
 
 import (
@@ -43,6 +44,7 @@ type testCase struct {
 	ID       string         `json:"id"`
 	Generate *generateInput `json:"generate,omitempty"`
 	Validate *validateInput `json:"validate,omitempty"`
+	Schema   *schemaInput   `json:"schema,omitempty"`
 }
 
 type generateInput struct {
@@ -82,6 +84,8 @@ type result struct {
 	Error    string   `json:"error,omitempty"`
 	Valid    bool     `json:"valid"`
 	Warnings []string `json:"warnings,omitempty"`
+	// Schema is what the decoder accepts (schema only; schema.go).
+	Schema *schemaOutput `json:"schema,omitempty"`
 }
 
 // platformMode is the validation.RuntimeMode of a platform: metal installs to disk, container does not.
@@ -128,6 +132,8 @@ func main() {
 			r = run(c.ID, func() (result, error) { return generateCase(c.Generate, fmt.Sprintf("%s/bundle-%d.yaml", tmp, i)) })
 		case c.Validate != nil:
 			r = run(c.ID, func() (result, error) { return validateCase(c.Validate.Config, c.Validate.Mode) })
+		case c.Schema != nil:
+			r = run(c.ID, func() (result, error) { return schemaCase(c.Schema) })
 		default:
 			r.Error = "the case has neither generate nor validate"
 		}

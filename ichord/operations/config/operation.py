@@ -2,9 +2,10 @@
 one executor step.
 
     created paused                      -> plan only (status.plan), phase Pending, reason Planned
-    no machine waits / another operation of the cluster unfinished
-                                        -> Failed (NothingToDo, ClusterCARotating, OperationUnfinished): refused,
-                                           nothing written but the status
+    no machine waits / another operation of the cluster unfinished / a planned machine's render invalid
+                                        -> Failed (NothingToDo, ClusterCARotating, OperationUnfinished,
+                                           InvalidConfig): refused, nothing written but the status
+    a render turns invalid mid-rollout  -> Blocked naming the machine and the field; nothing applied to it
     started                             -> finalizer, the cluster lock, status.plan (the order run), stage Rolling
     Rolling                             -> one executor step on the machine under way (reboot.py, apiserver.py)
     every planned machine done          -> Completed (ConfigRollout True/RolledOut, one ConfigApplied Event),
@@ -50,6 +51,7 @@ from ichord.operations.config.plan import (
     Candidate,
     Change,
     PlannedMachine,
+    Refusal,
     plan_machines,
     plan_status,
     planned_from_status,
@@ -65,6 +67,10 @@ from ichord.operations.roll import RollReason
 from ichord.operations.roll_store import marker_from_status
 from ichord.operations.scope import ClusterScope
 from ichord.pki.scrub import SCRUBBER
+from ichord.render.errors import RenderError
+from ichord.render.generate import render
+from ichord.render.inputs import MachineInputs
+from ichord.render.strict import InvalidConfigError
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 
@@ -153,6 +159,11 @@ async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, i
         log.info("config operation refused", operation=op.name, reason=reason)
         backbone.event(ctx, inputs, "Warning", names.EventReason.OPERATION_BLOCKED, message)
         return await backbone.fail(ctx, CONFIG, op.obj, reason, message)
+    invalid = _invalid_render(inputs, planned)
+    if invalid is not None:
+        log.info("config operation refused", operation=op.name, reason=Refusal.INVALID_CONFIG)
+        backbone.event(ctx, inputs, "Warning", names.EventReason.INVALID_CONFIG, invalid)
+        return await backbone.fail(ctx, CONFIG, op.obj, Refusal.INVALID_CONFIG, invalid)
     destination = etcd_snapshot.Destination.of(inputs.cluster.get("spec") or {})
     plan = plan_status(planned, len(inputs.control_planes), inputs.worker_bound,
                        etcd_snapshot=etcd_snapshot.plan_entry(destination, inputs.status),
@@ -195,6 +206,24 @@ async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, i
     backbone.event(ctx, inputs, "Normal", names.EventReason.OPERATION_STARTED, f"config rollout started: {order}")
     backbone.log_transition(CONFIG, inputs, "config rollout started", machines=len(planned))
     return Requeue(0.0, "stage Rolling")
+
+
+def _invalid_render(inputs: Inputs, planned: list[PlannedMachine]) -> str | None:
+    """Why the rollout must not start: a planned machine's render holds what Talos's decoder refuses (its
+    rebootPaths may predate the patch that made it so). Nothing is applied to any machine then."""
+    by_name = {m.name: m for m in inputs.machines}
+    for p in planned:
+        m = by_name.get(p.name)
+        if m is None:
+            continue
+        try:
+            render(inputs.bundle, inputs.cluster_inputs, MachineInputs.from_spec(m.spec))
+        except InvalidConfigError as exc:
+            return (f"the configuration of {p.name} is invalid, nothing was rolled out: {SCRUBBER.text(str(exc))}; "
+                    "fix the patch, then create the operation again")
+        except RenderError:
+            continue  # reported on the machine (RenderFailed); the rollout reports it when it reaches it
+    return None
 
 
 def _current(planned: list[PlannedMachine], status: Obj) -> PlannedMachine | None:
@@ -247,6 +276,10 @@ async def _rolling(ctx: RotationContext, inputs: Inputs, objects: dict[str, Obj]
                 return await _report(ctx, inputs, [current], restarted.outcome, restarted.reason, restarted.message,
                                      pause=restarted.pause, done=restarted.reason in ("APIServerRestarted",
                                                                                       "Converged"))
+        except RenderError as exc:
+            # The inputs changed under the rollout (a patch now invalid): nothing is applied to the machine.
+            return await backbone.blocked(ctx, CONFIG, inputs, f"cannot render {current.name}'s configuration, "
+                                          f"nothing applied to it: {SCRUBBER.text(str(exc))}")
         except (ManagedAPIError, NodeNameUnknown) as exc:
             message = SCRUBBER.text(str(exc))
             if outstanding:

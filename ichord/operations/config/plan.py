@@ -158,6 +158,7 @@ class Refusal(enum.StrEnum):
     NOTHING_TO_DO = "NothingToDo"
     CLUSTER_CA_ROTATING = "ClusterCARotating"
     OPERATION_UNFINISHED = "OperationUnfinished"
+    INVALID_CONFIG = "InvalidConfig"  # a planned machine's render holds what Talos's decoder refuses
 
 
 def refusal(planned: Sequence[PlannedMachine], operations: Sequence[OperationView],

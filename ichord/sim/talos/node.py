@@ -23,6 +23,7 @@ from grpclib.exceptions import GRPCError
 from ichord.contract import V1_14, VersionContract
 from ichord.render.config import ConfigParseError, MachineConfig
 from ichord.sim.talos.config_view import ConfigInvalidError, ConfigView, read_config
+from ichord.sim.talos.decoder import refuse_undecodable
 from ichord.sim.talos.etcd import fingerprint as etcd_fingerprint
 
 if TYPE_CHECKING:
@@ -350,6 +351,7 @@ class SimNode:
             cfg = self._parse(data)
         except ConfigParseError as exc:
             raise GRPCError(Status.INVALID_ARGUMENT, f"failed to parse config: {exc}") from None
+        refuse_undecodable(cfg, self.contract)
         try:
             cfg.v1alpha1  # noqa: B018 - presence check
         except KeyError:
