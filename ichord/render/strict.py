@@ -217,7 +217,8 @@ def schema_for(contract: VersionContract) -> Schema:
     try:
         text = resources.files("ichord.render").joinpath("schema").joinpath(name).read_text()
     except FileNotFoundError:
-        raise RenderError(f"this version of ichord has no schema of Talos {contract}'s configuration documents") from None
+        raise RenderError(f"this version of ichord has no schema of Talos {contract}'s configuration "
+                          "documents") from None
     data = json.loads(text)
     for t in data["types"].values():
         # Sets for the walk (a control plane's configuration is a few thousand values, checked per render).
