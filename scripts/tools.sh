@@ -61,8 +61,8 @@ kube_key=$(key "$tools/go.mod" "$tools/go.sum" -- "$kube_x")
 etcd_key=$(key "$tools/go.mod" "$tools/go.sum" "$tools/etcd/main.go" --)
 etcdutl_key=$(key "$tools/etcdutl/go.mod" "$tools/etcdutl/go.sum" --)
 helm_key=$(key "$tools/helm/go.mod" "$tools/helm/go.sum" -- "$helm_x")
-oracle_v1_13_key=$(key "$tools"/talos-oracle/go.{mod,sum} "$tools"/talos-oracle/*.go --)
-oracle_v1_14_key=$(key "$tools"/talos-oracle/go.v1.14.{mod,sum} "$tools"/talos-oracle/*.go -- "${oracle_v1_14[*]}")
+oracle_v1_13_key=$(key "$tools"/talos-oracle/go.{mod,sum} "$tools"/talos-oracle/*.{go,s} --)
+oracle_v1_14_key=$(key "$tools"/talos-oracle/go.v1.14.{mod,sum} "$tools"/talos-oracle/*.{go,s} -- "${oracle_v1_14[*]}")
 keys="kube-apiserver=$kube_key kubectl=$kube_key etcd=$etcd_key etcdutl=$etcdutl_key helm=$helm_key"
 keys+=" talos-oracle-v1.13=$oracle_v1_13_key talos-oracle-v1.14=$oracle_v1_14_key"
 cache=${ICHORD_TOOLS_DIR:-$HOME/.cache/ichord/tools}
