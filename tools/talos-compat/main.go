@@ -20,8 +20,8 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	stdx509 "crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -557,7 +557,7 @@ func describe(ev client.Event) string {
 
 // events: the stream as `talosctl events --tail N` reads it (EventsWatchV2), up to "count" events.
 func events(ctx context.Context, cli *client.Client, c testCase) (any, error) {
-	tail, _ := c.Args["tail"].(float64)    //nolint:errcheck
+	tail, _ := c.Args["tail"].(float64)   //nolint:errcheck
 	count, _ := c.Args["count"].(float64) //nolint:errcheck
 	ch := make(chan client.EventResult)
 
