@@ -15,7 +15,10 @@ import ssl
 from collections.abc import Callable, Collection
 from typing import Any
 
-from grpclib.server import Server
+from google.protobuf import empty_pb2
+from grpclib.const import Cardinality, Handler, Status
+from grpclib.exceptions import GRPCError
+from grpclib.server import Server, Stream
 
 #: Returns the server context for a new connection, or raises to refuse it.
 ContextFor = Callable[[], ssl.SSLContext]
@@ -112,12 +115,39 @@ class _Connection(asyncio.Protocol):
         self._abort()
 
 
+#: The services of the Talos API (apid and machined); a method of theirs the simulator lacks is one it cannot
+#: reproduce, anything else is a service Talos does not have.
+TALOS_SERVICES = frozenset({"machine.MachineService", "cluster.ClusterService", "inspect.InspectService",
+                            "storage.StorageService", "time.TimeService", "cosi.resource.State"})
+
+
+class _Unserved(dict[str, Handler]):
+    """The method table, answering every path it lacks with a handler that refuses it properly: grpclib's own
+    refusal omits the content-type, which Talos's Go client reports as Unknown "malformed header"."""
+
+    def get(self, path: str, default: Any = None) -> Handler:
+        found = super().get(path)
+        if found is not None:
+            return found
+        service = path.lstrip("/").partition("/")[0]
+
+        async def refuse(stream: Stream[Any, Any]) -> None:
+            if service in TALOS_SERVICES:
+                raise GRPCError(Status.UNIMPLEMENTED,
+                                f"{path} is not simulated: ichord sim talos cannot reproduce this Talos method")
+            # grpc-go's answers (apid proxies what it does not know to machined, whose server has no such thing)
+            raise GRPCError(Status.UNIMPLEMENTED, f"unknown service {service}")
+
+        return Handler(refuse, Cardinality.UNARY_UNARY, empty_pb2.Empty, empty_pb2.Empty)
+
+
 class NodeServer(Server):
     """grpclib Server listening with a per-connection TLS gate."""
 
     def __init__(self, handlers: Collection[Any], context_for: ContextFor, peer_check: PeerCheck,
                  refused: Refused) -> None:
         super().__init__(handlers)
+        self._mapping = _Unserved(self._mapping)
         self.context_for = context_for
         self.peer_check = peer_check
         self.refused = refused
