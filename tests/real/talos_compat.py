@@ -75,9 +75,14 @@ class ServedCluster:
     def binary(self) -> Path | None:
         return tools.tool(f"talos-compat-v{self.contract.major}.{self.contract.minor}")
 
+    def ip(self, name: str) -> str:
+        return self.node(name).ip
+
     def call(self, op: str, *, node: str | None = None, nodes: list[str] | None = None, cred: str = "admin",
-             timeout: float = 30.0, **args: Any) -> dict[str, Any]:
-        """One case through Talos's Go client; its JSON result (``ok``, ``code``, ``message``, ``result``)."""
+             timeout: float = 30.0, trigger: Callable[[], Any] | None = None,
+             ready: Callable[[], bool] | None = None, **args: Any) -> dict[str, Any]:
+        """One case through Talos's Go client; its JSON result (``ok``, ``code``, ``message``, ``result``).
+        ``trigger`` runs on the cluster's loop once ``ready()`` holds there (the client's stream is open)."""
         binary = self.binary()
         assert binary is not None
         case: dict[str, Any] = {"id": op, "op": op, "cred": cred, "args": {**args, "timeout": timeout}}
@@ -87,8 +92,26 @@ class ServedCluster:
             case["nodes"] = nodes
         batch = {"bundle": str(self.bundle_path), "clusterName": CLUSTER_NAME, "endpoint": self.endpoint,
                  "talosconfig": str(self.talosconfig), "cases": [case]}
-        proc = subprocess.run([str(binary)], input=json.dumps(batch), capture_output=True, text=True,
-                              timeout=timeout + 30, check=False)
-        assert proc.returncode == 0, f"{binary.name} failed ({proc.returncode}): {proc.stderr[-2000:]}"
-        result: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+        proc = subprocess.Popen([str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        if trigger is not None:
+            asyncio.run_coroutine_threadsafe(_when(ready or (lambda: True), trigger), self.loop)
+        try:
+            stdout, stderr = proc.communicate(json.dumps(batch), timeout=timeout + 30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, f"{binary.name} failed ({proc.returncode}): {stderr[-2000:]}"
+        result: dict[str, Any] = json.loads(stdout.splitlines()[-1])
         return result
+
+
+async def _when(ready: Callable[[], bool], action: Callable[[], Any]) -> None:
+    for _ in range(int(CASE_TIMEOUT / 0.02)):
+        if ready():
+            result = action()
+            if asyncio.iscoroutine(result):
+                await result
+            return
+        await asyncio.sleep(0.02)

@@ -40,7 +40,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -254,8 +253,14 @@ func (e *env) run(c testCase) (r result) {
 
 func errorResult(err error) result {
 	st := status.Convert(unwrapStatus(err))
+	code := st.Code().String()
 
-	return result{Code: st.Code().String(), Message: st.Message(), Error: err.Error()}
+	// COSI's client turns NotFound into its own error type (state.IsNotFoundError), which carries no gRPC status.
+	if state.IsNotFoundError(err) {
+		code = codes.NotFound.String()
+	}
+
+	return result{Code: code, Message: st.Message(), Error: err.Error()}
 }
 
 // unwrapStatus finds the gRPC status inside a wrapped error (client.NodeError, fmt wrapping, multierror).
@@ -566,11 +571,33 @@ func events(ctx context.Context, cli *client.Client, c testCase) (any, error) {
 		opts = append(opts, client.WithActorID(actor))
 	}
 
+	out := []map[string]any{}
+
+	if len(c.Nodes) > 0 {
+		// talosctl events -n A,B: EventsWatch over the one-to-many stream (every node's events, each with its
+		// hostname; EventsWatchV2 follows one node only).
+		watchCtx, stop := context.WithCancel(ctx)
+		defer stop()
+
+		err := cli.EventsWatch(watchCtx, func(events <-chan client.Event) {
+			for ev := range events {
+				if len(out) < int(count) {
+					out = append(out, map[string]any{"node": ev.Node, "id": ev.ID, "actor": ev.ActorID,
+						"type": ev.TypeURL, "event": describe(ev)})
+				}
+
+				if len(out) == int(count) {
+					stop()
+				}
+			}
+		}, opts...)
+
+		return out, err
+	}
+
 	if err := cli.EventsWatchV2(ctx, ch, opts...); err != nil {
 		return nil, err
 	}
-
-	out := []map[string]any{}
 
 	for len(out) < int(count) {
 		select {
@@ -864,10 +891,6 @@ func (e *env) rawWatch(ctx context.Context, c testCase) (any, error) {
 		return nil, err
 	}
 	defer conn.Close() //nolint:errcheck
-
-	if c.Node != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "node", c.Node)
-	}
 
 	req := &cosiapi.WatchRequest{
 		Namespace:  str(c.Args, "namespace"),

@@ -306,7 +306,8 @@ def _scalar(text: str) -> str:
 def tombstone(namespace: str, rtype: str, rid: str) -> resource_pb2.Resource:
     """What COSI's Watch of one ID starts with when the resource does not exist (resource.NewTombstone)."""
     return resource_pb2.Resource(metadata=resource_pb2.Metadata(namespace=namespace, type=rtype, id=rid,
-                                                                version="undefined", phase="running"))
+                                                                version="undefined", phase="running"),
+                                 spec=resource_pb2.Spec(yaml_spec="null\n"))
 
 
 def not_found(t: ResourceType, namespace: str, rid: str) -> GRPCError:

@@ -411,13 +411,16 @@ class StateService(_Base, state_grpc.StateBase):
                 else:
                     last[want] = current
                     await send(state_pb2.CREATED, current)
-            elif req.options.bootstrap_contents:
+            else:
+                # what the watcher starts from: sent with bootstrap contents, known to it either way (an update
+                # of a resource that existed is UPDATED, its removal DESTROYED with its last state)
                 for rid in t.ids(node):
                     current = cosi.build(node, t, req.namespace, rid)
                     if current is not None:
                         last[rid] = current
-                        await send(state_pb2.CREATED, current)
-                if req.api_version >= 1:
+                        if req.options.bootstrap_contents:
+                            await send(state_pb2.CREATED, current)
+                if req.options.bootstrap_contents and req.api_version >= 1:
                     await send(state_pb2.BOOTSTRAPPED, cosi.tombstone(req.namespace, t.type, ""))
             while True:
                 kind, namespace, rtype, rid = await queue.get()
@@ -428,7 +431,7 @@ class StateService(_Base, state_grpc.StateBase):
                 res = cosi.build(node, t, namespace, rid)
                 previous = last.pop(rid, None)
                 if kind == "DESTROYED" or res is None:
-                    if previous is not None:  # a resource the watcher never saw is not destroyed for it
+                    if previous is not None:  # already gone for this watcher: nothing to say
                         await send(state_pb2.DESTROYED, previous)
                     continue
                 last[rid] = res
