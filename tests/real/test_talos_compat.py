@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 
 from ichord.contract import V1_13, V1_14
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.sim.talos.cosi import TYPES
 from ichord.sim.talos.kubeconfig import admin_kubeconfig
+from ichord.sim.talos.testing import eventually
 from tests.real import tools
 from tests.real.talos_compat import ServedCluster
 
@@ -229,8 +231,6 @@ def _etcd_root(c: ServedCluster, spec: Any) -> None:
 
 
 def _etcd_certs(c: ServedCluster, spec: Any) -> None:
-    from cryptography import x509  # noqa: PLC0415
-
     view = c.read(lambda: c.node("cp-1").view)
     assert view.etcd_ca is not None
     issuer = x509.load_pem_x509_certificate(view.etcd_ca.signer_pem).subject
@@ -359,7 +359,7 @@ def reboot_wait(node: str) -> Callable[[ServedCluster], None]:
 
 def apply(mode: str, *, dry_run: bool = False, node: str = "worker-1") -> Callable[[ServedCluster], None]:
     def case(c: ServedCluster) -> None:
-        data = c.read(lambda: c.node(node).running.to_bytes())
+        data = c.read(lambda: c.node(node).running.to_bytes())  # noqa: PLW0108 - read on the loop, not now
         applies = c.read(lambda: len(c.cluster.history.of("apply", node)))
         extra = {"tryTimeout": 30.0} if mode == "TRY" else {}
         (msg,) = messages(c.call("apply", node=c.ip(node), mode=mode, dryRun=dry_run,
@@ -378,7 +378,7 @@ def apply(mode: str, *, dry_run: bool = False, node: str = "worker-1") -> Callab
 
 def apply_reboot_v113(c: ServedCluster) -> None:
     boots = c.read(lambda: c.node("worker-1").boots)
-    data = c.read(lambda: c.node("worker-1").running.to_bytes())
+    data = c.read(lambda: c.node("worker-1").running.to_bytes())  # noqa: PLW0108 - read on the loop, not now
     (msg,) = messages(c.call("apply", node=c.ip("worker-1"), mode="REBOOT",
                              file=config_file(c, "apply-reboot.yaml", data)))
     assert msg.get("mode", "REBOOT") == "REBOOT"
@@ -437,12 +437,12 @@ def apply_without_v1alpha1(c: ServedCluster) -> None:
 
 
 def apply_invalid(c: ServedCluster) -> None:
-    data = c.read(lambda: c.node("worker-1").running.to_bytes()).replace(b"type: worker", b"type: bogus", 1)
+    data = c.read(lambda: c.node("worker-1").running.to_bytes()).replace(b"type: worker", b"type: bogus", 1)  # noqa: PLW0108 - read on the loop, not now
     refused(c.call("apply", node=c.ip("worker-1"), mode="NO_REBOOT", data=data.decode()), "InvalidArgument")
 
 
 def apply_reboot_v114(c: ServedCluster) -> None:
-    data = c.read(lambda: c.node("worker-1").running.to_bytes())
+    data = c.read(lambda: c.node("worker-1").running.to_bytes())  # noqa: PLW0108 - read on the loop, not now
     refused(c.call("apply", node=c.ip("worker-1"), mode="REBOOT", data=data.decode()), "Unimplemented")
 
 
@@ -568,6 +568,4 @@ def test_talos_compat(case: str, contract: str, served_clusters: dict[str, Any])
 
 
 async def _eventually(predicate: Callable[[], bool], within: float = 15.0) -> None:
-    from ichord.sim.talos.testing import eventually  # noqa: PLC0415
-
     await eventually(predicate, within=within, step=0.01)
