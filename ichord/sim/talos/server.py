@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 import ssl
 from collections.abc import Callable, Collection
 from typing import Any
@@ -28,6 +30,8 @@ PeerCheck = Callable[[bytes | None], str | None]
 Refused = Callable[[str, str], None]
 
 HANDSHAKE_TIMEOUT = 10.0
+#: The longest a refused connection stays open after its alert (see _linger).
+ALERT_LINGER = 5.0
 
 
 class _Connection(asyncio.Protocol):
@@ -53,8 +57,11 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         try:
             ctx = self.server.context_for()
-            tls = await loop.start_tls(self.raw, self, ctx, server_side=True,
-                                       ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+            starting = loop.create_task(loop.start_tls(self.raw, self, ctx, server_side=True,
+                                                       ssl_handshake_timeout=HANDSHAKE_TIMEOUT))
+            await asyncio.sleep(0)  # start_tls has put its TLS protocol on the transport
+            _send_alerts(self.raw.get_protocol())
+            tls = await starting
         except (ssl.SSLError, OSError, ConnectionError) as exc:
             reason = getattr(exc, "verify_message", None) or str(exc) or type(exc).__name__
             self.server.refused(where, f"TLS handshake failed: {reason}")
@@ -139,6 +146,61 @@ class _Unserved(dict[str, Handler]):
             raise GRPCError(Status.UNIMPLEMENTED, f"unknown service {service}")
 
         return Handler(refuse, Cardinality.UNARY_UNARY, empty_pb2.Empty, empty_pb2.Empty)
+
+
+def _send_alerts(protocol: Any) -> None:
+    """Make asyncio's TLS layer send the alert OpenSSL wrote when it refused a handshake (a client certificate
+    it does not trust, an expired one, one not for client use) before it closes the connection, as apid's TLS
+    stack does: asyncio drops it, and the client reads a bare EOF, which looks like a network fault. The alert
+    waits in the protocol's outgoing buffer (asyncio's private ``_outgoing``; the simulator accepts that
+    coupling, as it does grpclib's ``_method_name``)."""
+    complete = getattr(protocol, "_on_handshake_complete", None)
+    outgoing = getattr(protocol, "_outgoing", None)
+    if complete is None or not isinstance(outgoing, ssl.MemoryBIO):
+        return
+
+    def on_handshake_complete(exc: BaseException | None) -> None:
+        transport = getattr(protocol, "_transport", None)  # set once the protocol is connected
+        if exc is not None and transport is not None and not transport.is_closing():
+            alert = outgoing.read()
+            if alert:
+                transport.write(alert)  # an empty write buffer: sent now, before the close
+                _linger(transport)
+        complete(exc)
+
+    protocol._on_handshake_complete = on_handshake_complete
+
+
+def _linger(transport: asyncio.BaseTransport) -> None:
+    """Keep a refused connection's socket open (on a duplicate of its descriptor, asyncio closes its own) with
+    its write side shut after the alert, reading and dropping what the client still sends until it closes or
+    ``ALERT_LINGER`` passes: closing a socket the client still writes to resets it, and the reset overtakes
+    the alert (the client's HTTP/2 preface and first request follow its TLS 1.3 Finished at once)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.fileno() < 0:
+        return
+    loop = asyncio.get_running_loop()
+    kept = socket.socket(fileno=os.dup(sock.fileno()))
+    kept.setblocking(False)
+    fd = kept.fileno()
+
+    def close() -> None:
+        loop.remove_reader(fd)
+        kept.close()
+
+    def drain() -> None:
+        try:
+            if not kept.recv(65536):
+                close()
+        except BlockingIOError:
+            pass
+        except OSError:
+            close()
+
+    with contextlib.suppress(OSError):
+        kept.shutdown(socket.SHUT_WR)
+    loop.add_reader(fd, drain)
+    loop.call_later(ALERT_LINGER, lambda: None if kept.fileno() < 0 else close())
 
 
 class NodeServer(Server):
