@@ -401,6 +401,15 @@ def refused_tls(cred: str, alert: str | None) -> Callable[[ServedCluster], None]
     return case
 
 
+def tls_advertises_accepted_cas(c: ServedCluster) -> None:
+    """apid's CertificateRequest names the CAs it accepts client certificates from (its ClientCAs)."""
+    result = ok(c.call("tls", cred="untrusted", address=c.endpoint, serverName=c.ip("cp-1")))
+    trusted = c.read(lambda: c.node("cp-1").view.os_trust)
+    assert [pem(n) for n in result["advertisedCAs"] or []] == [
+        x509.load_pem_x509_certificate(ca).subject.public_bytes() for ca in trusted]
+    assert result["read"] == "remote error: tls: unknown certificate authority"
+
+
 def role_refused(op: str, cred: str, **kwargs: Any) -> Callable[[ServedCluster], None]:
     def case(c: ServedCluster) -> None:
         refused(c.call(op, cred=cred, **kwargs), "PermissionDenied", "not authorized")
@@ -537,10 +546,13 @@ CASES: list[tuple[str, Callable[[ServedCluster], None], tuple[str, ...]]] = [
     ("reboot-wait-worker", reboot_wait("worker-1"), ()),
     ("reboot-wait-endpoint", reboot_wait("cp-1"), ()),
     # negative cases
-    ("refused-untrusted-cert", refused_tls("untrusted", "unknown certificate authority"), ()),
+    # the server names the CAs it accepts, so Talos's client offers no certificate from another CA: the alert
+    # is apid's "certificate required", what talosctl shows for a talosconfig of another cluster
+    ("refused-untrusted-cert", refused_tls("untrusted", "certificate required"), ()),
     ("refused-expired-cert", refused_tls("expired", "expired certificate"), ()),
     ("refused-server-usage-cert", refused_tls("server-usage", "unsupported certificate"), ()),
     ("refused-two-usages-cert", refused_tls("both-usages", None), ()),
+    ("refused-cert-names-accepted-cas", tls_advertises_accepted_cas, ()),
     ("reader-cannot-apply", role_refused("apply", "reader", mode="NO_REBOOT", data="x"), ()),
     ("reader-cannot-reboot", role_refused("reboot", "reader"), ()),
     ("reader-cannot-read-secrets", role_refused("get", "reader", namespace="secrets",
