@@ -172,6 +172,14 @@ def etcd_alarms(c: ServedCluster) -> None:
     assert len(msg.get("member_alarms", [])) == len(want)
 
 
+def etcd_forfeit(c: ServedCluster) -> None:
+    leader = c.read(lambda: c.cluster.etcd.leader)
+    assert leader is not None
+    (msg,) = messages(c.call("etcd-forfeit", node=c.ip(leader)))
+    now = c.read(lambda: c.cluster.etcd.leader)
+    assert now != leader and msg["member"] == now
+
+
 def kubeconfig(c: ServedCluster) -> None:
     got = yaml.safe_load(ok(c.call("kubeconfig", node=c.ip("cp-2")))["kubeconfig"])
     want = yaml.safe_load(c.read(lambda: admin_kubeconfig(c.node("cp-2").view)))
@@ -501,6 +509,7 @@ CASES: list[tuple[str, Callable[[ServedCluster], None], tuple[str, ...]]] = [
     ("etcd-members-nodes", etcd_members_nodes, ()),
     ("etcd-status", etcd_status, ()),
     ("etcd-alarms", etcd_alarms, ()),
+    ("etcd-forfeit-leadership", etcd_forfeit, ()),
     ("kubeconfig", kubeconfig, ()),
     ("kubeconfig-nodes", kubeconfig_nodes, ()),
     ("read-boot-id", read_boot_id, ()),
