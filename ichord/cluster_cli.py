@@ -21,6 +21,7 @@ from typing import Any
 
 from ichord.api import views
 from ichord.api.names import (
+    BUNDLE_CUSTODY_FINALIZER,
     BUNDLE_EXPORTED_ANNOTATION,
     CREDENTIALS_HANDOFF_ANNOTATION,
     ROTATION_KEY,
@@ -29,10 +30,12 @@ from ichord.api.names import (
 from ichord.cluster_status import ClusterView, format_status, read_view
 from ichord.credentials import DEFAULT_CREDENTIALS_DIR, HandOff, files, hand_off
 from ichord.errors import IchordError
+from ichord.etcd_snapshot import cli as etcd_snapshot_cli
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.crds import clusters
-from ichord.kube.errors import NotFound
+from ichord.kube.errors import KubeConfigError, KubeError, NotFound
 from ichord.kube.reads import read_secret
+from ichord.operations.ca_rotation.restore import Restored, RestoreFailed, RestoreRefused, restore_bundle
 from ichord.operations.config import cli as config_cli
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import export_fingerprint
@@ -60,7 +63,9 @@ def register(subparsers: Any) -> None:
     _register_bundle_export(sub)
     _register_credentials(sub)
     _register_status(sub)
+    _register_restore_bundle(sub)
     config_cli.register(sub, _cluster_args)
+    etcd_snapshot_cli.register(sub, _cluster_args)
 
 
 BUNDLE_NAMESPACE_HELP = (
@@ -137,6 +142,57 @@ def _register_status(sub: Any) -> None:
     )
     _cluster_args(p)
     p.set_defaults(func=_status_main)
+
+
+def _register_restore_bundle(sub: Any) -> None:
+    p = sub.add_parser(
+        "restore-bundle",
+        help="put back the bundle Secret a CA rotation lost, from the rotation's custody copy",
+        description=(
+            "While a ca-rotation is under way its new CA keys are kept twice: in the bundle Secret (rotation.yaml, "
+            f"held by the finalizer {BUNDLE_CUSTODY_FINALIZER}) and in a custody copy, the Secret "
+            "ichord-custody-<operation UID> owned by the TalosOperation. When the bundle Secret is deleted anyway, "
+            "loses rotation.yaml or is replaced by an older secrets.yaml, the rotation pauses with "
+            "CARotation=False/BundleRestoreRequired and names this command. It writes the bundle Secret the "
+            "rotation needs at its stage from the copy (secrets.yaml as the rotation started from it plus its "
+            "rotation.yaml; from Finalizing on, secrets.yaml with the new CAs), creating it, updating it, or "
+            "recreating one that is being deleted; the rotation then goes on with the same new CAs. Prints "
+            "fingerprints only. Exit 0: restored or already whole; 1: the copy is missing or unusable, or the "
+            "write failed; 2: bad input (no such cluster, no rotation under way), nothing written."
+        ),
+    )
+    _cluster_args(p)
+    p.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to wait for a Secret being deleted to go before creating it again (default 30)")
+    p.set_defaults(func=_restore_bundle_main)
+
+
+def _restore_bundle_main(args: argparse.Namespace) -> int:
+    if args.wait <= 0:
+        print("ichord: --wait must be a positive number of seconds; nothing was written", file=sys.stderr)
+        return 2
+    try:
+        done = asyncio.run(_restore_bundle_cli(args))
+    except (RestoreRefused, KubeConfigError) as exc:
+        print(f"ichord: {SCRUBBER.text(str(exc))}", file=sys.stderr)
+        return 2
+    except (RestoreFailed, KubeError) as exc:
+        print(f"ichord: {SCRUBBER.text(str(exc))}", file=sys.stderr)
+        return 1
+    if done.action == "unchanged":
+        print(f"Secret {done.secret} already holds what TalosOperation {done.operation} needs in {done.stage}; "
+              "nothing was written")
+    else:
+        print(f"{done.action} Secret {done.secret} from the custody copy Secret {done.copy} "
+              f"(TalosOperation {done.operation}, stage {done.stage})")
+    print(f"the rotation goes on with the same new CAs: {', '.join(done.fingerprints)}")
+    return 0
+
+
+async def _restore_bundle_cli(args: argparse.Namespace) -> Restored:
+    kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
+    async with kube:
+        return await restore_bundle(kube, args.namespace or kube.namespace, args.name, wait=args.wait)
 
 
 def _status_main(args: argparse.Namespace) -> int:

@@ -123,6 +123,8 @@ def next_step(op: Obj, cluster: str, namespace: str) -> str:
     """The command (or the thing to do) that moves an unfinished operation on."""
     spec, cond = op.get("spec") or {}, _operation_condition(op)
     reason = cond.get("reason", "")
+    if reason == CARotationReason.BUNDLE_RESTORE_REQUIRED:  # first: nothing else moves it on (custody.py)
+        return f"ichord cluster restore-bundle {cluster} -n {namespace}"
     if spec.get("paused"):
         return (f"kubectl -n {namespace} patch top {_name(op)} --type merge "
                 "-p '{\"spec\":{\"paused\":false}}'")
@@ -157,6 +159,9 @@ def _operation(view: ClusterView, op: Obj) -> list[str]:
         lines.append(f"    waiting for: {cond.get('reason', '')}: {_text(cond.get('message'))}")
     elif status.get("message"):
         lines.append(f"    {_text(status.get('message'))}")
+    ignored = find(status.get("conditions"), names.SPEC_CHANGE_IGNORED)
+    if ignored is not None and ignored.get("status") == "True":
+        lines.append(f"    spec change ignored: {_text(ignored.get('message'))}")
     lines.append(f"    next: {next_step(op, view.name, view.namespace)}")
     return lines
 

@@ -36,7 +36,8 @@ def register(subparsers: Any) -> None:
         "--controller-namespace",
         dest="namespace",
         default=os.environ.get("POD_NAMESPACE", "ichord-system"),
-        help="controller namespace: bundle Secrets and Leases (default $POD_NAMESPACE or %(default)s)",
+        help="controller namespace: the leader Lease (a TalosCluster's bundle Secret and lock Lease are in its own "
+        "namespace; see --watch-namespace) (default $POD_NAMESPACE or %(default)s)",
     )
     # Deprecated spelling: elsewhere -n/--namespace names the TalosClusters' namespace, which `run` watches in all.
     p.add_argument("--namespace", dest="namespace", default=argparse.SUPPRESS, action=_DeprecatedNamespace,
@@ -64,6 +65,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--allow-secret-namespace", action="append", default=[], metavar="NS",
                    help="a namespace, besides a TalosCluster's own, that its spec.secretsRef may name (repeat for "
                    "more); a reference elsewhere is refused (Ready=False/CrossNamespaceRefused), nothing is read")
+    p.add_argument("--watch-namespace", action="append", default=[], metavar="NS",
+                   help="a namespace, besides the controller namespace, where ichord is granted bundle Secrets and "
+                   "lock Leases (repeat for more; the chart passes its watchNamespaces): its labelled bundle Secrets "
+                   "are watched there, so a change wakes their cluster at once. TalosClusters of any namespace are "
+                   "reconciled; where the grant is missing they say Ready=False/Forbidden, naming the chart value")
     p.add_argument("--max-unavailable", default=None, metavar="N|N%",
                    help="the workers a ca-rotation pass or a config rollout changes at once when neither the "
                    "TalosOperation nor its TalosCluster sets spec.maxUnavailable: a whole number of at least 1 or a "
@@ -99,6 +105,7 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         trust_file=args.trust_file,
         ca_file=args.ca_file,
         allowed_secret_namespaces=frozenset(args.allow_secret_namespace),
+        watch_namespaces=frozenset(args.watch_namespace),
     )
     if args.trust_sync_tick is not None:
         if args.trust_sync_tick <= 0:

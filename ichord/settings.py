@@ -46,6 +46,11 @@ class Timing:
     watch_backoff_max: float = 30.0
     # Operations (ADR vocabulary).
     retry: float = 30.0
+    # A step that raised (an API or node did not answer) is retried after step_retry_initial, doubling up to
+    # step_retry_max; failing for longer than step_retry_bound raises the operation's StepsFailing condition.
+    step_retry_initial: float = 1.0
+    step_retry_max: float = 10.0
+    step_retry_bound: float = 300.0
     settle: float = 120.0
     kubelet_settle: float = 90.0
     client_restart_bound: float = 300.0

@@ -308,6 +308,11 @@ async def hand_off(kube: KubeClient, namespace: str, cluster: str, out_dir: Path
     op_name = str(op["metadata"]["name"])
     stage = _stage(op)
     assert stage is not None  # _await_stage returns only a stage at or past AwaitingCredentials
+    held = OperationView.of(op).condition(names.CA_ROTATION) or {}
+    if held.get("reason") == names.CARotationReason.BUNDLE_RESTORE_REQUIRED:  # the keys are not in the Secret
+        raise CredentialsError(f"TalosOperation {namespace}/{op_name} waits for its bundle Secret to be restored: run "
+                               f"`ichord cluster restore-bundle {cluster} -n {namespace}` first, then this command "
+                               "again. Nothing was written.")
     certs = list(((op.get("status") or {}).get("caRotation") or {}).get("certificates") or [])
     token = handoff_token(certs)
     if not token:

@@ -21,13 +21,15 @@ from ichord.api.names import Phase
 from ichord.api.views import OperationView
 from ichord.errors import IchordError
 from ichord.kube import crds
-from ichord.kube.errors import NotFound
+from ichord.kube.errors import Forbidden, NotFound
 from ichord.kube.events import ObjectRef
 from ichord.kube.status import update_status
 from ichord.metrics import OPERATION_INFO
-from ichord.operations.backbone import OperationKind
+from ichord.operations import intent
+from ichord.operations.backbone import OperationKind, forbidden
 from ichord.operations.outcome import Done, Outcome, soonest
 from ichord.operations.scope import ClusterScope
+from ichord.operations.step_errors import StepRetries
 from ichord.pki.scrub import SCRUBBER
 
 log = structlog.get_logger("ichord.operations")
@@ -54,6 +56,8 @@ class Operation:
 @dataclass
 class Registry:
     kinds: dict[str, Operation] = field(default_factory=dict)
+    #: The one error policy: a step that raises an IchordError is retried with backoff (operations/step_errors.py).
+    retries: StepRetries = field(default_factory=StepRetries)
 
     def register(self, operation: Operation) -> None:
         if operation.spec.kind in self.kinds:
@@ -79,9 +83,31 @@ class Registry:
                 continue
             if op.finished and impl.spec.finalizer not in op.finalizers:
                 continue
-            outcomes.append(await impl.advance(scope, op))
+            outcomes.append(await self._step(scope, impl, op))
+        self.retries.keep_only(scope)
         publish_info(scope)
         return soonest(*outcomes) if outcomes else Done()
+
+
+    async def _step(self, scope: ClusterScope, impl: Operation, op: OperationView) -> Outcome:
+        """One step of one operation under the error policy: an IchordError is a retry, anything else a bug."""
+        try:
+            # Past Pending a kind runs on the spec it accepted (a changed one is reported, never followed).
+            outcome = await impl.advance(scope, await intent.keep(scope, op))
+        except Forbidden as exc:
+            # Not transient: the grant stays missing until someone adds it. Said at once on the operation (its
+            # kind's condition False/Forbidden naming the chart value, one Warning), not as StepsFailing after the
+            # retry bound; retried every Timing.retry, so the grant once added resumes it where it stood.
+            return await forbidden(scope, impl.spec, _current(scope, op).obj, exc)
+        except IchordError as exc:
+            return await self.retries.failed(scope, _current(scope, op), exc)
+        await self.retries.succeeded(scope, _current(scope, op))
+        return outcome
+
+
+def _current(scope: ClusterScope, op: OperationView) -> OperationView:
+    """The scope's latest copy of ``op`` (the step may have written it)."""
+    return next((o for o in scope.operations if o.uid == op.uid), op)
 
 
 def publish_info(scope: ClusterScope) -> None:

@@ -36,14 +36,14 @@ pytestmark = [pytest.mark.anyio, pytest.mark.chaos, pytest.mark.slow]
 
 #: Every failpoint of the ca-rotation, in the order one rotation passes them (failpoints.py, testing.md).
 FAILPOINTS = [
-    "ca-rotation.save.before", "ca-rotation.saved",
+    "ca-rotation.save.before", "ca-rotation.custody.kept", "ca-rotation.saved",
     "ca-rotation.apiserver.recorded",  # the first control plane's kube-apiserver recorded, before its apply
     "ca-rotation.apply.before.accepting", "ca-rotation.apply.after.accepting",
     "ca-rotation.apply.before.issuing", "ca-rotation.apply.after.issuing",
     "ca-rotation.apply.before.dropping", "ca-rotation.apply.after.dropping",
     "ca-rotation.replace.before", "ca-rotation.replace.after",
     "ca-rotation.restart.before", "ca-rotation.restart.after",
-    "ca-rotation.done.before",
+    "ca-rotation.custody.released", "ca-rotation.done.before",
 ]
 
 
@@ -54,6 +54,7 @@ OFF_THE_DEFAULT_PATH = {
     "ca-rotation.abandon.letgo.before": "tests/integration/test_ca_rotation_abandon.py",
     "ca-rotation.aggregator.delete.before": "tests/chaos/test_ca_rotation_aggregator_chaos.py",
     "ca-rotation.aggregator.delete.after": "tests/chaos/test_ca_rotation_aggregator_chaos.py",
+    "ca-rotation.custody.restored": "tests/chaos/test_custody_chaos.py",
 }
 
 

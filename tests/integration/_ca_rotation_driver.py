@@ -13,6 +13,7 @@ import anyio
 
 from ichord.api import names
 from ichord.api.conditions import find
+from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import NotFound, Unavailable
@@ -136,6 +137,9 @@ class Driver:
             return Requeue(0.05, "the API server is restarting")
         try:
             outcome = await advance(self.context(), op)
+        except IchordError:
+            # The registry's error policy (operations/step_errors.py): a typed error is a retry of the step.
+            return Requeue(0.05, "step failed")
         except BaseException:
             await self.managed.close_all()  # a crashed step's process would not have kept them either
             raise

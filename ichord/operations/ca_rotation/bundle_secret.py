@@ -21,7 +21,7 @@ from typing import Any
 from ichord.api import names
 from ichord.errors import IchordError
 from ichord.kube.client import KubeClient
-from ichord.kube.errors import Conflict, KubeError, translate
+from ichord.kube.errors import Conflict, Forbidden, KubeError, translate
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.rotation import Rotation, Target, generate_rotation
 from ichord.pki.scrub import SCRUBBER
@@ -54,6 +54,8 @@ async def _put(kube: KubeClient, namespace: str, name: str, obj: dict[str, Any])
     except Conflict:
         raise BundleSecretError(f"the bundle Secret {namespace}/{name} changed while it was written; "
                                 "the step runs again on a fresh read") from None
+    except Forbidden:
+        raise  # the operation's condition names the refused grant (backbone.forbidden)
     except KubeError as exc:
         raise BundleSecretError(f"cannot write the bundle Secret {namespace}/{name}: "
                                 f"{SCRUBBER.exception(exc)}") from None
@@ -107,5 +109,8 @@ async def remove_rotation(kube: KubeClient, namespace: str, name: str, resource_
                                 "the step runs again on a fresh read")
     body = copy.deepcopy(obj)
     body["data"].pop(names.ROTATION_KEY, None)
+    # The keys leave with rotation.yaml: the custody finalizer (custody.py) goes in the same update.
+    finalizers = [f for f in body["metadata"].get("finalizers") or [] if f != names.BUNDLE_CUSTODY_FINALIZER]
+    body["metadata"]["finalizers"] = finalizers or None
     await _put(kube, namespace, name, body)
     return True

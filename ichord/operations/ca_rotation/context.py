@@ -14,6 +14,7 @@ from typing import Any
 from ichord.api import names
 from ichord.api.max_unavailable import MaxUnavailableError, WorkerBound, resolve
 from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView
+from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import KubeError
@@ -71,7 +72,7 @@ class RotationContext:
     managed: ManagedClients | None = None
 
 
-class InputsError(Exception):
+class InputsError(IchordError):
     """An input of the step is missing or invalid; the message says what to fix (scrubbed by the caller)."""
 
     def __init__(self, reason: str, message: str) -> None:
@@ -137,7 +138,7 @@ async def load_inputs(ctx: RotationContext, op: Obj) -> Inputs:
     try:
         cluster = await crds.clusters(ctx.kube).get(ns, cluster_name)
     except KubeError as exc:  # NotFound and transport errors alike block the step
-        raise InputsError("ClusterUnavailable",
+        raise InputsError(names.CARotationReason.CLUSTER_UNAVAILABLE,
                           f"cannot read TalosCluster {ns}/{cluster_name}: {SCRUBBER.exception(exc)}") from None
     cluster_view = ClusterView.of(cluster)
     try:

@@ -19,7 +19,7 @@ from ichord.api.conditions import now_rfc3339
 from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.failpoints import failpoint
 from ichord.kube.client import KubeClient
-from ichord.operations.ca_rotation import aggregator, clients, cluster_conditions
+from ichord.operations.ca_rotation import aggregator, clients, cluster_conditions, custody
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.lifecycle import ca_reason, let_go, lock
 from ichord.operations.ca_rotation.managed import cluster_client, not_ready_nodes
@@ -189,6 +189,8 @@ async def complete(ctx: RotationContext, inputs: Inputs, not_back: list[str]) ->
         message = (f"the CAs were rotated and the clients restarted.{note} Export the bundle: "
                    f"`ichord cluster bundle-export {inputs.cluster_name}`")
     await cluster_conditions.set_clients_not_restarted(ctx, inputs, not_back)
+    # The bundle Secret holds the new CAs as current and was verified: its finalizer and the custody copy go.
+    await custody.release(ctx.kube, inputs.op, (inputs.secret.namespace, inputs.secret.name))
     failpoint("ca-rotation.done.before")
     stamp = now_rfc3339(ctx.now())
 
@@ -197,7 +199,7 @@ async def complete(ctx: RotationContext, inputs: Inputs, not_back: list[str]) ->
         s["machines"] = []
         s["completedAt"] = stamp
 
-    await write(ctx, inputs, done, phase(Phase.COMPLETED, message), condition(ctx, "True", reason, message))
+    await write(ctx, inputs, done, phase(ctx, Phase.COMPLETED, message), condition(ctx, "True", reason, message))
     event(ctx, inputs, "Normal", EventReason.ROTATION_COMPLETED, message)
     log_transition(inputs, "ca-rotation completed", reason=reason)
     await let_go(ctx, inputs.op)

@@ -120,9 +120,13 @@ def machine_order(machines: Iterable[PlannedMachine]) -> list[PlannedMachine]:
 
 
 def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine],
-                worker_bound: WorkerBound | None = None) -> dict[str, Any]:
+                worker_bound: WorkerBound | None = None, *, etcd_snapshot: dict[str, Any] | None = None,
+                snapshot_hint: str = "take an etcd snapshot before starting (ichord cluster etcd-snapshot NAME -f "
+                                     "FILE)") -> dict[str, Any]:
     """status.plan: what will be done, written before anything is (and alone when spec.paused); with
-    ``worker_bound``, the workers each pass applies at once as resolved now (maxUnavailable)."""
+    ``worker_bound``, the workers each pass applies at once as resolved now (maxUnavailable). With the etcd target,
+    ``etcd_snapshot`` (operations/etcd_snapshot.plan_entry) says where ichord takes a snapshot before the first
+    reboot; without a destination the warning is ``snapshot_hint``, the command that takes one by hand."""
     ordered = machine_order(machines)
     cps = [m for m in ordered if m.role == "controlplane"]
     warnings = ["in-cluster clients that load the Kubernetes CA once may need a restart; ichord restarts the CNI, "
@@ -136,8 +140,11 @@ def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine],
         warnings.append(f"the etcd CA is loaded only at boot: every control plane reboots once in each of the three "
                         f"passes, one at a time, with etcd checked whole before and after each reboot (three reboots "
                         f"per control plane, {3 * len(cps)} for {len(cps)}); the workers do not reboot")
-        warnings.append("take a fresh etcd snapshot before starting (ichord etcd backup now NAME); ichord does not "
-                        "require one")
+        if etcd_snapshot is None:
+            warnings.append(snapshot_hint)
+        else:
+            warnings.append(f"ichord takes an etcd snapshot to {etcd_snapshot['directory']} before the first reboot "
+                            f"(keeping the cluster's newest {etcd_snapshot['retain']}); etcdSnapshot.file names it")
     if Target.KUBERNETES_AGGREGATOR in targets:
         warnings.append(EXTENSION_APISERVERS_NOTE)
     warnings.append("after the rotation the exported secrets bundle is stale: run ichord cluster bundle-export NAME")
@@ -153,6 +160,8 @@ def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine],
     }
     if worker_bound is not None:
         plan["workerBound"] = worker_bound.to_status()
+    if etcd and etcd_snapshot is not None:
+        plan["etcdSnapshot"] = etcd_snapshot
     return plan
 
 

@@ -27,19 +27,21 @@ from ichord.api import names
 from ichord.api.carotation import Stage
 from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.api.views import OperationView
+from ichord.etcd_snapshot.take import ControlPlane
 from ichord.failpoints import failpoint
-from ichord.kube.errors import KubeError
-from ichord.operations import backbone
+from ichord.operations import backbone, etcd_snapshot, guard
+from ichord.operations.bundle_source import BundleSourceError
 from ichord.operations.ca_rotation import (
     abandon,
     aggregator,
     apiserver_instances,
     cluster_conditions,
+    custody,
     etcd_roll,
     finalizing,
     handoff,
 )
-from ichord.operations.ca_rotation.bundle_secret import BundleSecretError, replace_bundle, save_rotation
+from ichord.operations.ca_rotation.bundle_secret import replace_bundle
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.lifecycle import (
     blocked_without_inputs,
@@ -53,7 +55,7 @@ from ichord.operations.ca_rotation.lifecycle import (
     lock,
     stage_mutations,
 )
-from ichord.operations.ca_rotation.managed import ManagedAPIError, cluster_client, root_ca_lagging
+from ichord.operations.ca_rotation.managed import cluster_client, root_ca_lagging
 from ichord.operations.ca_rotation.passes import PassWait, apply_pass, kubernetes_cas, verify_pass
 from ichord.operations.ca_rotation.plan import (
     PlannedMachine,
@@ -83,11 +85,17 @@ from ichord.operations.ca_rotation.status import (
     wait_within_bound,
     write,
 )
+from ichord.operations.etcd_snapshot import Destination, plan_entry
+from ichord.operations.etcd_snapshot import hint as snapshot_hint
 from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.pki.rotation import Rotation, Target
-from ichord.pki.scrub import SCRUBBER
 
 log = structlog.get_logger("ichord.operations.ca_rotation")
+
+
+#: A bundle Secret that cannot be read as one (gone, no secrets.yaml, a broken rotation.yaml) mid-rotation.
+_BUNDLE_LOST = frozenset({BundleSourceError.SECRET_NOT_FOUND, BundleSourceError.INVALID,
+                          BundleSourceError.ROTATION_INVALID})
 
 
 def _stage_of(op: Obj) -> Stage | None:
@@ -99,20 +107,15 @@ async def advance(ctx: RotationContext, op: Obj) -> Outcome:
     """One step of the ca-rotation ``op`` (a TalosOperation as read)."""
     if not OperationView.of(op).is_ca_rotation:
         return Done()
-    try:
-        return await _advance(ctx, op)
-    except (KubeError, BundleSecretError, ManagedAPIError) as exc:
-        # An API (often the managed cluster's own, restarting for the new CA) did not answer: look again soon.
-        # Every step is idempotent and re-derived, so repeating it is always safe.
-        meta = op.get("metadata") or {}
-        log.info("ca-rotation step interrupted", operation=meta.get("name"), namespace=meta.get("namespace"),
-                 error=SCRUBBER.exception(exc))
-        return Requeue(ctx.timing.ca_pass_verify_delay, "API unavailable")
+    # An API that does not answer (often the managed cluster's own, restarting for the new CA) raises: the
+    # registry's one error policy retries the step with backoff (operations/step_errors.py).
+    return await _advance(ctx, op)
 
 
 async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
     status = op.get("status") or {}
     if status.get("phase") in (Phase.COMPLETED, Phase.FAILED):
+        await custody.release(ctx.kube, op)  # done before Completed; again here after a kill between the two
         await let_go(ctx, op)
         return Done()
     stage = _stage_of(op)
@@ -126,11 +129,18 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
     try:
         inputs = await load_inputs(ctx, op)
     except InputsError as exc:
+        if exc.reason == backbone.FORBIDDEN:
+            return await backbone.blocked_before_read(ctx, CA_ROTATION, op, exc.message, reason=backbone.FORBIDDEN)
+        if stage is not None and exc.reason in _BUNDLE_LOST:  # under way: the keys must come back (custody.py)
+            return await custody.lost(ctx, op, stage, exc.reason == BundleSourceError.SECRET_NOT_FOUND)
         return await blocked_without_inputs(ctx, op, f"{exc.reason}: {exc.message}")
     if abandon.must_abandon(inputs):  # deleted before its point of no return (ADR 0120 Amendment 2)
         return await abandon.abandon(ctx, inputs, stage)
     if stage is None:
         return await _start(ctx, inputs)
+    restore = await custody.check(ctx, inputs, stage)  # the bundle Secret still holds the rotation's keys
+    if restore is not None:
+        return restore
     if OperationView.of(op).deleting and stage is not Stage.DONE:
         await abandon.hold(ctx, inputs, stage)
     if stage is not Stage.DONE and (op.get("spec") or {}).get("paused"):
@@ -144,16 +154,23 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
 
 async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     targets = spec_targets(inputs.op)
+    start = started(ctx, inputs.op)  # the spec planned from here is the accepted intent, whatever changes later
     refusal_of_contract = contract_refusal(targets, inputs.cluster_inputs.contract)
     if refusal_of_contract is not None:  # refused at plan: nothing is written (ADR 0120 §2)
         return await fail(ctx, inputs.op, CARotationReason.UNSUPPORTED_TARGET, refusal_of_contract)
-    plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines], inputs.worker_bound)
+    destination = Destination.of(inputs.cluster.get("spec") or {})
+    plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines], inputs.worker_bound,
+                       etcd_snapshot=plan_entry(destination, inputs.status),
+                       snapshot_hint=snapshot_hint(inputs.cluster_name, inputs.op_namespace))
     spec = inputs.op.get("spec") or {}
     if spec.get("paused"):
         await backbone.plan_only(ctx, CA_ROTATION, inputs, plan)
         return Done()
     if inputs.status.get("plan") != plan:
-        await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), started(ctx))
+        await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), *start)
+    held = await guard.hold_for_start(ctx.kube, inputs.cluster, inputs.machines)  # before anything irreversible
+    if held is not None:
+        return await blocked(ctx, inputs, held)
     await ensure_finalizer(ctx, inputs)
     refusal = await lock(ctx, inputs)
     if refusal is not None:
@@ -165,13 +182,24 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     problems = await preflight(ctx, inputs, targets)
     if problems:
         return await blocked(ctx, inputs, "preflight: " + "; ".join(problems))
+    if Target.ETCD in targets and destination is not None:
+        # The etcd roll reboots every control plane: a snapshot first, before anything is changed.
+        talos = ctx.talos_factory(etcd_snapshot.dial(inputs.bundle))
+        try:
+            refused = await etcd_snapshot.ensure_taken(
+                ctx, CA_ROTATION, inputs, destination, talos,
+                [ControlPlane(m.name, m.address) for m in inputs.control_planes], namespace=inputs.op_namespace)
+        finally:
+            talos.close()
+        if refused is not None:
+            return refused
     failpoint("ca-rotation.save.before")
-    saved = await save_rotation(ctx.kube, inputs.secret.namespace, inputs.secret.name, targets)
+    saved = await custody.save(ctx.kube, inputs.op, inputs.secret.namespace, inputs.secret.name, targets)
     failpoint("ca-rotation.saved")
     rotation = saved.rotation
     hand_trust(ctx, rotation, inputs.bundle.k8s.cert_pem)
     how = "adopted the rotation.yaml a previous start saved" if saved.adopted else "saved the new CAs to rotation.yaml"
-    await enter(ctx, inputs, rotation, Stage.ACCEPTING, extra=[started(ctx)])
+    await enter(ctx, inputs, rotation, Stage.ACCEPTING, extra=start)
     event(ctx, inputs, "Normal", EventReason.OPERATION_STARTED,
           f"CA rotation of {', '.join(t.value for t in rotation.targets)} started: {how}")
     return Requeue(0.0, "stage Accepting")

@@ -13,7 +13,8 @@ class Faults:
 
     #: Added to every request before it is handled (seconds).
     latency: float = 0.0
-    #: Probability (0..1) that a request of a verb (get, list, watch, create, update, patch, delete) fails.
+    #: Probability (0..1) that a request of a verb (get, list, watch, create, update, patch, delete) fails; a key
+    #: ``verb:resource`` (e.g. ``list:talosmachines``) narrows it to one resource and wins over the verb's own.
     error_rate: dict[str, float] = field(default_factory=dict)
     #: The status of an injected failure: 500 InternalError, 503 ServiceUnavailable, 429 TooManyRequests or
     #: 409 Conflict (as if another writer had won the race).
@@ -29,6 +30,9 @@ class Faults:
     #: ``reset_after`` resets it after the request was served (a write that happened, its answer lost).
     reset_rate: dict[str, float] = field(default_factory=dict)
     reset_after: bool = False
+    #: Requests an RBAC authorizer would refuse, as (verb, resource[/subresource], namespace) with "*" for any
+    #: verb or namespace: answered 403 Forbidden in kube-apiserver's words (the simulator has no authorizer).
+    denied: set[tuple[str, str, str]] = field(default_factory=set)
     seed: int | None = None
     _rng: random.Random = field(default_factory=random.Random, repr=False)
 
@@ -41,9 +45,12 @@ class Faults:
         self.seed = seed
         self._rng.seed(seed)
 
-    def should_fail(self, verb: str) -> bool:
-        rate = self.error_rate.get(verb, 0.0)
+    def should_fail(self, verb: str, resource: str = "") -> bool:
+        rate = self.error_rate.get(f"{verb}:{resource}", self.error_rate.get(verb, 0.0))
         return rate > 0 and self._rng.random() < rate
+
+    def denies(self, verb: str, resource: str, namespace: str) -> bool:
+        return any(v in ("*", verb) and r == resource and n in ("*", namespace) for v, r, n in self.denied)
 
     def should_reset(self, verb: str) -> bool:
         rate = self.reset_rate.get(verb, 0.0)
