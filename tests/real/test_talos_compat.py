@@ -180,6 +180,11 @@ def etcd_forfeit(c: ServedCluster) -> None:
     assert now != leader and msg["member"] == now
 
 
+def etcd_snapshot(c: ServedCluster) -> None:
+    got = ok(c.call("etcd-snapshot", node=c.ip("cp-3")))
+    assert got["size"] == c.read(lambda: c.cluster.history.of("etcd_snapshot", "cp-3")[-1]["size"])
+
+
 def kubeconfig(c: ServedCluster) -> None:
     got = yaml.safe_load(ok(c.call("kubeconfig", node=c.ip("cp-2")))["kubeconfig"])
     want = yaml.safe_load(c.read(lambda: admin_kubeconfig(c.node("cp-2").view)))
@@ -510,6 +515,7 @@ CASES: list[tuple[str, Callable[[ServedCluster], None], tuple[str, ...]]] = [
     ("etcd-status", etcd_status, ()),
     ("etcd-alarms", etcd_alarms, ()),
     ("etcd-forfeit-leadership", etcd_forfeit, ()),
+    ("etcd-snapshot", etcd_snapshot, ()),
     ("kubeconfig", kubeconfig, ()),
     ("kubeconfig-nodes", kubeconfig_nodes, ()),
     ("read-boot-id", read_boot_id, ()),

@@ -401,9 +401,9 @@ func (e *env) call(ctx context.Context, cli *client.Client, c testCase) (any, er
 		}
 		defer r.Close() //nolint:errcheck
 
-		_, err = io.Copy(io.Discard, r)
+		n, err := io.Copy(io.Discard, r)
 
-		return nil, err
+		return map[string]any{"size": n}, err
 	default:
 		return nil, fmt.Errorf("unknown op %q", c.Op)
 	}
