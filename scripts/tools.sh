@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the real components the `real` test tier runs (kube-apiserver, etcd, etcdutl, helm and, when the
 # machine's is missing or outside kubectl's +-1 minor skew, kubectl; talos-oracle-v1.13 and
-# talos-oracle-v1.14, Talos's own configuration code as the renderer's oracle) from Go modules at the
-# versions tools/go.mod, tools/etcdutl/go.mod, tools/helm/go.mod and tools/talos-oracle/go{,.v1.14}.mod pin. Nothing
+# talos-oracle-v1.14, Talos's own configuration code as the renderer's oracle; talos-compat-v1.13 and
+# talos-compat-v1.14, Talos's own Go client for the compatibility tier) from Go modules at the
+# versions tools/go.mod, tools/etcdutl/go.mod, tools/helm/go.mod, tools/talos-oracle/go{,.v1.14}.mod and
+# tools/talos-compat/go{,.v1.14}.mod pin. Nothing
 # prebuilt is downloaded: only Go modules through the module proxy. Binaries go to a cache outside the checkout, one directory per hash of the pins,
 # so an unchanged pin set is a no-op.
 #
@@ -63,8 +65,13 @@ etcdutl_key=$(key "$tools/etcdutl/go.mod" "$tools/etcdutl/go.sum" --)
 helm_key=$(key "$tools/helm/go.mod" "$tools/helm/go.sum" -- "$helm_x")
 oracle_v1_13_key=$(key "$tools"/talos-oracle/go.{mod,sum} "$tools"/talos-oracle/*.{go,s} --)
 oracle_v1_14_key=$(key "$tools"/talos-oracle/go.v1.14.{mod,sum} "$tools"/talos-oracle/*.{go,s} -- "${oracle_v1_14[*]}")
+# talos-compat: Talos's own Go client (tools/talos-compat) for the compatibility tier, pinned like the oracle.
+compat_v1_14=(-modfile=go.v1.14.mod -tags=talos_v1_14)
+compat_v1_13_key=$(key "$tools"/talos-compat/go.{mod,sum} "$tools"/talos-compat/*.go --)
+compat_v1_14_key=$(key "$tools"/talos-compat/go.v1.14.{mod,sum} "$tools"/talos-compat/*.go -- "${compat_v1_14[*]}")
 keys="kube-apiserver=$kube_key kubectl=$kube_key etcd=$etcd_key etcdutl=$etcdutl_key helm=$helm_key"
 keys+=" talos-oracle-v1.13=$oracle_v1_13_key talos-oracle-v1.14=$oracle_v1_14_key"
+keys+=" talos-compat-v1.13=$compat_v1_13_key talos-compat-v1.14=$compat_v1_14_key"
 cache=${ICHORD_TOOLS_DIR:-$HOME/.cache/ichord/tools}
 pins=$(echo "$keys" | sha256sum | cut -c1-16)
 bin=$cache/$pins/bin
@@ -122,6 +129,9 @@ oracle_failed=()
 build talos-oracle-v1.13 "$oracle_v1_13_key" "$tools/talos-oracle" ichord.local/tools/talos-oracle || oracle_failed+=(talos-oracle-v1.13)
 build talos-oracle-v1.14 "$oracle_v1_14_key" "$tools/talos-oracle" ichord.local/tools/talos-oracle "" "${oracle_v1_14[@]}" \
     || oracle_failed+=(talos-oracle-v1.14)
+build talos-compat-v1.13 "$compat_v1_13_key" "$tools/talos-compat" ichord.local/tools/talos-compat || oracle_failed+=(talos-compat-v1.13)
+build talos-compat-v1.14 "$compat_v1_14_key" "$tools/talos-compat" ichord.local/tools/talos-compat "" "${compat_v1_14[@]}" \
+    || oracle_failed+=(talos-compat-v1.14)
 (( ${#oracle_failed[@]} == 0 )) || die "${oracle_failed[*]} failed to build (the other binaries are built, in $bin)"
 echo "tools ready in $((SECONDS - total)) s"
 echo "$bin"

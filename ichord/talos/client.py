@@ -358,11 +358,15 @@ class TalosClient(ResourceReads):
 
     async def cosi_watch(self, endpoint: str, namespace: str, rtype: str, rid: str | None = None, *,
                          node: str | None = None, deadline: float | None = None) -> AsyncIterator[Any]:
-        """Events of a resource (bootstrap contents first). The caller stops iterating when done."""
+        """Events of a kind (its contents first, then BOOTSTRAPPED) or of one resource (its current state first:
+        CREATED, or DESTROYED when it does not exist). The caller stops iterating when done.
+
+        Talos refuses bootstrap contents on a watch of one ID (COSI: Unimplemented): that watch starts with
+        the resource anyway, so the option is only sent for a kind."""
         channel = await self._connect(endpoint, "Watch", node)
         stub = state_grpc.StateStub(channel)
         request = state_pb2.WatchRequest(namespace=namespace, type=rtype, api_version=1,
-                                         options=state_pb2.WatchOptions(bootstrap_contents=True))
+                                         options=state_pb2.WatchOptions(bootstrap_contents=rid is None))
         if rid is not None:
             request.id = rid
         try:

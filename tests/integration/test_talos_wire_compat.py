@@ -36,7 +36,8 @@ _MACHINE = [
     "EtcdForfeitLeadership", "EtcdForfeitLeadershipResponse", "EtcdMemberAlarm", "EtcdAlarm",
     "EtcdAlarmListResponse", "EtcdMemberStatus", "EtcdStatus", "EtcdStatusResponse", "ServiceEvent",
     "ServiceEvents", "ServiceHealth", "ServiceInfo", "ServiceList", "ServiceListResponse", "ServiceRestartRequest",
-    "ServiceRestart", "ServiceRestartResponse", "ReadRequest",
+    "ServiceRestart", "ServiceRestartResponse", "ReadRequest", "EventsRequest", "Event", "SequenceEvent",
+    "MachineStatusEvent",
 ]
 #: ours -> betterproto's class name (it camel-cases acronyms). PEMEncodedCertificate is newer than v1.6.
 _COMMON = {"Metadata": "Metadata", "Data": "Data", "DataResponse": "DataResponse", "Empty": "Empty",
@@ -180,7 +181,7 @@ def test_encoded_by_one_decodes_identically_with_the_other(ours_cls: type[Messag
 def test_every_rpc_of_ours_exists_in_talos() -> None:
     stub = theirs("machine.MachineServiceStub")
     rpcs = machine_pb2.DESCRIPTOR.services_by_name["MachineService"].methods
-    assert len(rpcs) == 11
+    assert len(rpcs) == 12
     for rpc in rpcs:
         snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in rpc.name).lstrip("_")
         assert hasattr(stub, snake), rpc.name

@@ -22,7 +22,7 @@ from ichord.contract import V1_14
 from ichord.render import wire
 from ichord.sim.talos.certs import sign_leaf
 from ichord.talos.proto.gen.common import common_pb2
-from ichord.talos.proto.gen.cosi import resource_pb2
+from ichord.talos.proto.gen.cosi import meta_pb2, resource_pb2
 from ichord.talos.proto.gen.resource.config import config_pb2
 from ichord.talos.proto.gen.talos.definitions import enums_pb2, k8s_pb2, runtime_pb2, secrets_pb2, v1alpha1_pb2
 
@@ -41,6 +41,9 @@ class ResourceType:
     ids: Callable[[SimNode], list[str]]
     build: Callable[[SimNode, str], tuple[Message, Any] | None]  # (proto spec, YAML spec) or None
     since_v114: bool = False
+    #: The resource definition's own aliases and print columns (machinery's ResourceDefinition()).
+    aliases: tuple[str, ...] = ()
+    columns: tuple[tuple[str, str], ...] = ()
 
 
 def _pem_pair(crt: bytes, key: bytes | None) -> tuple[common_pb2.PEMEncodedCertificateAndKey, dict[str, str]]:
@@ -173,20 +176,81 @@ def _service(node: SimNode, rid: str) -> tuple[Message, Any] | None:
             {"running": True, "healthy": healthy, "unknown": False})
 
 
+RESOURCE_DEFINITIONS = "ResourceDefinitions.meta.cosi.dev"
+
+
+def definition(t: ResourceType) -> tuple[meta_pb2.ResourceDefinitionSpec, dict[str, Any]]:
+    """``t``'s ResourceDefinition as COSI fills it (cosi-project/runtime meta/spec Fill): the display type is
+    the singular of the type's name, the automatic aliases its lower-case forms and its capitals' initials."""
+    name, suffix = t.type.split(".", 1)
+    display = _singular(name)
+    aliases = [*t.aliases, display.lower()]
+    all_aliases = [name.lower()] + [".".join([name.lower(), *suffix.split(".")[:i]])
+                                    for i in range(1, len(suffix.split(".")))]
+    capitals = "".join(ch for ch in name if ch.isupper())
+    if len(capitals) > 1:
+        aliases.append(capitals.lower())
+        if not capitals.endswith("S"):
+            aliases.append(capitals.lower() + "s")
+    all_aliases += aliases
+    spec = meta_pb2.ResourceDefinitionSpec(
+        resource_type=t.type, display_type=display, default_namespace=t.namespace, aliases=aliases,
+        all_aliases=all_aliases,
+        print_columns=[meta_pb2.ResourceDefinitionSpec.PrintColumn(name=n, json_path=p) for n, p in t.columns],
+        sensitivity=meta_pb2.ResourceDefinitionSpec.SENSITIVE if t.sensitive else
+        meta_pb2.ResourceDefinitionSpec.NON_SENSITIVE)
+    doc: dict[str, Any] = {"type": t.type, "displayType": display, "defaultNamespace": t.namespace,
+                           "aliases": aliases, "allAliases": all_aliases,
+                           "printColumns": [{"name": n, "jsonPath": p} for n, p in t.columns]}
+    if t.sensitive:
+        doc["sensitivity"] = "sensitive"
+    return spec, doc
+
+
+def _singular(name: str) -> str:
+    """The singular of a COSI type name, for the plurals the simulated types use (Statuses, Services, ...IDs)."""
+    if name.endswith("uses"):
+        return name[:-2]
+    return name[:-1] if name.endswith("s") else name
+
+
+def _served(node: SimNode) -> list[ResourceType]:
+    return [t for t in TYPES.values() if not (t.since_v114 and node.contract < V1_14)]
+
+
+def _definition_ids(node: SimNode) -> list[str]:
+    return sorted(t.type.lower() for t in _served(node))
+
+
+def _resource_definition(node: SimNode, rid: str) -> tuple[Message, Any] | None:
+    for t in _served(node):
+        if t.type.lower() == rid:
+            return definition(t)
+    return None
+
+
 TYPES: dict[str, ResourceType] = {t.type.lower(): t for t in (
     ResourceType("config", "MachineConfigs.config.talos.dev", True, lambda n: ["persistent", "v1alpha1"],
                  _machine_config),
-    ResourceType("k8s", "Nodenames.kubernetes.talos.dev", False, lambda n: ["nodename"], _nodename),
-    ResourceType("runtime", "MachineStatuses.runtime.talos.dev", False, lambda n: ["machine"], _machine_status),
-    ResourceType("runtime", "BootIDs.runtime.talos.dev", False, lambda n: ["boot-id"], _boot_id, since_v114=True),
+    ResourceType("k8s", "Nodenames.kubernetes.talos.dev", False, lambda n: ["nodename"], _nodename,
+                 columns=(("Nodename", "{.nodename}"),)),
+    ResourceType("runtime", "MachineStatuses.runtime.talos.dev", False, lambda n: ["machine"], _machine_status,
+                 columns=(("Stage", "{.stage}"), ("Ready", "{.status.ready}"))),
+    ResourceType("runtime", "BootIDs.runtime.talos.dev", False, lambda n: ["boot-id"], _boot_id, since_v114=True,
+                 columns=(("Boot ID", "{.bootID}"),)),
     ResourceType("secrets", "EtcdRootSecrets.secrets.talos.dev", True, lambda n: ["etcd"], _etcd_root),
     ResourceType("secrets", "EtcdSecrets.secrets.talos.dev", True, lambda n: ["etcd"], _etcd_certs),
     ResourceType("secrets", "OSRootSecrets.secrets.talos.dev", True, lambda n: ["os"], _os_root),
     ResourceType("secrets", "KubernetesRootSecrets.secrets.talos.dev", True, lambda n: ["k8s"], _k8s_root),
-    ResourceType("k8s", "StaticPodStatuses.kubernetes.talos.dev", False, _static_pod_ids, _static_pod),
-    ResourceType("runtime", "Services.v1alpha1.talos.dev", False, lambda n: sorted(n.services), _service),
+    ResourceType("k8s", "StaticPodStatuses.kubernetes.talos.dev", False, _static_pod_ids, _static_pod,
+                 aliases=("podstatus",), columns=(("Ready", '{.conditions[?(@.type=="Ready")].status}'),)),
+    ResourceType("runtime", "Services.v1alpha1.talos.dev", False, lambda n: sorted(n.services), _service,
+                 aliases=("svc",), columns=(("Running", "{.running}"), ("Healthy", "{.healthy}"),
+                                            ("Health Unknown", "{.unknown}"))),
+    ResourceType("meta", RESOURCE_DEFINITIONS, False, _definition_ids, _resource_definition,
+                 aliases=("api-resources",), columns=(("Aliases", "{.aliases[:]}"),)),
 )}
-NAMESPACES = {"config", "k8s", "runtime", "secrets", "cluster", "network", "controlplane", "etcd", "files"}
+NAMESPACES = {"config", "k8s", "runtime", "secrets", "cluster", "network", "controlplane", "etcd", "files", "meta"}
 
 
 def resolve(node: SimNode, namespace: str, rtype: str, roles: tuple[str, ...]) -> ResourceType:
@@ -237,6 +301,13 @@ def _yaml(spec: Any) -> str:
 def _scalar(text: str) -> str:
     """The configuration as one YAML block scalar, as Talos encodes the MachineConfig spec."""
     return "|\n" + "".join(f"    {line}\n" if line else "\n" for line in text.splitlines())
+
+
+def tombstone(namespace: str, rtype: str, rid: str) -> resource_pb2.Resource:
+    """What COSI's Watch of one ID starts with when the resource does not exist (resource.NewTombstone)."""
+    return resource_pb2.Resource(metadata=resource_pb2.Metadata(namespace=namespace, type=rtype, id=rid,
+                                                                version="undefined", phase="running"),
+                                 spec=resource_pb2.Spec(yaml_spec="null\n"))
 
 
 def not_found(t: ResourceType, namespace: str, rid: str) -> GRPCError:

@@ -25,6 +25,7 @@ from ichord.render.config import ConfigParseError, MachineConfig
 from ichord.sim.talos.config_view import ConfigInvalidError, ConfigView, read_config
 from ichord.sim.talos.decoder import refuse_undecodable
 from ichord.sim.talos.etcd import fingerprint as etcd_fingerprint
+from ichord.sim.talos.events import EventLog
 
 if TYPE_CHECKING:
     from ichord.sim.talos.cluster import SimCluster
@@ -162,6 +163,8 @@ class SimNode:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watchers: list[asyncio.Queue[tuple[str, str, str, str]]] = []
         self.resource_versions: dict[tuple[str, str], int] = {}
+        #: machined's event stream (MachineService.Events) of the current boot.
+        self.events = EventLog()
         self.etcd_leaf_cache: dict[bytes, dict[str, tuple[bytes, bytes]]] = {}
 
     # ---- identity ---------------------------------------------------------------------------
@@ -214,6 +217,8 @@ class SimNode:
         self.view = read_config(self.running)
         self.boot_id = str(uuid.uuid4())
         self.boots += 1
+        self.events.reset()
+        self.events.machine_status("BOOTING", False, [("nodeReady", "node is not ready")])
         names = ["apid", "containerd", "cri", "kubelet", "machined", "udevd"]
         if self.is_control_plane:
             names += ["etcd", "trustd"]
@@ -228,6 +233,8 @@ class SimNode:
             self.apiserver_ready = True
             self._load_apiserver_etcd()
         self.stage = "MACHINE_STAGE_RUNNING"
+        self.events.machine_status("RUNNING", True)
+        self.publish("UPDATED", "runtime", "MachineStatuses.runtime.talos.dev", "machine")
         self.history.record("boot", self.name, boot_id=self.boot_id, config_hash=self.running.hash(),
                             cas=self.view.fingerprints())
 
@@ -264,6 +271,9 @@ class SimNode:
 
     async def go_down(self, why: str) -> None:
         self.up = False
+        self.events.down()
+        for q in list(self._watchers):
+            q.put_nowait(("DOWN", "", "", ""))
         await self.cluster.unlisten(self)
         self.history.record("down", self.name, reason=why)
 
@@ -302,11 +312,14 @@ class SimNode:
         self.history.record("reboot_requested", self.name, actor_id=actor, boot_id=self.boot_id,
                             happens=not self.faults.reboot_never_happens)
         if not self.faults.reboot_never_happens:
+            self.events.sequence("reboot", "START", actor)
             self._spawn(self._reboot())
 
     async def _reboot(self) -> None:
         await asyncio.sleep(0)  # let the RPC answer before the node goes away
         self.stage = "MACHINE_STAGE_REBOOTING"
+        self.events.machine_status("REBOOTING", False, [("nodeReady", "node is not ready")])
+        self.publish("UPDATED", "runtime", "MachineStatuses.runtime.talos.dev", "machine")
         # Shutting down stops the pods and the kubelet first: the Node goes NotReady before the node goes away.
         kubelet = self.services.get("kubelet")
         if kubelet is not None:

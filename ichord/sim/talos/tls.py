@@ -21,6 +21,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from ichord.pki import pem as _pem
 from ichord.pki.memfile import load_cert_chain_from_memory
 from ichord.sim.talos.certs import sign_leaf
+from ichord.sim.talos.client_cas import advertise_client_cas
 from ichord.sim.talos.config_view import CAView, ConfigView
 
 #: (issuing CA) for a worker: trustd on a control plane signs its serving certificate.
@@ -69,6 +70,7 @@ class NodeTLS:
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.verify_mode = ssl.CERT_REQUIRED
         ctx.load_verify_locations(cadata=b"".join(view.os_trust).decode())
+        advertise_client_cas(ctx, view.os_trust)  # apid names the CAs it accepts client certificates from
         ctx.set_alpn_protocols(["h2"])
         load_cert_chain_from_memory(ctx, cert, _pem.to_standard_label(private))
         desc = {"serving_issuer": _short(issuer.signer_pem), "trusted_clients": [_short(c) for c in view.os_trust]}

@@ -10,6 +10,7 @@ if typing.TYPE_CHECKING:
     import grpclib.server
 
 import ichord.talos.proto.gen.common.common_pb2
+import google.protobuf.any_pb2
 import google.protobuf.duration_pb2
 import google.protobuf.empty_pb2
 import google.protobuf.timestamp_pb2
@@ -60,6 +61,10 @@ class MachineServiceBase(abc.ABC):
 
     @abc.abstractmethod
     async def Read(self, stream: 'grpclib.server.Stream[ichord.talos.proto.gen.machine.machine_pb2.ReadRequest, ichord.talos.proto.gen.common.common_pb2.Data]') -> None:
+        pass
+
+    @abc.abstractmethod
+    async def Events(self, stream: 'grpclib.server.Stream[ichord.talos.proto.gen.machine.machine_pb2.EventsRequest, ichord.talos.proto.gen.machine.machine_pb2.Event]') -> None:
         pass
 
     def __mapping__(self) -> typing.Dict[str, grpclib.const.Handler]:
@@ -129,6 +134,12 @@ class MachineServiceBase(abc.ABC):
                 grpclib.const.Cardinality.UNARY_STREAM,
                 ichord.talos.proto.gen.machine.machine_pb2.ReadRequest,
                 ichord.talos.proto.gen.common.common_pb2.Data,
+            ),
+            '/machine.MachineService/Events': grpclib.const.Handler(
+                self.Events,
+                grpclib.const.Cardinality.UNARY_STREAM,
+                ichord.talos.proto.gen.machine.machine_pb2.EventsRequest,
+                ichord.talos.proto.gen.machine.machine_pb2.Event,
             ),
         }
 
@@ -201,4 +212,10 @@ class MachineServiceStub:
             '/machine.MachineService/Read',
             ichord.talos.proto.gen.machine.machine_pb2.ReadRequest,
             ichord.talos.proto.gen.common.common_pb2.Data,
+        )
+        self.Events = grpclib.client.UnaryStreamMethod(
+            channel,
+            '/machine.MachineService/Events',
+            ichord.talos.proto.gen.machine.machine_pb2.EventsRequest,
+            ichord.talos.proto.gen.machine.machine_pb2.Event,
         )

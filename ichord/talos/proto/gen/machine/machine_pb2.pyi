@@ -7,6 +7,7 @@ Written for ichord from the documented names and field numbers (Talos's API defi
 
 from collections import abc as _abc
 from ichord.talos.proto.gen.common import common_pb2 as _common_pb2
+from google.protobuf import any_pb2 as _any_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
@@ -904,3 +905,193 @@ class ReadRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReadRequest: _TypeAlias = ReadRequest  # noqa: Y015
+
+@_typing.final
+class EventsRequest(_message.Message):
+    """---- Events (what talosctl reboot --wait and health follow) -------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TAIL_EVENTS_FIELD_NUMBER: _builtins.int
+    TAIL_ID_FIELD_NUMBER: _builtins.int
+    TAIL_SECONDS_FIELD_NUMBER: _builtins.int
+    WITH_ACTOR_ID_FIELD_NUMBER: _builtins.int
+    tail_events: _builtins.int
+    tail_id: _builtins.str
+    tail_seconds: _builtins.int
+    with_actor_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        tail_events: _builtins.int = ...,
+        tail_id: _builtins.str = ...,
+        tail_seconds: _builtins.int = ...,
+        with_actor_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tail_events", b"tail_events", "tail_id", b"tail_id", "tail_seconds", b"tail_seconds", "with_actor_id", b"with_actor_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EventsRequest: _TypeAlias = EventsRequest  # noqa: Y015
+
+@_typing.final
+class Event(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    METADATA_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    ACTOR_ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    actor_id: _builtins.str
+    @_builtins.property
+    def metadata(self) -> _common_pb2.Metadata: ...
+    @_builtins.property
+    def data(self) -> _any_pb2.Any: ...
+    def __init__(
+        self,
+        *,
+        metadata: _common_pb2.Metadata | None = ...,
+        data: _any_pb2.Any | None = ...,
+        id: _builtins.str = ...,
+        actor_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "metadata", b"metadata"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor_id", b"actor_id", "data", b"data", "id", b"id", "metadata", b"metadata"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Event: _TypeAlias = Event  # noqa: Y015
+
+@_typing.final
+class SequenceEvent(_message.Message):
+    """Talos's field 3 (common.Error error) is left out: the simulated sequences never fail."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Action:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[SequenceEvent._Action.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        NOOP: SequenceEvent._Action.ValueType  # 0
+        START: SequenceEvent._Action.ValueType  # 1
+        STOP: SequenceEvent._Action.ValueType  # 2
+
+    class Action(_Action, metaclass=_ActionEnumTypeWrapper): ...
+    NOOP: SequenceEvent.Action.ValueType  # 0
+    START: SequenceEvent.Action.ValueType  # 1
+    STOP: SequenceEvent.Action.ValueType  # 2
+
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    sequence: _builtins.str
+    action: Global___SequenceEvent.Action.ValueType
+    def __init__(
+        self,
+        *,
+        sequence: _builtins.str = ...,
+        action: Global___SequenceEvent.Action.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "sequence", b"sequence"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SequenceEvent: _TypeAlias = SequenceEvent  # noqa: Y015
+
+@_typing.final
+class MachineStatusEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _MachineStage:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _MachineStageEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[MachineStatusEvent._MachineStage.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        UNKNOWN: MachineStatusEvent._MachineStage.ValueType  # 0
+        BOOTING: MachineStatusEvent._MachineStage.ValueType  # 1
+        INSTALLING: MachineStatusEvent._MachineStage.ValueType  # 2
+        MAINTENANCE: MachineStatusEvent._MachineStage.ValueType  # 3
+        RUNNING: MachineStatusEvent._MachineStage.ValueType  # 4
+        REBOOTING: MachineStatusEvent._MachineStage.ValueType  # 5
+        SHUTTING_DOWN: MachineStatusEvent._MachineStage.ValueType  # 6
+        RESETTING: MachineStatusEvent._MachineStage.ValueType  # 7
+        UPGRADING: MachineStatusEvent._MachineStage.ValueType  # 8
+
+    class MachineStage(_MachineStage, metaclass=_MachineStageEnumTypeWrapper): ...
+    UNKNOWN: MachineStatusEvent.MachineStage.ValueType  # 0
+    BOOTING: MachineStatusEvent.MachineStage.ValueType  # 1
+    INSTALLING: MachineStatusEvent.MachineStage.ValueType  # 2
+    MAINTENANCE: MachineStatusEvent.MachineStage.ValueType  # 3
+    RUNNING: MachineStatusEvent.MachineStage.ValueType  # 4
+    REBOOTING: MachineStatusEvent.MachineStage.ValueType  # 5
+    SHUTTING_DOWN: MachineStatusEvent.MachineStage.ValueType  # 6
+    RESETTING: MachineStatusEvent.MachineStage.ValueType  # 7
+    UPGRADING: MachineStatusEvent.MachineStage.ValueType  # 8
+
+    @_typing.final
+    class MachineStatus(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        @_typing.final
+        class UnmetCondition(_message.Message):
+            DESCRIPTOR: _descriptor.Descriptor
+
+            NAME_FIELD_NUMBER: _builtins.int
+            REASON_FIELD_NUMBER: _builtins.int
+            name: _builtins.str
+            reason: _builtins.str
+            def __init__(
+                self,
+                *,
+                name: _builtins.str = ...,
+                reason: _builtins.str = ...,
+            ) -> None: ...
+            _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+            def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+            _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "reason", b"reason"]  # noqa: Y015
+            def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+            def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+        READY_FIELD_NUMBER: _builtins.int
+        UNMET_CONDITIONS_FIELD_NUMBER: _builtins.int
+        ready: _builtins.bool
+        @_builtins.property
+        def unmet_conditions(self) -> _containers.RepeatedCompositeFieldContainer[Global___MachineStatusEvent.MachineStatus.UnmetCondition]: ...
+        def __init__(
+            self,
+            *,
+            ready: _builtins.bool = ...,
+            unmet_conditions: _abc.Iterable[Global___MachineStatusEvent.MachineStatus.UnmetCondition] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["ready", b"ready", "unmet_conditions", b"unmet_conditions"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    STAGE_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    stage: Global___MachineStatusEvent.MachineStage.ValueType
+    @_builtins.property
+    def status(self) -> Global___MachineStatusEvent.MachineStatus: ...
+    def __init__(
+        self,
+        *,
+        stage: Global___MachineStatusEvent.MachineStage.ValueType = ...,
+        status: Global___MachineStatusEvent.MachineStatus | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["stage", b"stage", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MachineStatusEvent: _TypeAlias = MachineStatusEvent  # noqa: Y015
