@@ -209,10 +209,14 @@ async def test_a_grant_taken_away_is_a_forbidden_condition_and_one_warning_on_th
         for part in (f"get secrets in namespace {TEAM_B}", f"system:serviceaccount:{NARROW_NS}:{NARROW_RELEASE}-ichord",
                      "403 Forbidden", f"add {TEAM_B} to the chart value watchNamespaces"):
             assert part in ready["message"], (part, ready["message"])
-        for machine in team_b.machine_names:
-            m_ready = find(((await crd_api.machines(admin).get(TEAM_B, machine)).get("status") or {}).get(
-                "conditions"), names.READY)
-            assert m_ready is not None and (m_ready["status"], m_ready["reason"]) == ("False", "Forbidden"), m_ready
+        for machine in team_b.machine_names:  # written after the cluster's, in the same step or the next
+            async def machine_forbidden(machine: str = machine) -> dict[str, Any] | None:
+                obj = await crd_api.machines(admin).get(TEAM_B, machine)
+                ready = find((obj.get("status") or {}).get("conditions"), names.READY)
+                return ready if ready is not None and ready["reason"] == "Forbidden" else None
+
+            m_ready = await eventually(machine_forbidden, within=30, what=f"{machine} Ready=False/Forbidden")
+            assert m_ready["status"] == "False", m_ready
 
         # An operation of the cluster is blocked by the same refusal, on its own condition.
         await crd_api.operations(admin).create(TEAM_B, {"metadata": {"name": "rotate"}, "spec": {
