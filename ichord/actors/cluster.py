@@ -238,6 +238,8 @@ class ClusterReconciler:
             await self._expiry(scope, {})
         talos = self._client(bundle)
         rotating = scope.rotation_under_way  # as the operations phase left it in this step
+        planned = self.rt.registry.planned(scope)  # reboots/restarts ichord asked for: a loss that is no fault
+        now = scope.now()
 
         results: dict[tuple[str, str], MachineResult] = {}
         limiter = anyio.CapacityLimiter(MAX_PARALLEL_MACHINES)
@@ -253,6 +255,8 @@ class ClusterReconciler:
                     retry_after=self.rt.timing.retry,
                     resync_after=self.rt.resync,
                     memo=self._memo,
+                    planned=planned.get(m.name),
+                    now=now,
                 )
 
         self._memo.bound(len(machines))  # an entry per machine at most: what deleted machines left goes

@@ -67,6 +67,9 @@ class ReadyReason:
     BUNDLE_INVALID = "BundleInvalid"
     APPLY_FAILED = "ApplyFailed"
     NOT_APPROVED = "NotApproved"
+    #: An operation rebooting the machine, or restarting its kube-apiserver, within its bound (a planned loss).
+    REBOOTING = "Rebooting"
+    API_SERVER_RESTARTING = "APIServerRestarting"
 
 
 class LockRefusal:
@@ -96,6 +99,8 @@ class EventReason:
     REBOOT_REQUIRED = "RebootRequired"
     API_SERVER_RESTART_REQUIRED = "APIServerRestartRequired"
     MACHINE_UNREACHABLE = "MachineUnreachable"
+    MACHINE_REBOOTING = "MachineRebooting"  # Normal: an operation rebooted the machine (planned)
+    MACHINE_API_SERVER_RESTARTING = "MachineAPIServerRestarting"  # Normal: an operation restarts its kube-apiserver
     RENDER_FAILED = "RenderFailed"
     OPERATION_ABANDONED = "OperationAbandoned"  # on the cluster: a deleted rotation was abandoned (ADR 0120 Am. 2)
     DELETION_HELD = "DeletionHeld"  # a deleted rotation past its point of no return runs on to Done

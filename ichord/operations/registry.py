@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from ichord.api.conditions import Condition, set_condition, set_operation_phase
+from ichord.api.disruptions import PlannedDisruption, by_machine
 from ichord.api.names import Phase
 from ichord.api.views import OperationView
 from ichord.errors import IchordError
@@ -30,16 +31,24 @@ from ichord.operations.outcome import Done, Outcome, soonest
 from ichord.operations.scope import ClusterScope
 from ichord.operations.step_errors import StepRetries
 from ichord.pki.scrub import SCRUBBER
+from ichord.settings import Timing
 
 log = structlog.get_logger("ichord.operations")
 
 UNSUPPORTED_KIND = "UnsupportedKind"
 
 Advance = Callable[[ClusterScope, OperationView], Awaitable[Outcome]]
+#: The machines an operation disrupts on purpose right now, read from its markers (operations/disruptions.py).
+Disruptions = Callable[[OperationView, Timing], list[PlannedDisruption]]
 
 
 async def _nothing_held() -> None:
     """A kind that keeps nothing between steps has nothing to close."""
+
+
+def _disrupts_nothing(_op: OperationView, _timing: Timing) -> list[PlannedDisruption]:
+    """A kind that never reboots a node nor restarts an API server plans no disruption."""
+    return []
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,8 @@ class Operation:
     advance: Advance
     #: Closes what the kind keeps between steps (connections); called when the process stops leading.
     close: Callable[[], Awaitable[None]] = _nothing_held
+    #: What the kind is disrupting now (a reboot, a kube-apiserver restart), so the machine's loss reads as planned.
+    disruptions: Disruptions = _disrupts_nothing
 
 
 @dataclass
@@ -70,6 +81,16 @@ class Registry:
         """Close what every kind keeps between steps (the next leader, or this one again, starts afresh)."""
         for operation in self.kinds.values():
             await operation.close()
+
+    def planned(self, scope: ClusterScope) -> dict[str, PlannedDisruption]:
+        """Machine name -> the disruption an operation of the cluster has under way on it (as the scope's copies of
+        the operations say, after this step's operations phase wrote them)."""
+        found: list[PlannedDisruption] = []
+        for op in scope.operations:
+            impl = self.kinds.get(op.kind)
+            if impl is not None and op.under_way:
+                found.extend(impl.disruptions(op, scope.timing))
+        return by_machine(found)
 
     async def advance_all(self, scope: ClusterScope) -> Outcome:
         """One step of each of the cluster's operations that still has something to do; the soonest outcome."""

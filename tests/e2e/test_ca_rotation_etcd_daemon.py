@@ -30,6 +30,7 @@ from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
 from tests._etcd_history import ca_fp, etcd_violations, final_trust
 from tests.e2e._daemon import Daemon
+from tests.e2e._signals import Signals
 from tests.e2e.conftest import MakeSimEnv
 from tests.e2e.test_ca_rotation_aggregator_daemon import _apiservers_on, _ext_auth
 from tests.integration._apiserver_history import overlapping_restarts
@@ -122,12 +123,25 @@ async def test_the_daemon_rotates_the_etcd_ca_of_three_control_planes(make_sim_e
     assert old is not None
     daemon = Daemon(env, tmp_path, "replica-0")
     seen: list[str] = []
+    signals = Signals(env)
     try:
         await _start(kube, env, ["etcd"])
         with anyio.fail_after(90):
             op = await _follow(kube, env, seen)
         assert op["status"]["phase"] == "Completed", (op["status"], daemon.log()[-4000:])
         assert "AwaitingCredentials" not in seen and "reason:RebootingEtcd" in seen
+        # Every reboot of the roll was ichord's own: no Warning, no Unreachable anywhere, each said as planned.
+        # The one Warning is the person's task the rotation leaves: export the bundle backup again.
+        signals.close()
+        assert [e.reason for e in signals.warnings()] == [names.EventReason.BUNDLE_BACKUP_STALE], signals.warnings()
+        assert signals.with_reason("Unreachable") == [], signals.with_reason("Unreachable")
+        unreachable = [e for e in signals.machine_states if e[2] == "Unreachable"]
+        assert unreachable == [], unreachable
+        cps = {m for m in env.machine_names if "cp" in m}
+        rebooting = {t.name for t in signals.with_reason("Rebooting") if t.condition == "Ready"}
+        assert rebooting == cps, signals.transitions
+        normal = {e.name for e in signals.events if e.type == "Normal" and e.reason == "MachineRebooting"}
+        assert normal == cps, signals.events
         new = _check_etcd_end_state(env, old)
         assert ca_fingerprint(new.os) == ca_fingerprint(old.os) and ca_fingerprint(new.k8s) == ca_fingerprint(old.k8s)
         assert op["status"]["plan"]["machines"][0]["reboots"] is True
