@@ -50,6 +50,7 @@ from ichord.kube.errors import KubeError
 from ichord.kube.events import EventRecorder
 from ichord.kube.kubeconfig_ca import kubeconfig_ca
 from ichord.leader import LeaderElector, default_identity
+from ichord.metrics import REGISTRY
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, forget_cluster
 from ichord.operations.scope import TrustHooks
 from ichord.server import HealthServer
@@ -59,6 +60,7 @@ from ichord.trust.pool import DEFAULT_TRUST_FILE, TrustPool, describe
 from ichord.trust.sync import TrustSync
 from ichord.watchers.informer import Informer, Resource
 from ichord.watchers.routing import Router
+from ichord.watchers.state_metrics import StateCollector
 
 log = structlog.get_logger("ichord.daemon")
 
@@ -305,6 +307,15 @@ class Daemon:
     async def run(self) -> None:
         elector = LeaderElector(self.kube, namespace=self.settings.namespace, name=LEADER_LEASE,
                                 identity=self.settings.identity, timing=self.settings.timing)
+        # The per-object series, from the informers at each scrape, on every replica (watchers/state_metrics.py).
+        state = StateCollector(self.clusters, self.operations)
+        REGISTRY.register(state)
+        try:
+            await self._run(elector)
+        finally:
+            REGISTRY.unregister(state)
+
+    async def _run(self, elector: LeaderElector) -> None:
         async with anyio.create_task_group() as tg:
             port = await tg.start(self.server.serve, self.settings.metrics_host, self.settings.metrics_port)
             if self.settings.port_file:

@@ -25,7 +25,6 @@ from ichord.kube import crds
 from ichord.kube.errors import NotFound
 from ichord.kube.events import ObjectRef
 from ichord.kube.status import update_status
-from ichord.metrics import OPERATION_INFO
 from ichord.operations.backbone import OperationKind
 from ichord.operations.outcome import Done, Outcome, soonest
 from ichord.operations.scope import ClusterScope
@@ -105,7 +104,6 @@ class Registry:
                 continue
             outcomes.append(await self._step(scope, impl, op))
         self.retries.keep_only(scope)
-        publish_info(scope)
         return soonest(*outcomes) if outcomes else Done()
 
 
@@ -122,22 +120,6 @@ class Registry:
 def _current(scope: ClusterScope, op: OperationView) -> OperationView:
     """The scope's latest copy of ``op`` (the step may have written it)."""
     return next((o for o in scope.operations if o.uid == op.uid), op)
-
-
-def publish_info(scope: ClusterScope) -> None:
-    """``ichord_operation_info``: one series per operation of the cluster, with its current phase and stage."""
-    for op in scope.operations:
-        labels = {"namespace": op.namespace, "cluster": op.cluster or "", "operation": op.name, "kind": op.kind}
-        _forget_series(labels)
-        OPERATION_INFO.labels(**labels, phase=op.phase or Phase.PENDING, stage=op.stage).set(1)
-
-
-def _forget_series(labels: dict[str, str]) -> None:
-    """Drop the operation's earlier series (another phase or stage): one live series per operation."""
-    stale = [key for key in list(OPERATION_INFO._metrics)  # prometheus-client keeps children by label tuple
-             if key[:4] == (labels["namespace"], labels["cluster"], labels["operation"], labels["kind"])]
-    for key in stale:
-        OPERATION_INFO.remove(*key)
 
 
 async def _unknown_kind(scope: ClusterScope, op: OperationView, known: list[str]) -> None:

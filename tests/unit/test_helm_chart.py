@@ -28,7 +28,7 @@ from tests._helm import find_helm, render
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "ichord"
 TEMPLATES = [*sorted((CHART / "templates").glob("*.yaml")), CHART / "templates" / "_helpers.tpl"]
-METRIC = "ichor_certificate_expiry_timestamp_seconds"
+METRIC = "ichord_certificate_expiry_timestamp_seconds"
 
 _COMMENT = re.compile(r"\{\{-?\s*/\*.*?\*/\s*-?\}\}", re.DOTALL)
 _RAW_STRING_ACTION = re.compile(r"\{\{-?\s*`[^`]*`\s*-?\}\}")
@@ -254,11 +254,11 @@ def test_the_service_monitor_and_the_alerts() -> None:
     assert monitor["spec"]["endpoints"][0]["scrapeTimeout"] == "10s"
     (rule,) = kinds["PrometheusRule"]
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert set(alerts) == {"IchorCertificateExpiring", "IchordBundleBackupStale", "IchordCAClientsNotRestarted",
+    assert set(alerts) == {"IchordCertificateExpiring", "IchordBundleBackupStale", "IchordCAClientsNotRestarted",
                            "IchordOperationPaused", "IchordOperationFailed", "IchordNoLeader"}
-    assert alerts["IchorCertificateExpiring"]["expr"] == (
-        "ichor_certificate_expiry_timestamp_seconds - time() < 90 * 86400")
-    assert "{{ $labels.certificate }}" in alerts["IchorCertificateExpiring"]["annotations"]["summary"]
+    assert alerts["IchordCertificateExpiring"]["expr"] == (
+        "ichord_certificate_expiry_timestamp_seconds - time() < 90 * 86400")
+    assert "{{ $labels.certificate }}" in alerts["IchordCertificateExpiring"]["annotations"]["summary"]
     assert alerts["IchordBundleBackupStale"]["for"] == "24h"
     assert 'phase="Paused"' in alerts["IchordOperationPaused"]["expr"] and alerts["IchordOperationPaused"]["for"]
     assert 'phase="Failed"' in alerts["IchordOperationFailed"]["expr"]
