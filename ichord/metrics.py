@@ -61,6 +61,16 @@ RECONCILE_OUTCOMES = Counter(
 )
 ACTOR_RESTARTS = Counter("ichord_actor_restarts_total", "Crashed cluster actors restarted.", registry=REGISTRY)
 LEADER = Gauge("ichord_leader", "1 while this replica leads.", registry=REGISTRY)
+LEADERLESS_SECONDS = Gauge(
+    "ichord_leaderless_seconds",
+    "Seconds since this replica last saw a replica hold the leader Lease (renewing it, or this one's own renewal).",
+    registry=REGISTRY,
+)
+NO_LEADER = Gauge(
+    "ichord_no_leader",
+    "1 when this replica has seen no replica lead for longer than the leader Lease lasts (no takeover happened).",
+    registry=REGISTRY,
+)
 TRUST_EXTRA_CAS = Gauge("ichord_trust_extra_cas", "Extra Kubernetes CAs in the trust pool.", registry=REGISTRY)
 WATCH_RESTARTS = Counter(
     "ichord_watch_restarts_total",

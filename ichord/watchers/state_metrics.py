@@ -31,10 +31,10 @@ class StateCollector(Collector):
         self._operations = operations
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
-        yield from self._families()
+        yield from self.families()
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        info, conditions = self._families()
+        info, conditions = self.families()
         for (namespace, name), obj in sorted(self._operations.cache.items()):
             op = OperationView.of(obj)
             info.add_metric([namespace, cluster_ref(obj) or "", name, op.kind, op.phase or Phase.PENDING, op.stage],
@@ -47,7 +47,7 @@ class StateCollector(Collector):
         yield conditions
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    def families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
         return (
             GaugeMetricFamily(OPERATION_INFO, "One series per TalosOperation with its phase and stage.",
                               labels=["namespace", "cluster", "operation", "kind", "phase", "stage"]),
