@@ -39,7 +39,7 @@ from ichord.pki.fingerprint import export_fingerprint
 from ichord.pki.scrub import SCRUBBER
 
 #: Where ``ichor init`` keeps a cluster's bundle (ADR 0063 Decision 4); ``{name}`` is the TalosCluster.
-DEFAULT_EXPORT_PATH = "~/.ichor/clusters/{name}/secrets.yaml"
+DEFAULT_EXPORT_PATH = "~/.ichord/clusters/{name}/secrets.yaml"
 
 
 class ClusterCommandError(IchordError):

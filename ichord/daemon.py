@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -94,14 +95,32 @@ class DaemonSettings:
         return DEFAULT_TRUST_FILE
 
 
-def default_trust_file(kubeconfig: str | Path) -> Path:
-    """Where a run with ``kubeconfig`` keeps the extra CAs: one file per kubeconfig, under ~/.ichor/trust.
+def default_trust_file(kubeconfig: str | Path, *, root: str = "~/.ichord/trust") -> Path:
+    """Where a run with ``kubeconfig`` keeps the extra CAs: one file per kubeconfig, under ~/.ichord/trust.
 
     It must outlive the process: once a rotation of the cluster ichord talks to has completed, the API server
     serves only the new CA, which the kubeconfig does not hold, so a restarted process needs the file.
     """
     digest = hashlib.sha256(str(Path(kubeconfig).expanduser().resolve()).encode()).hexdigest()[:16]
-    return Path("~/.ichor/trust").expanduser() / digest / "kubernetes-ca.crt"
+    return Path(root).expanduser() / digest / "kubernetes-ca.crt"
+
+
+#: Where versions before the ``ichord`` name kept the per-kubeconfig trust file.
+LEGACY_TRUST_ROOT = "~/.ichor/trust"
+
+
+def adopt_legacy_trust_file(settings: DaemonSettings, trust_file: Path) -> None:
+    """A per-kubeconfig trust file an earlier version wrote under ~/.ichor/trust is copied to the new place once:
+    after a completed rotation it holds the only CA the API server is served by, so dropping it locks ichord out."""
+    if settings.trust_file or not settings.kubeconfig or trust_file.exists():
+        return
+    legacy = default_trust_file(settings.kubeconfig, root=LEGACY_TRUST_ROOT)
+    if not legacy.is_file():
+        return
+    trust_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    shutil.copy2(legacy, trust_file)
+    log.info("trust file moved to ichord's directory (the old one is left in place)", old=str(legacy),
+             new=str(trust_file))
 
 
 class APIUnavailableError(IchordError):
@@ -376,6 +395,7 @@ async def run_daemon(settings: DaemonSettings) -> None:
     trust_file = settings.resolved_trust_file()
     if settings.trust_pool:
         if trust_file is not None:
+            adopt_legacy_trust_file(settings, trust_file)
             pool.load(trust_file)  # before the API wait: a restarted container trusts the new CA at once
         log_trust(pool, trust_file)
     else:

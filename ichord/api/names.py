@@ -29,7 +29,10 @@ ROTATION_KEY = "rotation.yaml"
 
 # Leases.
 LEADER_LEASE = "ichord-leader"
-CLUSTER_LOCK_PREFIX = "ichor-lock-"
+CLUSTER_LOCK_PREFIX = "ichord-lock-"
+#: The cluster lock's name before ichord took one name everywhere: still read (and honoured) when the new Lease is
+#: first created, so an operation an older version left holding it keeps the cluster fenced (operations/lock.py).
+LEGACY_CLUSTER_LOCK_PREFIX = "ichor-lock-"
 
 # Condition types.
 READY = "Ready"

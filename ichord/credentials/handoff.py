@@ -44,7 +44,7 @@ T = TypeVar("T")
 Obj = dict[str, Any]
 
 #: Where the files go by default, next to ``ichor init``'s secrets.yaml (ADR 0063 Decision 4).
-DEFAULT_CREDENTIALS_DIR = "~/.ichor/clusters/{name}"
+DEFAULT_CREDENTIALS_DIR = "~/.ichord/clusters/{name}"
 TALOSCONFIG = "talosconfig"
 KUBECONFIG = "kubeconfig"
 _PAST = (Stage.ISSUING, Stage.DROPPING, Stage.FINALIZING, Stage.DONE)

@@ -293,10 +293,12 @@ async def lock(ctx: Context, kind: OperationKind, subject: Subject, *, approved_
                other_under_way: str | None) -> Blocked | None:
     """Take or renew the cluster lock (a Lease in the cluster's namespace, where the operation is too); the refusal
     as a Blocked outcome (status written) otherwise."""
+    known = {op.uid: f"{op.namespace}/{op.name}" for op in getattr(ctx, "operations", None) or []}
     decision = await acquire_disruptive_lock(
         ctx.kube, subject.op_namespace, subject.cluster_name, subject.uid,
         approved_control_planes=approved_control_planes, rotating_operation_uid=other_under_way,
-        duration=ctx.timing.cluster_lock_duration, now=ctx.now)
+        duration=ctx.timing.cluster_lock_duration, now=ctx.now,
+        name_of=lambda uid: known.get(uid, f"with UID {uid}"))
     if decision.acquired:
         return None
     return await blocked(ctx, kind, subject, decision.message, reason=decision.reason)

@@ -238,7 +238,7 @@ def test_the_deployment_runs_ichord_safely_on_separate_nodes() -> None:
         assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}
         assert container[probe]["timeoutSeconds"] >= 1
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts == {"trust": "/var/run/ichor/trust", "tmp": "/tmp"}
+    assert mounts == {"trust": "/var/run/ichord/trust", "tmp": "/tmp"}
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
     assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "NODE_NAME": "spec.nodeName"}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
