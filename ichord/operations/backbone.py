@@ -109,6 +109,7 @@ async def write(ctx: Context, subject: Subject, *mutations: Mutation) -> Obj:
         before = stage_of(status)
         for m in mutations:
             m(status)
+        mirror_ca_rotation(status)
         status["observedGeneration"] = int((obj.get("metadata") or {}).get("generation") or 0)
         ended[:] = note_stage_change(obj, status, before)
         return status
@@ -118,6 +119,15 @@ async def write(ctx: Context, subject: Subject, *mutations: Mutation) -> Obj:
     subject.op = obj
     ctx.observe(obj)
     return obj
+
+
+def mirror_ca_rotation(status: Obj) -> None:
+    """A ca-rotation's stage and step also at status.stage/status.step, where every kind keeps them, so the
+    STAGE and STEP printer columns read one path for every kind (the rotation's own record stays caRotation's)."""
+    section = status.get("caRotation")
+    if isinstance(section, dict) and section.get("stage"):
+        status["stage"] = section.get("stage")
+        status["step"] = section.get("step") or None  # None: the merge patch removes a step the stage no longer has
 
 
 def stage_of(status: Obj) -> str:

@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ichord import yamlio
+from ichord.api.views import OperationView
 from ichord.sim.combined import SimEnvironment
 from ichord.sim.kube.events import Change
+from ichord.sim.kube.server import DEFAULT_CRD_DIR
 
 _ICHORD_KINDS = frozenset({"TalosCluster", "TalosMachine", "TalosOperation"})
 
@@ -44,6 +47,9 @@ class Signals:
     transitions: list[Transition] = field(default_factory=list)
     #: (operation, machine, state) each time an operation's status.machines entry changes state.
     machine_states: list[tuple[str, str, str]] = field(default_factory=list)
+    #: Each TalosOperation write as `kubectl get talosoperations` shows it: (name, kind, STAGE, STEP, the stage
+    #: the operation itself records), the columns read through the CRD's own jsonPaths.
+    columns: list[tuple[str, str, str, str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.env.management.store.listeners.append(self._on_change)
@@ -78,6 +84,11 @@ class Signals:
                 continue
             self.transitions.append(Transition(kind, name, str(cond.get("type")), str(cond.get("status")),
                                                str(cond.get("reason")), str(cond.get("message"))))
+        if kind == "TalosOperation":
+            view = OperationView.of(change.new)
+            row = (name, view.kind, _column(change.new, "Stage"), _column(change.new, "Step"), view.stage)
+            if not self.columns or self.columns[-1] != row:
+                self.columns.append(row)
         states = {e.get("name"): e.get("state") for e in ((change.old or {}).get("status") or {}).get("machines") or []
                   if isinstance(e, dict)}
         for entry in (change.new.get("status") or {}).get("machines") or []:
@@ -89,3 +100,19 @@ class Signals:
 
     def with_reason(self, reason: str) -> list[Transition]:
         return [t for t in self.transitions if t.reason == reason]
+
+
+def _printer_columns() -> dict[str, str]:
+    crd = yamlio.load((DEFAULT_CRD_DIR / "talosoperations.yaml").read_text())
+    return {c["name"]: c["jsonPath"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+
+
+_COLUMNS = _printer_columns()
+
+
+def _column(obj: dict[str, Any], name: str) -> str:
+    """A printer column's value for ``obj``: its simple ``.a.b.c`` jsonPath followed (what kubectl prints)."""
+    value: Any = obj
+    for part in _COLUMNS[name].strip(".").split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)

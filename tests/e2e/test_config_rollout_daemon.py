@@ -242,5 +242,9 @@ async def test_a_planned_rollout_raises_no_warning_and_no_unreachable(env: SimEn
         assert rebooting == set(env.machine_names), signals.transitions
         normal = {e.name for e in signals.events if e.type == "Normal" and e.reason == "MachineRebooting"}
         assert normal == set(env.machine_names), signals.events
+        # kubectl get talosoperations: STAGE shows the rollout's stage (Rolling, then Done) at every write.
+        rows = [r for r in signals.columns if r[0] == "roll"]
+        assert rows and all(stage == recorded for _, _, stage, _, recorded in rows), rows
+        assert {r[2] for r in rows} >= {"Rolling", "Done"}, rows
     finally:
         assert await daemon.stop() == 0

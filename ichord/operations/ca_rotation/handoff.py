@@ -43,6 +43,7 @@ async def enter(ctx: RotationContext, inputs: Inputs, *mutations: Mutation) -> b
     before = backbone.stage_of(status)
     for m in mutations:
         m(status)
+    backbone.mirror_ca_rotation(status)
     status["observedGeneration"] = int((patched.get("metadata") or {}).get("generation") or 0)
     ended = backbone.note_stage_change(patched, status, before)
     body = {"metadata": {"resourceVersion": patched["metadata"]["resourceVersion"]}, "status": status}
