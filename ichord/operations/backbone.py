@@ -303,7 +303,12 @@ async def lock(ctx: Context, kind: OperationKind, subject: Subject, *, approved_
                other_under_way: str | None) -> Blocked | None:
     """Take or renew the cluster lock (a Lease in the cluster's namespace, where the operation is too); the refusal
     as a Blocked outcome (status written) otherwise."""
-    known = {op.uid: f"{op.namespace}/{op.name}" for op in getattr(ctx, "operations", None) or []}
+    listed = getattr(ctx, "operations", None)
+    if other_under_way is not None and other_under_way not in {op.uid for op in listed or []}:
+        # The refusal names the rotation under way: read it once (only on this refusal) when the step did not list it.
+        objs, _ = await crds.operations(ctx.kube).list_objects(subject.op_namespace)
+        listed = [OperationView.of(o) for o in objs]
+    known = {op.uid: f"{op.namespace}/{op.name}" for op in listed or []}
     decision = await acquire_disruptive_lock(
         ctx.kube, subject.op_namespace, subject.cluster_name, subject.uid,
         approved_control_planes=approved_control_planes, rotating_operation_uid=other_under_way,
