@@ -59,6 +59,7 @@ from ichord.settings import Timing
 from ichord.trust import SharedTrust
 from ichord.trust.pool import DEFAULT_TRUST_FILE, TrustPool, describe
 from ichord.trust.sync import TrustSync
+from ichord.watchers import leader_status
 from ichord.watchers.informer import Informer, Resource
 from ichord.watchers.routing import Router
 from ichord.watchers.state_metrics import StateCollector
@@ -350,6 +351,9 @@ class Daemon:
                 tg.start_soon(inf.run)
             if self.trust_sync is not None:
                 tg.start_soon(self.trust_sync.run)
+            # Every replica: LeaderElected=False/NoLeader on the clusters once none has led for longer than the Lease.
+            tg.start_soon(leader_status.watch, self.kube, self.clusters, elector,
+                          f"{self.settings.namespace}/{LEADER_LEASE}", t.retry_period)
             tg.start_soon(probe_api, self.kube, t.api_unready_grace / 3)
             await elector.run(self.lead)
             tg.cancel_scope.cancel()

@@ -46,6 +46,14 @@ DELETION_HELD = "DeletionHeld"
 SUCCEEDED = "Succeeded"
 #: On a TalosOperation: its steps have failed (API or node errors) for longer than the retry bound.
 STEPS_FAILING = "StepsFailing"
+#: On a TalosCluster, only once a leader was missing: no replica has led for longer than the Lease
+#: (watchers/leader_status.py).
+LEADER_ELECTED = "LeaderElected"
+
+
+class LeaderElectedReason:
+    NO_LEADER = "NoLeader"
+    LEADING = "Leading"
 
 #: The TalosOperation kinds (spec.kind) and the condition each one reports its progress in.
 KIND_CA_ROTATION = "ca-rotation"

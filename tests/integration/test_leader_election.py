@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -19,7 +20,7 @@ from ichord.leader import LeaderElector, LeadershipLost
 from ichord.metrics import REGISTRY
 from ichord.settings import Timing
 from ichord.sim.kube import KubeSimulator, SimSettings
-from ichord.watchers import Informer, Resource
+from ichord.watchers import Informer, Resource, leader_status
 from tests.integration._kube_helpers import eventually as eventually_every
 from tests.integration._kube_helpers import fast_bookmarks
 
@@ -211,4 +212,39 @@ async def test_no_leader_is_said_only_past_the_lease(sim: KubeSimulator, clients
         await sim.come_up()
         await eventually(lambda: b.is_leader)
         assert not b.no_leader() and REGISTRY.get_sample_value("ichord_no_leader") == 0.0
+        tg.cancel_scope.cancel()
+
+
+async def test_the_clusters_say_when_no_replica_leads(sim: KubeSimulator, clients: list[KubeClient]) -> None:
+    """LeaderElected=False/NoLeader on each TalosCluster once this replica has seen no leader for longer than the
+    Lease (written once), True/Leading once it leads again; nothing at all while a leader was never missed."""
+    clusters = sim.store.resolve(GROUP, VERSION, "talosclusters")
+    spec = {"clusterName": "c", "endpoint": "https://c:6443", "kubernetesVersion": "1.34.1",
+            "secretsRef": {"name": "s"}}
+    sim.store.create(clusters, "default", {"metadata": {"name": "c"}, "spec": spec})
+    informer = Informer(clients[1], Resource(GROUP, VERSION, "talosclusters"), timing=FAST)
+    b = LeaderElector(clients[1], namespace=NS, identity="b", timing=FAST)  # its Lease attempts not started yet
+
+    def condition() -> dict[str, Any] | None:
+        obj = sim.store.get(clusters, "default", "c")
+        return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "LeaderElected"),
+                    None)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(informer.run)
+        await informer.wait_synced()
+        assert await leader_status.report(clients[1], informer, b, "kube-system/ichord-leader") == 0
+        assert condition() is None  # not yet past the Lease: nothing said, nothing written
+        await eventually(b.no_leader)
+        assert await leader_status.report(clients[1], informer, b, "kube-system/ichord-leader") == 1
+        said = condition()
+        assert said is not None and (said["status"], said["reason"]) == ("False", "NoLeader")
+        assert "kube-system/ichord-leader" in said["message"]
+        await eventually(lambda: "LeaderElected" in str(informer.get("default", "c")))  # the informer saw the write
+        assert await leader_status.report(clients[1], informer, b, "kube-system/ichord-leader") == 0  # once
+        tg.start_soon(b.run, forever)
+        await eventually(lambda: b.is_leader)
+        assert await leader_status.report(clients[1], informer, b, "kube-system/ichord-leader") == 1
+        said = condition()
+        assert said is not None and (said["status"], said["reason"]) == ("True", "Leading")
         tg.cancel_scope.cancel()
