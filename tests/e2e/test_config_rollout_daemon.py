@@ -143,6 +143,7 @@ async def test_the_daemon_killed_at_the_roll_failpoints_reboots_each_node_once(
     finally:
         assert await daemon.stop() == 0
     since = len(env.talos.history.events)
+    signals = Signals(env)
     await _create(env, kube, "roll")
     kills = ["roll.cordon.after", "config.stage.after", "roll.marker.after", "roll.reboot.after:2",
              "roll.uncordon.before", "roll.done.before"]
@@ -164,6 +165,11 @@ async def test_the_daemon_killed_at_the_roll_failpoints_reboots_each_node_once(
         assert most_down_at_once(env, f"{env.cluster_name}-cp-", since) == 1
         assert _cordoned(env) == []
         await _converged_after(env, kube)
+        # Killed between the marker and the Reboot, and after it: each new process read the marker, so the reboot
+        # was still a planned one (nothing kept in memory).
+        signals.close()
+        unreachable = [e for e in signals.warnings() if e.reason == "MachineUnreachable"]
+        assert unreachable == [] and signals.with_reason("Unreachable") == [], (unreachable, signals.transitions)
     finally:
         assert await daemon.stop() == 0
 
