@@ -1,8 +1,14 @@
 """Command-line entry point (one subcommand per job).
 
 Each area registers its own subcommands (``register(subparsers)``) and sets ``func`` on its parser;
-``func(args) -> int`` is the exit code. Errors derived from IchordError print their message (which
-never holds secret material) and exit 2.
+``func(args) -> int`` is the exit code. Every command keeps one contract (README "Commands"):
+
+    0  success
+    1  a runtime failure: the API server or a node did not answer, a write could not be verified
+    2  bad input or a refusal (a flag, a file, a missing object, a conflicting operation): nothing was written
+
+Errors derived from IchordError print their message, scrubbed again (it never holds secret material), on one
+line; ``exit_code`` says which of 1 and 2 it is.
 """
 
 from __future__ import annotations
@@ -13,7 +19,18 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from ichord.errors import IchordError
+from ichord.errors import IchordError, RuntimeFailure
+from ichord.kube.errors import TLSVerificationError, Unavailable
+from ichord.pki.scrub import SCRUBBER
+from ichord.talos.errors import TalosUnreachableError
+
+
+def exit_code(exc: IchordError) -> int:
+    """1 for a runtime failure (the input was fine, the API server or a node did not answer, a write could not
+    be verified), 2 for bad input or a refusal (nothing was written)."""
+    if isinstance(exc, TLSVerificationError):
+        return 2  # the kubeconfig's CA does not match the server's: the input must change
+    return 1 if isinstance(exc, RuntimeFailure | Unavailable | TalosUnreachableError) else 2
 
 #: Modules that add subcommands. Each exposes ``register(subparsers) -> None``.
 COMMAND_MODULES = (
@@ -56,8 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc: int = args.func(args)
     except IchordError as exc:
-        print(f"ichord: {exc}", file=sys.stderr)
-        return 2
+        print(f"ichord: {SCRUBBER.text(str(exc))}", file=sys.stderr)
+        return exit_code(exc)
     except KeyboardInterrupt:
         return 130
     return rc

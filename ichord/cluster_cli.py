@@ -1,12 +1,12 @@
 """``ichord cluster ...``: commands about one TalosCluster, run with the user's kubeconfig.
 
-``credentials`` is the operator's side of a CA rotation's AwaitingCredentials stage (ADR 0091,
-ADR 0120 §5): see ichord.credentials.
+``credentials`` is the operator's side of a CA rotation's AwaitingCredentials stage
+(docs/decisions.md#credentials-handoff): see ichord.credentials.
 
 ``bundle-export`` saves the live secrets bundle and acknowledges it with the annotation
-``ichor.maesh.dev/bundle-exported: <ExportFingerprint>`` (ADR 0063 "BundleBackupStale", ADR 0120
-§5); the daemon's expiry pass lowers BundleBackupStale when that equals the live bundle's. The CLI
-writes metadata only, never spec or status.
+``ichor.maesh.dev/bundle-exported: <ExportFingerprint>`` (docs/decisions.md#bundle-backup-stale,
+docs/decisions.md#bundle-backup-stale); the daemon's expiry pass lowers BundleBackupStale when that equals the live
+bundle's. The CLI writes metadata only, never spec or status.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ichord import operation_cli
 from ichord.api import views
 from ichord.api.names import (
+    BUNDLE_CUSTODY_FINALIZER,
     BUNDLE_EXPORTED_ANNOTATION,
     CREDENTIALS_HANDOFF_ANNOTATION,
     ROTATION_KEY,
@@ -28,17 +30,20 @@ from ichord.api.names import (
 )
 from ichord.cluster_status import ClusterView, format_status, read_view
 from ichord.credentials import DEFAULT_CREDENTIALS_DIR, HandOff, files, hand_off
-from ichord.errors import IchordError
+from ichord.errors import IchordError, RuntimeFailure
+from ichord.etcd_snapshot import cli as etcd_snapshot_cli
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.crds import clusters
-from ichord.kube.errors import NotFound
+from ichord.kube.errors import KubeConfigError, KubeError, NotFound
 from ichord.kube.reads import read_secret
+from ichord.operations.ca_rotation.restore import Restored, RestoreFailed, RestoreRefused, restore_bundle
 from ichord.operations.config import cli as config_cli
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import export_fingerprint
 from ichord.pki.scrub import SCRUBBER
 
-#: Where ``ichor init`` keeps a cluster's bundle (ADR 0063 Decision 4); ``{name}`` is the TalosCluster.
+#: Where ``ichor init`` keeps a cluster's bundle (docs/decisions.md#bundle-backup-stale); ``{name}`` is the
+#: TalosCluster.
 DEFAULT_EXPORT_PATH = "~/.ichord/clusters/{name}/secrets.yaml"
 
 
@@ -50,7 +55,7 @@ class RotationUnderWay(ClusterCommandError):
     """The bundle Secret holds rotation.yaml: the bundle will change at Finalizing."""
 
 
-class ExportNotVerified(ClusterCommandError):
+class ExportNotVerified(ClusterCommandError, RuntimeFailure):
     """The file read back is not the live bundle; no annotation was written."""
 
 
@@ -60,7 +65,10 @@ def register(subparsers: Any) -> None:
     _register_bundle_export(sub)
     _register_credentials(sub)
     _register_status(sub)
+    _register_restore_bundle(sub)
     config_cli.register(sub, _cluster_args)
+    etcd_snapshot_cli.register(sub, _cluster_args)
+    operation_cli.register_rotate(sub, _cluster_args)
 
 
 BUNDLE_NAMESPACE_HELP = (
@@ -89,7 +97,9 @@ def _register_bundle_export(sub: Any) -> None:
         ),
     )
     _cluster_args(p)
-    p.add_argument("-o", "--output", type=Path,
+    p.add_argument("-o", dest="output", type=Path, action=operation_cli.DeprecatedAlias, instead="-f/--file",
+                   help=argparse.SUPPRESS)
+    p.add_argument("-f", "--file", "--output", dest="output", type=Path, metavar="FILE",
                    help=f"file to write (default {DEFAULT_EXPORT_PATH.format(name='NAME')}; missing parent "
                         "directories are created with mode 0700; an existing file is overwritten)")
     p.add_argument("--secret-namespace", help=BUNDLE_NAMESPACE_HELP)
@@ -114,7 +124,9 @@ def _register_credentials(sub: Any) -> None:
     p.add_argument("--acknowledge", action="store_true",
                    help="after the files are verified and written, let the rotation go on (sets the annotation); "
                         "without it nothing on the cluster changes")
-    p.add_argument("-o", "--output-dir", type=Path,
+    p.add_argument("-o", dest="output_dir", type=Path, action=operation_cli.DeprecatedAlias, instead="-d/--output-dir",
+                   help=argparse.SUPPRESS)
+    p.add_argument("-d", "--output-dir", type=Path, metavar="DIR",
                    help=f"directory for the files talosconfig and kubeconfig (default "
                         f"{DEFAULT_CREDENTIALS_DIR.format(name='NAME')}; created with mode 0700; existing files "
                         "are replaced)")
@@ -136,31 +148,81 @@ def _register_status(sub: Any) -> None:
         ),
     )
     _cluster_args(p)
+    operation_cli.add_output_format(p)
     p.set_defaults(func=_status_main)
+
+
+def _register_restore_bundle(sub: Any) -> None:
+    p = sub.add_parser(
+        "restore-bundle",
+        help="put back the bundle Secret a CA rotation lost, from the rotation's custody copy",
+        description=(
+            "While a ca-rotation is under way its new CA keys are kept twice: in the bundle Secret (rotation.yaml, "
+            f"held by the finalizer {BUNDLE_CUSTODY_FINALIZER}) and in a custody copy, the Secret "
+            "ichord-custody-<operation UID> owned by the TalosOperation. When the bundle Secret is deleted anyway, "
+            "loses rotation.yaml or is replaced by an older secrets.yaml, the rotation pauses with "
+            "CARotation=False/BundleRestoreRequired and names this command. It writes the bundle Secret the "
+            "rotation needs at its stage from the copy (secrets.yaml as the rotation started from it plus its "
+            "rotation.yaml; from Finalizing on, secrets.yaml with the new CAs), creating it, updating it, or "
+            "recreating one that is being deleted; the rotation then goes on with the same new CAs. Prints "
+            "fingerprints only. Exit 0: restored or already whole; 1: the copy is missing or unusable, or the "
+            "write failed; 2: bad input (no such cluster, no rotation under way), nothing written."
+        ),
+    )
+    _cluster_args(p)
+    p.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to wait for a Secret being deleted to go before creating it again (default 30)")
+    p.set_defaults(func=_restore_bundle_main)
+
+
+def _restore_bundle_main(args: argparse.Namespace) -> int:
+    if args.wait <= 0:
+        print("ichord: --wait must be a positive number of seconds; nothing was written", file=sys.stderr)
+        return 2
+    try:
+        done = asyncio.run(_restore_bundle_cli(args))
+    except (RestoreRefused, KubeConfigError) as exc:
+        print(f"ichord: {SCRUBBER.text(str(exc))}", file=sys.stderr)
+        return 2
+    except (RestoreFailed, KubeError) as exc:
+        print(f"ichord: {SCRUBBER.text(str(exc))}", file=sys.stderr)
+        return 1
+    if done.action == "unchanged":
+        print(f"Secret {done.secret} already holds what TalosOperation {done.operation} needs in {done.stage}; "
+              "nothing was written")
+    else:
+        print(f"{done.action} Secret {done.secret} from the custody copy Secret {done.copy} "
+              f"(TalosOperation {done.operation}, stage {done.stage})")
+    print(f"the rotation goes on with the same new CAs: {', '.join(done.fingerprints)}")
+    return 0
+
+
+async def _restore_bundle_cli(args: argparse.Namespace) -> Restored:
+    kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
+    async with kube:
+        return await restore_bundle(kube, args.namespace or kube.namespace, args.name, wait=args.wait)
 
 
 def _status_main(args: argparse.Namespace) -> int:
     view = asyncio.run(_status_cli(args))
-    print(format_status(view, dt.datetime.now(dt.UTC)), end="")
+    now = dt.datetime.now(dt.UTC)
+    if args.output == "text":
+        print(format_status(view, now), end="")
+    else:
+        print(operation_cli.dump(view.as_data(now), args.output), end="")
     return 0
 
 
 async def _status_cli(args: argparse.Namespace) -> ClusterView:
     kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
     async with kube:
-        return await read_view(kube, args.namespace or kube.namespace, args.name)
+        return await read_view(kube, args.namespace or kube.namespace, args.name, operation_cli.kube_flags(args))
 
 
 def _credentials_main(args: argparse.Namespace) -> int:
     if args.wait <= 0:
-        print("ichord: --wait must be a positive number of seconds", file=sys.stderr)
-        return 2
-    try:
-        result = asyncio.run(_credentials_cli(args))
-    except IchordError as exc:
-        # Scrubbed again: a message built from a server's answer must never carry key material.
-        print(f"ichord: {SCRUBBER.text(str(exc))}", file=sys.stderr)
-        return 2
+        raise ClusterCommandError("--wait must be a positive number of seconds. Nothing was written.")
+    result = asyncio.run(_credentials_cli(args))  # errors: ichord.cli.main prints them scrubbed, with the exit code
     print(f"wrote {result.talosconfig} (mode 0600; os:admin client certificate sha256 "
           f"{result.talos_client_fingerprint})")
     print(f"wrote {result.kubeconfig} (mode 0600; admin client certificate sha256 {result.kube_client_fingerprint})")
@@ -179,8 +241,10 @@ async def _credentials_cli(args: argparse.Namespace) -> HandOff:
     kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
     async with kube:
         out_dir = args.output_dir or Path(DEFAULT_CREDENTIALS_DIR.format(name=args.name))
+        # Progress ("waiting for ...") on stderr: stdout holds only what was done, and nothing on a failure.
         return await hand_off(kube, args.namespace or kube.namespace, args.name, out_dir, wait=args.wait,
-                              acknowledge=args.acknowledge, secret_namespace=args.secret_namespace)
+                              acknowledge=args.acknowledge, secret_namespace=args.secret_namespace,
+                              say=lambda line: print(line, file=sys.stderr))
 
 
 def _bundle_export_main(args: argparse.Namespace) -> int:

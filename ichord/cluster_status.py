@@ -42,9 +42,21 @@ class ClusterView:
     cluster: Obj
     machines: Sequence[Obj]
     operations: Sequence[Obj]
+    #: The kubeconfig flags the command was run with (`` --kubeconfig F``), repeated in the commands it names so
+    #: they work pasted as printed.
+    flags: str = ""
+
+    def as_data(self, now: dt.datetime) -> Obj:
+        """What ``-o json|yaml`` prints: the objects as read and the next commands (no key material is in them)."""
+        open_ops = [o for o in self.operations if _phase(o) not in FINISHED]
+        return {"cluster": self.cluster, "machines": list(self.machines), "operations": list(self.operations),
+                "next": {"operations": {_name(o): next_step(o, self.name, self.namespace, self.flags)
+                                        for o in sorted(open_ops, key=_created)},
+                         "cluster": next_for_cluster(self, open_ops)},
+                "readAt": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
-async def read_view(kube: KubeClient, namespace: str, name: str) -> ClusterView:
+async def read_view(kube: KubeClient, namespace: str, name: str, flags: str = "") -> ClusterView:
     try:
         cluster = await crds.clusters(kube).get(namespace, name)
     except NotFound:
@@ -52,7 +64,7 @@ async def read_view(kube: KubeClient, namespace: str, name: str) -> ClusterView:
     machines, _ = await crds.machines(kube).list_objects(namespace)
     operations, _ = await crds.operations(kube).list_objects(namespace)
     return ClusterView(namespace, name, cluster, [m for m in machines if _cluster_ref(m) == name],
-                       [o for o in operations if _cluster_ref(o) == name])
+                       [o for o in operations if _cluster_ref(o) == name], flags)
 
 
 # ---- the pure part ---------------------------------------------------------------------------
@@ -119,16 +131,18 @@ def format_status(view: ClusterView, now: dt.datetime) -> str:
     return "\n".join(out) + "\n"
 
 
-def next_step(op: Obj, cluster: str, namespace: str) -> str:
-    """The command (or the thing to do) that moves an unfinished operation on."""
+def next_step(op: Obj, cluster: str, namespace: str, flags: str = "") -> str:
+    """The command (or the thing to do) that moves an unfinished operation on (``flags``: the kubeconfig flags)."""
     spec, cond = op.get("spec") or {}, _operation_condition(op)
     reason = cond.get("reason", "")
+    if reason == CARotationReason.BUNDLE_RESTORE_REQUIRED:  # first: nothing else moves it on (custody.py)
+        return f"ichord cluster restore-bundle {cluster} -n {namespace}"
     if spec.get("paused"):
-        return (f"kubectl -n {namespace} patch top {_name(op)} --type merge "
+        return (f"kubectl{flags} -n {namespace} patch top {_name(op)} --type merge "
                 "-p '{\"spec\":{\"paused\":false}}'")
     if _kind(op) == "ca-rotation" and (reason == CARotationReason.AWAITING_CREDENTIALS
                                        or _ca_rotation(op).get("stage") == "AwaitingCredentials"):
-        return f"ichord cluster credentials {cluster} -n {namespace} --acknowledge"
+        return f"ichord cluster credentials {cluster} -n {namespace}{flags} --acknowledge"
     if reason == CARotationReason.BLOCKED:
         return "read the message above and fix the cause it names; the daemon retries by itself"
     return "nothing: the daemon is working on it"
@@ -140,7 +154,7 @@ def next_for_cluster(view: ClusterView, open_ops: Sequence[Obj]) -> str | None:
         return None
     stale = find((view.cluster.get("status") or {}).get("conditions"), names.BUNDLE_BACKUP_STALE)
     if stale is not None and stale.get("status") == "True":
-        return f"ichord cluster bundle-export {view.name} -n {view.namespace}"
+        return f"ichord cluster bundle-export {view.name} -n {view.namespace}{view.flags}"
     return None
 
 
@@ -157,7 +171,10 @@ def _operation(view: ClusterView, op: Obj) -> list[str]:
         lines.append(f"    waiting for: {cond.get('reason', '')}: {_text(cond.get('message'))}")
     elif status.get("message"):
         lines.append(f"    {_text(status.get('message'))}")
-    lines.append(f"    next: {next_step(op, view.name, view.namespace)}")
+    ignored = find(status.get("conditions"), names.SPEC_CHANGE_IGNORED)
+    if ignored is not None and ignored.get("status") == "True":
+        lines.append(f"    spec change ignored: {_text(ignored.get('message'))}")
+    lines.append(f"    next: {next_step(op, view.name, view.namespace, view.flags)}")
     return lines
 
 

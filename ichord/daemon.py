@@ -1,4 +1,4 @@
-"""``ichord run``: the task tree of architecture.md.
+"""``ichord run``: the task tree of docs/architecture.md.
 
     ichord run
      ├─ http server: /metrics /healthz /readyz              (every replica)
@@ -12,7 +12,7 @@
 Losing leadership cancels the actor system and exits non-zero (LeadershipLost); SIGTERM cancels the
 tree, and the leader Lease is released if this process still holds it.
 
-Start-up (ADR 0063 trust amendments): the trust pool loads the CAs a previous container published,
+Start-up (docs/decisions.md#trust-pool): the trust pool loads the CAs a previous container published,
 then the client is built on the pool; the HTTP server starts, then the API wait, then the rest of the
 tree. A container restarted mid-rotation trusts the new Kubernetes CA before its first request.
 """
@@ -79,7 +79,8 @@ class DaemonSettings:
     timing: Timing = field(default_factory=Timing.from_env)
     resync: float | None = None
     certificate_expiry_warning_days: float = DEFAULT_WARNING_DAYS
-    #: The trust pool (ADR 0063): off, the client trusts its CA file alone and nothing is published.
+    #: The trust pool (docs/decisions.md#rotation-state): off, the client trusts its CA file alone and nothing is
+    #: published.
     trust_pool: bool = True
     #: Where the extras are published; None: the emptyDir path in-cluster, a per-kubeconfig file with a kubeconfig.
     trust_file: str | None = None
@@ -87,6 +88,16 @@ class DaemonSettings:
     ca_file: str | None = None
     #: Namespaces besides a TalosCluster's own that its spec.secretsRef may name (--allow-secret-namespace).
     allowed_secret_namespaces: frozenset[str] = frozenset()
+    #: Namespaces besides its own where ichord is granted bundle Secrets and lock Leases (--watch-namespace; the
+    #: chart's watchNamespaces): its bundle Secret informers run there. A cluster anywhere else is reconciled all the
+    #: same, and says Ready=False/Forbidden where the management API refuses (ichord.kube.forbidden).
+    watch_namespaces: frozenset[str] = frozenset()
+
+    def bundle_namespaces(self) -> list[str]:
+        """Where the labelled bundle Secrets are watched: each namespace ichord is granted Secrets in by name. Serving
+        every namespace, a cluster's bundle outside these is read on each of its steps all the same (a watch of every
+        Secret of the management cluster is not worth its cost for a wake-up)."""
+        return sorted({self.namespace, *self.watch_namespaces, *self.allowed_secret_namespaces})
 
     def resolved_trust_file(self) -> Path | None:
         if self.trust_file:
@@ -222,11 +233,13 @@ class Daemon:
         self.machines = Informer(kube, _resource(TALOS_MACHINE), timing=timing, transform=without_managed_fields)
         self.operations = Informer(kube, _resource(TALOS_OPERATION), timing=timing, transform=without_managed_fields)
         # The bundle Secrets, by label and metadata only: a new or changed bundle wakes its cluster at once. One
-        # per namespace ichord is granted Secrets in (its own and the allowed ones); a cluster elsewhere has its
-        # bundle read on each of its steps all the same.
+        # per namespace ichord is granted Secrets in (its own, the served and the allowed ones); a cluster elsewhere
+        # has its bundle read on each of its steps all the same. They only wake clusters (every step reads its
+        # bundle uncached), so neither leading nor /readyz waits for them: a namespace whose grant was taken away
+        # (403 on the list) must not stop every other cluster; its clusters say Forbidden in their conditions.
         self.bundles = [Informer(kube, Resource("", "v1", "secrets", ns), timing=timing, label_selector=BUNDLE_LABEL,
                                  transform=metadata_only)
-                        for ns in sorted({settings.namespace, *settings.allowed_secret_namespaces})]
+                        for ns in settings.bundle_namespaces()]
         self.trust_sync: TrustSync | None = None
         hooks = TrustHooks()  # without a pool, the rotation's trust hooks do nothing
         if pool is not None and settings.trust_pool:
@@ -234,7 +247,7 @@ class Daemon:
             self.trust_sync = TrustSync(kube, pool, trust_file=settings.resolved_trust_file(), timing=timing,
                                         cluster_cache=self.clusters.get,
                                         allowed_secret_namespaces=settings.allowed_secret_namespaces)
-            # First in line: the publish races the rotation's next stage (ADR 0063, "on an event").
+            # First in line: the publish races the rotation's next stage (docs/decisions.md#rotation-state).
             self.operations.add_handler(self.trust_sync.on_operation)
         self.recorder = EventRecorder(kube, instance=settings.identity)
         self.runtime = Runtime(kube, settings.namespace, self.clusters, self.machines, self.operations,
@@ -243,7 +256,7 @@ class Daemon:
                                warning_days=settings.certificate_expiry_warning_days, trust=hooks,
                                allowed_secret_namespaces=settings.allowed_secret_namespaces)
         self.server = HealthServer(ready_checks={
-            "informers": lambda: all(i.synced.is_set() for i in self._informers()),
+            "informers": lambda: all(i.synced.is_set() for i in self._object_informers()),
             "api": lambda: kube.reachability.reachable(timing.api_unready_grace),
         })
         self.router = Router(self._tell, self._clusters_of_secret)
@@ -272,7 +285,11 @@ class Daemon:
         self.supervisor.tell(key, obj, reason)
 
     def _informers(self) -> tuple[Informer, ...]:
-        return (self.clusters, self.machines, self.operations, *self.bundles)
+        return (*self._object_informers(), *self.bundles)
+
+    def _object_informers(self) -> tuple[Informer, ...]:
+        """The informers a leader needs synced before its actors start: ichord's own kinds."""
+        return self.clusters, self.machines, self.operations
 
     def _clusters_of_secret(self, namespace: str, name: str) -> list[tuple[str, str]]:
         """The clusters whose spec.secretsRef resolves to this Secret."""
@@ -304,7 +321,7 @@ class Daemon:
 
     async def lead(self) -> None:
         log.info("leading; starting the cluster actors", identity=self.settings.identity)
-        for inf in self._informers():
+        for inf in self._object_informers():
             await inf.wait_synced()
         try:
             async with anyio.create_task_group() as tg:

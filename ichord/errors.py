@@ -16,6 +16,11 @@ class IchordError(Exception):
     """Base class of every error ichord raises on purpose."""
 
 
+class RuntimeFailure(IchordError):
+    """The input was fine but the world did not cooperate (a retry window ran out, a write did not read back):
+    a command exits 1 for it, not 2 (ichord.cli.exit_code)."""
+
+
 # errno -> the words an operator searches for; anything else falls back to the OS's own text.
 _ERRNO_WORDS = {
     errno.ECONNREFUSED: "connection refused",

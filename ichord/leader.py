@@ -1,4 +1,4 @@
-"""Lease-based leader election with client-go's semantics (ADR 0063 amendments on leader election).
+"""Lease-based leader election with client-go's semantics (docs/decisions.md#client-restarts on leader election).
 
 - Lease 120 s / renew deadline 90 s / retry 10 s by default (Timing); validated
   LeaseDuration > RenewDeadline > 1.2 x RetryPeriod, so a 60-90 s API outage keeps the lease.
@@ -119,7 +119,7 @@ class LeaderElector:
         """Acquire, lead until the work returns or the task is cancelled, then release.
 
         Raises LeadershipLost when the lease cannot be renewed. ``release_on_stop`` is asked at a
-        voluntary stop (False while an etcd restore tail runs, ADR 0063).
+        voluntary stop (False while an etcd restore tail runs, docs/decisions.md#rotation-state).
         """
         await self._acquire()
         lost = crashed = False

@@ -1,4 +1,4 @@
-"""Every Prometheus metric of api.md, defined once, in one registry."""
+"""Every Prometheus metric ichord exports, defined once, in one registry."""
 
 from __future__ import annotations
 

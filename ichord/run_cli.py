@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import os
+import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +16,7 @@ import structlog
 from ichord import gcpolicy, log, malloc
 from ichord.api.max_unavailable import MaxUnavailable, MaxUnavailableError
 from ichord.daemon import DaemonSettings, run_daemon
-from ichord.errors import IchordError
+from ichord.errors import IchordError, network_cause
 from ichord.kube.client import check_kubeconfig, kubeconfig_files
 from ichord.leader import LeadershipLost
 from ichord.settings import DEPRECATED_CONCURRENCY_ENV, SettingsError, Timing
@@ -36,7 +38,8 @@ def register(subparsers: Any) -> None:
         "--controller-namespace",
         dest="namespace",
         default=os.environ.get("POD_NAMESPACE", "ichord-system"),
-        help="controller namespace: bundle Secrets and Leases (default $POD_NAMESPACE or %(default)s)",
+        help="controller namespace: the leader Lease (a TalosCluster's bundle Secret and lock Lease are in its own "
+        "namespace; see --watch-namespace) (default $POD_NAMESPACE or %(default)s)",
     )
     # Deprecated spelling: elsewhere -n/--namespace names the TalosClusters' namespace, which `run` watches in all.
     p.add_argument("--namespace", dest="namespace", default=argparse.SUPPRESS, action=_DeprecatedNamespace,
@@ -64,6 +67,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--allow-secret-namespace", action="append", default=[], metavar="NS",
                    help="a namespace, besides a TalosCluster's own, that its spec.secretsRef may name (repeat for "
                    "more); a reference elsewhere is refused (Ready=False/CrossNamespaceRefused), nothing is read")
+    p.add_argument("--watch-namespace", action="append", default=[], metavar="NS",
+                   help="a namespace, besides the controller namespace, where ichord is granted bundle Secrets and "
+                   "lock Leases (repeat for more; the chart passes its watchNamespaces): its labelled bundle Secrets "
+                   "are watched there, so a change wakes their cluster at once. TalosClusters of any namespace are "
+                   "reconciled; where the grant is missing they say Ready=False/Forbidden, naming the chart value")
     p.add_argument("--max-unavailable", default=None, metavar="N|N%",
                    help="the workers a ca-rotation pass or a config rollout changes at once when neither the "
                    "TalosOperation nor its TalosCluster sets spec.maxUnavailable: a whole number of at least 1 or a "
@@ -99,6 +107,7 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         trust_file=args.trust_file,
         ca_file=args.ca_file,
         allowed_secret_namespaces=frozenset(args.allow_secret_namespace),
+        watch_namespaces=frozenset(args.watch_namespace),
     )
     if args.trust_sync_tick is not None:
         if args.trust_sync_tick <= 0:
@@ -121,6 +130,37 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
     return settings
 
 
+class AddressInUse(SettingsError):
+    """--metrics-addr cannot be bound (taken by another process, or not an address of this host)."""
+
+
+def check_listen_address(host: str, port: int) -> None:
+    """Bind ``host:port`` once, as the health server will (SO_REUSEADDR, as aiohttp does), and let it go: a port
+    another process listens on is refused here, in one line, before the daemon starts anything. (The server
+    raises the same error should the port be taken between the two.)"""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise AddressInUse(f"--metrics-addr {host}:{port}: {network_cause(exc)}; pass a host:port of this "
+                           "machine") from None
+    for family, kind, proto, _name, addr in infos[:1]:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(addr)
+            except OSError as exc:
+                raise AddressInUse(listen_error(host, port, exc)) from None
+
+
+def listen_error(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (f"--metrics-addr {host}:{port}: the port is already in use (another ichord run?); stop that "
+                "process or pass another --metrics-addr")
+    return f"--metrics-addr {host}:{port}: cannot listen there ({network_cause(exc)}); pass another --metrics-addr"
+
+
 def deprecated_concurrency_env(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
     """True when the old ICHORD_CA_WORKER_APPLY_CONCURRENCY is what set the daemon's maxUnavailable."""
     return bool(environ.get(DEPRECATED_CONCURRENCY_ENV, "").strip()) and args.max_unavailable is None \
@@ -133,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
     if settings.kubeconfig:
         # Before logging starts: a kubeconfig that cannot be used is one line naming the file, exit 2.
         check_kubeconfig(kubeconfig_files(settings.kubeconfig), None)
+    check_listen_address(settings.metrics_host, settings.metrics_port)  # a taken port: one line, exit 2
     log.configure(args.log_level, json=args.log_format == "json")
     if getattr(args, "deprecated_namespace_flag", False):
         # Logged, not printed: the daemon's output is JSON lines that collectors parse.

@@ -16,9 +16,14 @@ import anyio.abc
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from ichord.errors import IchordError, network_cause
 from ichord.metrics import REGISTRY
 
 ReadyCheck = Callable[[], bool]
+
+
+class ListenError(IchordError):
+    """The health server cannot bind its address (``ichord run`` stops: exit 2, one log line)."""
 
 
 class HealthServer:
@@ -65,7 +70,12 @@ class HealthServer:
         runner = web.AppRunner(self.app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ListenError(f"--metrics-addr {host}:{port}: cannot listen there ({network_cause(exc)}); pass "
+                              "another --metrics-addr") from None
         bound = port
         sockets = getattr(site._server, "sockets", None)  # aiohttp exposes the bound socket only here
         if sockets:

@@ -29,11 +29,11 @@ _NOT_DURATIONS = frozenset({"max_unavailable"})
 class Timing:
     """Durations in seconds, unscaled defaults; ``scaled(f)`` multiplies every one of them."""
 
-    # Leader election (ADR 0063 "leader election outlives an API server restart").
+    # Leader election (docs/decisions.md#rotation-state).
     lease_duration: float = 120.0
     renew_deadline: float = 90.0
     retry_period: float = 10.0
-    # The cluster lock Lease (api.md): held by a running operation, renewed every step.
+    # The cluster lock Lease (the CRDs): held by a running operation, renewed every step.
     cluster_lock_duration: float = 300.0
     # Kubernetes requests: every call finishes well inside the renew deadline.
     kube_request_timeout: float = 30.0
@@ -44,7 +44,7 @@ class Timing:
     watch_inactivity_timeout: float = 70.0
     watch_backoff_initial: float = 0.8
     watch_backoff_max: float = 30.0
-    # Operations (ADR vocabulary).
+    # Operations (docs/decisions.md's vocabulary).
     retry: float = 30.0
     # A step that raised (an API or node did not answer) is retried after step_retry_initial, doubling up to
     # step_retry_max; failing for longer than step_retry_bound raises the operation's StepsFailing condition.
@@ -59,12 +59,12 @@ class Timing:
     # How often a reboot roll looks again at a node it asked to reboot (a Requeue, never a sleep).
     reboot_poll: float = 10.0
     drain_bound: float = 600.0
-    # config rollout, API-server-restart class (ADR 0080 amendment): an unchanged container after this long
-    # counts as not restarted (a change that left the pod alone); past the bound the step pauses.
+    # config rollout, API-server-restart class (docs/decisions.md#apiserver-restart): an unchanged container after this
+    # long counts as not restarted (a change that left the pod alone); past the bound the step pauses.
     apiserver_restart_unchanged: float = 60.0
     apiserver_restart_bound: float = 180.0
     trust_sync_tick: float = 10.0
-    # CA rotation (ADR 0063 amendments): the settle after kube-root-ca.crt carries the new CA, the
+    # CA rotation (docs/decisions.md#client-restarts): the settle after kube-root-ca.crt carries the new CA, the
     # continuous Ready time of every Node before the first client restart, and the restart bound.
     ca_client_settle_delay: float = 120.0
     ca_kubelet_settle_delay: float = 90.0
@@ -74,8 +74,9 @@ class Timing:
     # How long a pass may wait for its machines to answer and its Nodes to be Ready again (a normal wait,
     # phase InProgress) before the stage is held as Blocked (phase Paused, a Warning Event): issue 12.
     ca_pass_wait_bound: float = 300.0
-    # One kube-apiserver restart at a time (ADR 0120 lane E 3, ADR 0080): a container unchanged this long after
-    # the apply counts as not restarted; past the bound a control plane's restart holds the stage (Blocked).
+    # One kube-apiserver restart at a time (docs/decisions.md#ca-rotation-passes, docs/decisions.md#config-rollout): a
+    # container unchanged this long after the apply counts as not restarted; past the bound a control plane's restart
+    # holds the stage (Blocked).
     ca_apiserver_unchanged: float = 60.0
     ca_apiserver_ready_bound: float = 180.0
     # A cluster actor that will not step again for this long closes its Talos channels (each holds ~0.3 MiB
@@ -85,7 +86,7 @@ class Timing:
     # ICHORD_MAX_UNAVAILABLE), the workers a ca-rotation pass or a config rollout changes at once when neither
     # the operation nor its TalosCluster says (api/max_unavailable.py). Carried here so it reaches every step.
     max_unavailable: MaxUnavailable = DEFAULT_MAX_UNAVAILABLE
-    # The start-up API wait (ADR 0063 "leader election outlives an API server restart"): give up after
+    # The start-up API wait (docs/decisions.md#rotation-state): give up after
     # api_wait_timeout, probe every api_wait_probe, log a failed probe at most every api_wait_log_interval.
     api_wait_timeout: float = 300.0
     api_wait_probe: float = 1.0
@@ -95,7 +96,7 @@ class Timing:
     api_unready_grace: float = 30.0
     # How often a converged machine's node is read again to catch drift made behind ichord's back.
     drift_resync: float = 300.0
-    # CA expiry (ADR 0063 Decision 1): the bundle is re-read hourly; an unreadable one after 5 minutes.
+    # CA expiry (docs/decisions.md#expiry-alerting): the bundle is re-read hourly; an unreadable one after 5 minutes.
     expiry_reread: float = 3600.0
     expiry_retry: float = 300.0
 

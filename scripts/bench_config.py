@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmark a ``config`` rollout (ADR 0080) of a reboot-class patch on 3 control planes + W workers; prints JSON.
+"""Benchmark a ``config`` rollout (docs/decisions.md#config-rollout) of a reboot-class patch on 3 control planes + W
+workers; prints JSON.
 
 For each ``--max-unavailable`` value a fresh simulated cluster (Talos nodes, its managed Kubernetes API, ichord's
 objects on a separate management API) is patched with a reboot-class change, the machine reconciler reports it,

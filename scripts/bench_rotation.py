@@ -28,7 +28,7 @@ that enters a stage counts in that stage; requests naming no cluster (Events, th
 under "(any)". ``apply_span_s``: per pass, first apply request to the end of the last (mean over
 clusters); ``max_concurrent_applies``: the most real applies in flight at once on one cluster.
 
-With the etcd target every pass ends with a reboot roll of the control planes (ADR 0120 Amendment 1):
+With the etcd target every pass ends with a reboot roll of the control planes (docs/decisions.md#etcd-reboot-roll):
 ``--reboot-time`` is a simulated reboot's unscaled seconds (default 60, multiplied by --time-scale like
 every other delay); ``talos_rpcs_per_control_plane`` counts the requests served by control planes only,
 and ``reboots`` compares the control-plane reboots the simulators saw with the plan's stated count

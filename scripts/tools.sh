@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds the real components the `real` test tier runs (kube-apiserver, etcd, helm and, when the
+# Builds the real components the `real` test tier runs (kube-apiserver, etcd, etcdutl, helm and, when the
 # machine's is missing or outside kubectl's +-1 minor skew, kubectl; talos-oracle-v1.13 and
 # talos-oracle-v1.14, Talos's own configuration code as the renderer's oracle) from Go modules at the
-# versions tools/go.mod, tools/helm/go.mod and tools/talos-oracle/go{,.v1.14}.mod pin. Nothing
+# versions tools/go.mod, tools/etcdutl/go.mod, tools/helm/go.mod and tools/talos-oracle/go{,.v1.14}.mod pin. Nothing
 # prebuilt is downloaded: only Go modules through the module proxy. Binaries go to a cache outside the checkout, one directory per hash of the pins,
 # so an unchanged pin set is a no-op.
 #
@@ -59,10 +59,11 @@ key() {  # key FILE... -- WORD...: the cache key of one binary's inputs
 }
 kube_key=$(key "$tools/go.mod" "$tools/go.sum" -- "$kube_x")
 etcd_key=$(key "$tools/go.mod" "$tools/go.sum" "$tools/etcd/main.go" --)
+etcdutl_key=$(key "$tools/etcdutl/go.mod" "$tools/etcdutl/go.sum" --)
 helm_key=$(key "$tools/helm/go.mod" "$tools/helm/go.sum" -- "$helm_x")
 oracle_v1_13_key=$(key "$tools"/talos-oracle/go.{mod,sum} "$tools"/talos-oracle/*.go --)
 oracle_v1_14_key=$(key "$tools"/talos-oracle/go.v1.14.{mod,sum} "$tools"/talos-oracle/*.go -- "${oracle_v1_14[*]}")
-keys="kube-apiserver=$kube_key kubectl=$kube_key etcd=$etcd_key helm=$helm_key"
+keys="kube-apiserver=$kube_key kubectl=$kube_key etcd=$etcd_key etcdutl=$etcdutl_key helm=$helm_key"
 keys+=" talos-oracle-v1.13=$oracle_v1_13_key talos-oracle-v1.14=$oracle_v1_14_key"
 # promrules: Prometheus's own rule-file checks (tools/promrules) for the chart's PrometheusRule.
 promrules_key=$(key "$tools"/promrules/go.{mod,sum} "$tools"/promrules/*.go --)
@@ -112,6 +113,7 @@ build() {  # build NAME KEY MODULE_DIR PACKAGE [-X ...] [go build flags...]
 total=$SECONDS
 build kube-apiserver "$kube_key" "$tools" k8s.io/kubernetes/cmd/kube-apiserver "$kube_x"
 build etcd "$etcd_key" "$tools" ichord.local/tools/etcd
+build etcdutl "$etcdutl_key" "$tools/etcdutl" go.etcd.io/etcd/etcdutl/v3
 build helm "$helm_key" "$tools/helm" helm.sh/helm/v3/cmd/helm " $helm_x"
 if [[ ! -x $bin/kubectl ]] && machine_kubectl_ok; then
     echo "kubectl: the machine's ($(command -v kubectl)) is within one minor of $kube_version"

@@ -1,4 +1,4 @@
-"""The etcd invariants of testing.md (3) read back from the Talos simulator's history, for every tier.
+"""The etcd invariants of docs/decisions.md#invariants (3) read back from the Talos simulator's history, for every tier.
 
 Replays the history in order, keeping which members run, which are healthy and what CA each loaded
 (``etcd_member_started`` records its signer and trust set), and reports every broken rule:
@@ -19,8 +19,9 @@ from ichord.sim.talos.etcd import fingerprint
 
 def etcd_violations(events: Sequence[dict[str, Any]], control_planes: Sequence[str], *,
                     rounds: int | None = None) -> list[str]:
-    """Every broken rule (empty: none). A single member cannot keep quorum through its own reboot (ADR 0120 §3:
-    its API is merely away), so with one control plane only the rounds are checked."""
+    """Every broken rule (empty: none). A single member cannot keep quorum through its own reboot
+    (docs/decisions.md#etcd-reboot-roll: its API is merely away), so with one control plane only the rounds are
+    checked."""
     out: list[str] = []
     keep_quorum = len(control_planes) > 1
     members: dict[str, tuple[str, frozenset[str]]] = {}

@@ -4,9 +4,9 @@ A step reads a ``ClusterScope`` once (the cluster and its machines from the info
 from one uncached LIST, the bundle Secret at most once) and runs three phases over it, each returning a
 typed Outcome (cluster-api's phase functions, the soonest requeue wins):
 
-    expiry       CA expiry: status.certificates, CertificatesExpiring, the expiry metric (ADR 0063)
-    operations   one step of each operation of the cluster, through the registry (the actor names no kind)
-    machines     keep every approved machine on its render, apply safe differences, report the rest
+    expiry       CA expiry: status.certificates, CertificatesExpiring, the expiry metric
+    (docs/decisions.md#rotation-state) operations   one step of each operation of the cluster, through the registry (the
+    actor names no kind) machines     keep every approved machine on its render, apply safe differences, report the rest
 
 The outcome of each phase is logged and counted here, in one place. Steps are short: waits are requeues.
 """
@@ -29,13 +29,16 @@ from ichord.api.views import ClusterView, MachineSpecError, MachineView, Operati
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
-from ichord.kube.errors import KubeError, NotFound
+from ichord.kube.errors import Forbidden, KubeError, NotFound
 from ichord.kube.events import EventRecorder, ObjectRef
+from ichord.kube.forbidden import forbidden_message
 from ichord.kube.reads import label_secret
 from ichord.kube.status import update_status
 from ichord.machines.memo import ConfigMemo
 from ichord.machines.reconciler import OWNED_FIELDS, MachineResult, reconcile_machine
 from ichord.metrics import RECONCILE_OUTCOMES
+from ichord.operations import guard
+from ichord.operations.backbone import OperationKind
 from ichord.operations.bundle_source import BundleSourceError
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, expiry_pass, forget_cluster
 from ichord.operations.kinds import default_registry
@@ -58,7 +61,9 @@ Obj = dict[str, Any]
 MAX_PARALLEL_MACHINES = 4
 #: Ready reasons of the TalosCluster for a bundle that cannot be used (BundleSourceError reasons are the same).
 _UNUSABLE_BUNDLE = {BundleSourceError.SECRET_NOT_FOUND, BundleSourceError.INVALID,
-                    BundleSourceError.CROSS_NAMESPACE_REFUSED}
+                    BundleSourceError.CROSS_NAMESPACE_REFUSED, BundleSourceError.FORBIDDEN}
+#: Machine Ready reasons that say the same as the cluster's (the rest of the unusable bundles are BundleInvalid).
+_MACHINE_REASON_AS_CLUSTER = {ReadyReason.FORBIDDEN}
 
 
 @dataclass
@@ -66,7 +71,7 @@ class Runtime:
     """What every cluster actor of this process shares."""
 
     kube: KubeClient
-    namespace: str  # the controller namespace: bundle Secrets and Leases live here
+    namespace: str  # the controller namespace: the leader Lease (bundle Secrets and locks: each cluster's own)
     clusters: Informer
     machines: Informer
     operations: Informer
@@ -108,6 +113,9 @@ class ClusterReconciler:
         #: The TalosCluster as this step last wrote it: the next status write starts from it, not from a GET.
         self._written: Obj | None = None
         self._scope_failures = 0  # consecutive steps whose operations LIST failed (backoff)
+        #: 403s on status writes already told by a Warning (object key, message): a refused status write cannot
+        #: carry its own condition, so its one Warning is remembered here instead of in the object.
+        self._denied: set[tuple[str, str]] = set()
 
     def close(self) -> None:
         if self._talos is not None:
@@ -142,8 +150,9 @@ class ClusterReconciler:
             return self._record("cluster", Done())
         expiry = self._record("expiry", await self._expiry(scope, messages))
         operations = self._record("operations", await self.rt.registry.advance_all(scope))
+        held = self._record("guard", await self._guard(scope))
         machines = self._record("machines", await self._machines_phase(scope))
-        return soonest(expiry, operations, machines)
+        return soonest(expiry, operations, held, machines)
 
     async def _scope(self) -> ClusterScope:
         cluster = self.rt.clusters.get(self.namespace, self.name)
@@ -196,6 +205,29 @@ class ClusterReconciler:
             )
             self._expiry_due = now + delay
         return Requeue(max(0.0, self._expiry_due - now), "expiry re-read")
+
+    # ---- guarded deletes ----------------------------------------------------------------------
+
+    def _kind_of(self, kind: str) -> OperationKind | None:
+        impl = self.rt.registry.get(kind)
+        return impl.spec if impl is not None else None
+
+    def _covers(self, op: OperationView, machines: list[MachineView]) -> set[str]:
+        kind = self._kind_of(op.kind)
+        return kind.covers(op, machines) if kind is not None else set()
+
+    async def _guard(self, scope: ClusterScope) -> Outcome:
+        """The cluster and the machines a running operation covers held against deletion (operations/guard.py),
+        after the operations phase, so an operation that just ended lets them go in the same step."""
+        assert scope.cluster is not None
+        try:
+            await guard.reconcile(guard.GuardScope(self.rt.kube, self.rt.recorder, scope.cluster, scope.machines,
+                                                   scope.operations, self._kind_of, self._covers, scope.now))
+        except IchordError as exc:
+            log.warning("guarded deletes: a finalizer or condition write failed; retried", cluster=self.key,
+                        error=SCRUBBER.exception(exc))
+            return Requeue(self.rt.timing.retry, "guard write failed")
+        return Done()
 
     # ---- machines ---------------------------------------------------------------------------
 
@@ -279,17 +311,28 @@ class ClusterReconciler:
             else:
                 log.warning("bundle read failed", cluster=self.key, error=exc.message)
             return None
-        if names.BUNDLE_LABEL not in read.secret.labels:
-            await self._label_bundle(read.secret.namespace, read.secret.name)
+        if names.BUNDLE_LABEL not in read.secret.labels and not await self._label_bundle(
+                scope, read.secret.namespace, read.secret.name):
+            return None
         return bundle
 
-    async def _label_bundle(self, namespace: str, secret_name: str) -> None:
-        """Label the referenced Secret so the bundle informer sees its next change (once: then it carries it)."""
+    async def _label_bundle(self, scope: ClusterScope, namespace: str, secret_name: str) -> bool:
+        """Label the referenced Secret so the bundle informer sees its next change (once: then it carries it).
+
+        False when the management API refuses the update (403): the grant a rotation needs to write the Secret is
+        missing, so the cluster says so now (Ready=False/Forbidden) rather than at a rotation's first write."""
+        assert scope.cluster is not None
         try:
             await label_secret(self.rt.kube, namespace, secret_name, {names.BUNDLE_LABEL: "true"})
+        except Forbidden as exc:
+            await self._blocked(scope.cluster, scope.machines, ReadyReason.FORBIDDEN,
+                                f"cannot label Secret {namespace}/{secret_name} (spec.secretsRef): "
+                                f"{forbidden_message(exc, cluster_namespace=self.namespace)}")
+            return False
         except KubeError as exc:
             log.warning("cannot label the bundle Secret; its changes are seen at the next resync instead",
                         cluster=self.key, secret=f"{namespace}/{secret_name}", error=str(exc))
+        return True
 
     def _client(self, bundle: SecretsBundle) -> TalosClient:
         dial = DialBundle.from_bundle(bundle)
@@ -305,6 +348,11 @@ class ClusterReconciler:
         forget_cluster(self.namespace, self.name)
         self._expiry_due = None
         message = f"TalosCluster {self.key} does not exist; create it or fix spec.clusterRef.name"
+        try:
+            await guard.release_machines(self.rt.kube, scope.machines)  # no operation of a missing cluster runs
+        except IchordError as exc:
+            log.warning("cannot let go of the machines of a missing cluster", cluster=self.key,
+                        error=SCRUBBER.exception(exc))
         await self._operations_without_cluster(message)
         for m in scope.machines:
             await self._write_machine(
@@ -364,6 +412,7 @@ class ClusterReconciler:
                         Condition(
                             names.READY,
                             "False",
+                            reason if reason in _MACHINE_REASON_AS_CLUSTER else
                             ReadyReason.BUNDLE_INVALID if reason != "InvalidSpec" else ReadyReason.RENDER_FAILED,
                             f"cluster {self.name}: {message}",
                         )
@@ -402,7 +451,21 @@ class ClusterReconciler:
                                                 current=cluster)
         except NotFound:
             return False
+        except Forbidden as exc:
+            self._status_refused(ObjectRef.of(cluster), exc)
+            return False
         return True
+
+    def _status_refused(self, ref: ObjectRef, exc: Forbidden) -> None:
+        """A 403 on an object's own status write: the condition cannot be written, so one Warning Event on the
+        object says what was refused and which chart value grants it (and the log, once)."""
+        key = f"{ref.kind} {ref.namespace}/{ref.name}"
+        message = f"this object's status cannot be written: {forbidden_message(exc)}"
+        if (key, message) in self._denied:
+            return
+        self._denied.add((key, message))
+        log.warning("status write refused", cluster=self.key, object=key, error=message)
+        self.rt.recorder.record(ref, "Warning", names.EventReason.FORBIDDEN, message)
 
     async def _write_machine(self, m: MachineView, result: MachineResult, *, post: bool = True) -> None:
         old_ready = find(m.status.get("conditions"), names.READY)
@@ -428,6 +491,9 @@ class ClusterReconciler:
             await update_status(crds.machines(self.rt.kube), m.namespace, m.name, mutate,
                                 current=self.rt.machines.cache.get((m.namespace, m.name)))
         except NotFound:
+            return
+        except Forbidden as exc:
+            self._status_refused(ObjectRef(names.TALOS_MACHINE, m.namespace, m.name, m.uid, names.API_VERSION), exc)
             return
         except IchordError as exc:
             log.warning("machine status write failed", cluster=self.key, machine=m.name,

@@ -1,4 +1,5 @@
-"""RotationAbandonable (ADR 0120 Amendment 2): which stages of a rotation may be abandoned when it is deleted.
+"""RotationAbandonable (docs/decisions.md#abandon-or-hold): which stages of a rotation may be abandoned when it is
+deleted.
 
 Pure data and one function, shared by the controller (abandon or DeletionHeld) and any client that wants to
 refuse a delete up front.
@@ -26,7 +27,7 @@ CA_ROTATION_ABANDONABLE: Mapping[Stage, frozenset[str]] = {
     Stage.ISSUING: frozenset({"kubernetes", "etcd"}),
 }
 
-#: Absent spec.caRotation.targets means these (ADR 0120 §1).
+#: Absent spec.caRotation.targets means these (docs/decisions.md#ca-rotation-targets).
 DEFAULT_TARGETS = ("talos", "kubernetes")
 
 

@@ -6,7 +6,8 @@ import enum
 
 
 class Stage(enum.Enum):
-    """The stages of a ca-rotation (ADR 0063, ADR 0120 §2), in order."""
+    """The stages of a ca-rotation (docs/decisions.md#rotation-state, docs/decisions.md#ca-rotation-passes), in
+    order."""
 
     ACCEPTING = "Accepting"
     AWAITING_CREDENTIALS = "AwaitingCredentials"

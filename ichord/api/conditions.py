@@ -69,7 +69,7 @@ def set_condition(
     return out
 
 
-#: The TalosOperation's terminal condition (api.md), derived from its phase in one place so that
+#: The TalosOperation's terminal condition (the CRDs), derived from its phase in one place so that
 #: `kubectl wait --for=condition=Succeeded` ends on success and `--for=condition=Succeeded=false` on failure.
 _SUCCEEDED_BY_PHASE = {"Completed": ("True", "Completed"), "Failed": ("False", "Failed")}
 

@@ -22,6 +22,17 @@ CA_ROTATION_TEMPLATE_ANNOTATION = f"{GROUP}/ca-rotation"
 #: On a bundle Secret: ichord watches Secrets with this label (set by ``ichord sim``, by the user, or by ichord when
 #: it first reads a referenced Secret), so a changed bundle wakes its cluster at once, never a list of every Secret.
 BUNDLE_LABEL = f"{GROUP}/bundle"
+#: On a TalosCluster and on the TalosMachines an operation covers, while an operation of the cluster runs: their
+#: deletion waits for the operation's completion or abandon (ichord/operations/guard.py).
+OPERATION_GUARD_FINALIZER = f"{GROUP}/operation-in-progress"
+#: On the bundle Secret while a ca-rotation holds new CA keys that the Secret does not hold as current yet
+#: (ichord/operations/ca_rotation/custody.py); released at Done or abandon.
+BUNDLE_CUSTODY_FINALIZER = f"{GROUP}/ca-custody"
+#: The custody copy: a Secret of this type, owned by its TalosOperation, labelled with the operation's name, holding
+#: the secrets.yaml the rotation started from and its rotation.yaml; it names the bundle Secret in an annotation.
+CUSTODY_SECRET_TYPE = f"{GROUP}/ca-custody"
+CUSTODY_OF_LABEL = f"{GROUP}/custody-of"
+CUSTODY_BUNDLE_ANNOTATION = f"{GROUP}/bundle-secret"
 
 # Bundle Secret keys.
 SECRETS_KEY = "secrets.yaml"
@@ -54,6 +65,8 @@ LEADER_ELECTED = "LeaderElected"
 class LeaderElectedReason:
     NO_LEADER = "NoLeader"
     LEADING = "Leading"
+#: On a TalosOperation: its spec changed after it left Pending and ichord keeps the accepted one (operations/intent).
+SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
 
 #: The TalosOperation kinds (spec.kind) and the condition each one reports its progress in.
 KIND_CA_ROTATION = "ca-rotation"
@@ -62,7 +75,7 @@ OPERATION_CONDITION = {KIND_CA_ROTATION: CA_ROTATION, KIND_CONFIG: CONFIG_ROLLOU
 
 
 class ReadyReason:
-    """TalosMachine Ready reasons (api.md); CROSS_NAMESPACE_REFUSED is the TalosCluster's."""
+    """TalosMachine Ready reasons (the CRDs); CROSS_NAMESPACE_REFUSED is the TalosCluster's."""
 
     CROSS_NAMESPACE_REFUSED = "CrossNamespaceRefused"
 
@@ -81,6 +94,8 @@ class ReadyReason:
     #: An operation rebooting the machine, or restarting its kube-apiserver, within its bound (a planned loss).
     REBOOTING = "Rebooting"
     API_SERVER_RESTARTING = "APIServerRestarting"
+    #: The management API answered 403 to a request the object needs (ichord.kube.forbidden names the chart value).
+    FORBIDDEN = "Forbidden"
 
 
 class LockRefusal:
@@ -113,13 +128,19 @@ class EventReason:
     MACHINE_REBOOTING = "MachineRebooting"  # Normal: an operation rebooted the machine (planned)
     MACHINE_API_SERVER_RESTARTING = "MachineAPIServerRestarting"  # Normal: an operation restarts its kube-apiserver
     RENDER_FAILED = "RenderFailed"
-    OPERATION_ABANDONED = "OperationAbandoned"  # on the cluster: a deleted rotation was abandoned (ADR 0120 Am. 2)
+    #: On the cluster: a deleted rotation was abandoned (docs/decisions.md#abandon-or-hold).
+    OPERATION_ABANDONED = "OperationAbandoned"
     DELETION_HELD = "DeletionHeld"  # a deleted rotation past its point of no return runs on to Done
+    #                                 (also: a TalosCluster or TalosMachine deleted under a running operation)
     STEPS_FAILING = "StepsFailing"  # an operation's steps failed past the retry bound (operations/step_errors.py)
+    FORBIDDEN = "Forbidden"  # a 403 from the management API blocks the object (one Warning per refusal)
+    BUNDLE_RESTORE_REQUIRED = "BundleRestoreRequired"  # the bundle Secret lost the rotation's keys: restore-bundle
+    SPEC_CHANGE_IGNORED = "SpecChangeIgnored"  # an operation's spec changed after its start; the change is ignored
+    ETCD_SNAPSHOT_TAKEN = "EtcdSnapshotTaken"  # before the first control-plane reboot, to spec.etcdSnapshots.path
 
 
 class CertificatesExpiringReason:
-    """TalosCluster CertificatesExpiring reasons (ADR 0063, "Addendum: expiry alerting")."""
+    """TalosCluster CertificatesExpiring reasons (docs/decisions.md#expiry-alerting)."""
 
     EXPIRING = "CAsExpiring"
     EXPIRED = "CAsExpired"
@@ -135,7 +156,8 @@ class BundleBackupStaleReason:
 
 
 class CARotationReason:
-    """TalosOperation CARotation condition reasons and ca-rotation terminal reasons (api.md, ADR 0063, 0120)."""
+    """TalosOperation CARotation condition reasons and ca-rotation terminal reasons (the CRDs,
+    docs/decisions.md#rotation-state, docs/decisions.md#ca-rotation-passes)."""
 
     BLOCKED = "Blocked"
     ROTATED = "Rotated"
@@ -152,9 +174,21 @@ class CARotationReason:
     PAUSED = "Paused"  # spec.paused set while the rotation is under way (held at a step boundary)
     UNSUPPORTED_TARGET = "UnsupportedTarget"
     INVALID_SPEC = "InvalidSpec"
-    AWAITING_AGGREGATOR_CA = "AwaitingAggregatorCA"  # extension-apiserver-authentication lacks the new CA (ADR 0120 §4)
-    SETTLING_AGGREGATOR = "SettlingAggregator"  # AggregatorAuthReset in Finalizing (ADR 0120 Amendment 3)
-    PAST_POINT_OF_NO_RETURN = "PastPointOfNoReturn"  # the DeletionHeld condition's reason (ADR 0120 Amendment 2)
+    CLUSTER_UNAVAILABLE = "ClusterUnavailable"  # the step could not read its TalosCluster
+    #: extension-apiserver-authentication lacks the new CA (docs/decisions.md#aggregator-ca).
+    AWAITING_AGGREGATOR_CA = "AwaitingAggregatorCA"
+    SETTLING_AGGREGATOR = "SettlingAggregator"  # AggregatorAuthReset in Finalizing (docs/decisions.md#aggregator-ca)
+    #: The DeletionHeld condition's reason (docs/decisions.md#abandon-or-hold).
+    PAST_POINT_OF_NO_RETURN = "PastPointOfNoReturn"
+    #: the bundle Secret was deleted, emptied of rotation.yaml or replaced mid-rotation: `ichord cluster
+    #: restore-bundle` puts it back from the custody copy (custody.py)
+    BUNDLE_RESTORE_REQUIRED = "BundleRestoreRequired"
+
+
+class DeletionHeldReason:
+    """DeletionHeld on a TalosCluster or TalosMachine deleted while an operation of its cluster runs (guard.py)."""
+
+    OPERATION_IN_PROGRESS = "OperationInProgress"
 
 
 class StepsFailingReason:
@@ -166,8 +200,15 @@ class StepsFailingReason:
     RECOVERED = "Recovered"
 
 
+class SpecChangeReason:
+    """TalosOperation SpecChangeIgnored reasons (operations/intent.py)."""
+
+    IGNORED = "SpecChangedAfterStart"
+    AS_ACCEPTED = "SpecAsAccepted"
+
+
 class CAClientsNotRestartedReason:
-    """TalosCluster CAClientsNotRestarted reasons (ADR 0063 "the CNI is restarted first")."""
+    """TalosCluster CAClientsNotRestarted reasons (docs/decisions.md#client-restarts)."""
 
     NOT_BACK = "RotatedClientsNotBack"
     ALL_BACK = "ClientsRestarted"

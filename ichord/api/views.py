@@ -61,6 +61,18 @@ class _ObjectView:
     def status(self) -> Obj:
         return self.obj.get("status") or {}
 
+    @property
+    def deleting(self) -> bool:
+        return bool(_meta(self.obj).get("deletionTimestamp"))
+
+    @property
+    def finalizers(self) -> list[str]:
+        return list(_meta(self.obj).get("finalizers") or [])
+
+    @property
+    def resource_version(self) -> str:
+        return str(_meta(self.obj).get("resourceVersion") or "")
+
 
 _V = TypeVar("_V", bound=_ObjectView)
 
@@ -100,7 +112,8 @@ class ClusterView(_ObjectView):
             return None
         return (f"spec.secretsRef names Secret {ns}/{self.secret_name}, outside the TalosCluster's namespace "
                 f"{self.namespace}; ichord reads a bundle from another namespace only where the administrator "
-                f"allows it (--allow-secret-namespace {ns}, chart value secretNamespaces.allowed). Nothing was read")
+                f"allows it (--allow-secret-namespace {ns}, chart value controller.allowedSecretNamespaces). Nothing "
+                f"was read")
 
     @property
     def cni_preset(self) -> str:
@@ -120,10 +133,20 @@ class MachineView:
     hostname: str | None
     spec: Obj = field(repr=False)
     status: Obj = field(repr=False)
+    #: The object's metadata as read (finalizers, deletionTimestamp, resourceVersion).
+    metadata: Obj = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
+
+    @property
+    def deleting(self) -> bool:
+        return bool(self.metadata.get("deletionTimestamp"))
+
+    @property
+    def finalizers(self) -> list[str]:
+        return list(self.metadata.get("finalizers") or [])
 
     @property
     def is_control_plane(self) -> bool:
@@ -148,6 +171,7 @@ class MachineView:
             hostname=spec.get("hostname") or None,
             spec=dict(spec),
             status=dict(obj.get("status") or {}),
+            metadata=meta,
         )
 
 
@@ -215,7 +239,8 @@ class OperationView(_ObjectView):
     @property
     def rotation_under_way(self) -> bool:
         """A ca-rotation under way: the machine reconciler stands aside, the trust pool trusts the new CA, no
-        other disruptive operation may start (ADR 0063: the stage is the only record of which CAs nodes accept)."""
+        other disruptive operation may start (docs/decisions.md#rotation-state: the stage is the only record of which
+        CAs nodes accept)."""
         return self.is_ca_rotation and self.under_way
 
     @property

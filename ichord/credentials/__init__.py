@@ -1,4 +1,5 @@
-"""The operator's credentials in a CA rotation: ``ichord cluster credentials`` (ADR 0091, ADR 0120 §5).
+"""The operator's credentials in a CA rotation: ``ichord cluster credentials``
+(docs/decisions.md#credentials-handoff).
 
 A package of its own rather than part of ``ichord.operations.ca_rotation``: that package is the
 controller's step function, run by the daemon; this is the operator's client of it (it reads the

@@ -1,4 +1,5 @@
-"""The operator's side of AwaitingCredentials (ADR 0091; ADR 0120 §5, Amendment 4 and "an early acknowledgement").
+"""The operator's side of AwaitingCredentials (docs/decisions.md#credentials-handoff;
+docs/decisions.md#credentials-handoff and "an early acknowledgement").
 
 ``hand_off`` finds the cluster's ca-rotation, waits until it reaches AwaitingCredentials, mints a
 talosconfig and an admin kubeconfig from the new CAs, proves both work (Version on every control
@@ -25,7 +26,7 @@ from ichord.api.views import ClusterView, MachineSpecError, MachineView, Operati
 from ichord.credentials.files import make_private_dirs, write_private
 from ichord.credentials.mint import Minted, mint, talosconfig_dial
 from ichord.credentials.retry import DEFAULT_DELAYS, Retrier
-from ichord.errors import IchordError
+from ichord.errors import IchordError, RuntimeFailure
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import Forbidden, Invalid, KubeError, NotFound, TLSVerificationError, Unauthorized
@@ -43,7 +44,7 @@ from ichord.talos.errors import TalosError
 T = TypeVar("T")
 Obj = dict[str, Any]
 
-#: Where the files go by default, next to ``ichor init``'s secrets.yaml (ADR 0063 Decision 4).
+#: Where the files go by default, next to ``ichor init``'s secrets.yaml (docs/decisions.md#bundle-backup-stale).
 DEFAULT_CREDENTIALS_DIR = "~/.ichord/clusters/{name}"
 TALOSCONFIG = "talosconfig"
 KUBECONFIG = "kubeconfig"
@@ -58,8 +59,8 @@ class NoRotationUnderWay(CredentialsError):
     """The cluster has no ca-rotation that is neither Completed nor Failed."""
 
 
-class StageNotReached(CredentialsError):
-    """The rotation did not reach AwaitingCredentials within the wait."""
+class StageNotReached(CredentialsError, RuntimeFailure):
+    """The rotation did not reach AwaitingCredentials within the wait (the command exits 1: try again later)."""
 
 
 class CredentialsNotVerified(CredentialsError):
@@ -150,7 +151,7 @@ async def _find_operation(kube: KubeClient, retry: Retrier, namespace: str, clus
     if targets is not None and not hands_off(targets):
         raise CredentialsError(
             f"TalosOperation {namespace}/{op['metadata']['name']} rotates {', '.join(t.value for t in targets)} only: "
-            "the operator's talosconfig and kubeconfig do not change, so there is no hand-off (ADR 0120 §5).")
+            "the operator's talosconfig and kubeconfig do not change, so there is no hand-off.")
     return op
 
 
@@ -308,6 +309,11 @@ async def hand_off(kube: KubeClient, namespace: str, cluster: str, out_dir: Path
     op_name = str(op["metadata"]["name"])
     stage = _stage(op)
     assert stage is not None  # _await_stage returns only a stage at or past AwaitingCredentials
+    held = OperationView.of(op).condition(names.CA_ROTATION) or {}
+    if held.get("reason") == names.CARotationReason.BUNDLE_RESTORE_REQUIRED:  # the keys are not in the Secret
+        raise CredentialsError(f"TalosOperation {namespace}/{op_name} waits for its bundle Secret to be restored: run "
+                               f"`ichord cluster restore-bundle {cluster} -n {namespace}` first, then this command "
+                               "again. Nothing was written.")
     certs = list(((op.get("status") or {}).get("caRotation") or {}).get("certificates") or [])
     token = handoff_token(certs)
     if not token:
@@ -330,7 +336,8 @@ async def hand_off(kube: KubeClient, namespace: str, cluster: str, out_dir: Path
     cps = await _control_planes(kube, retry, namespace, cluster)
 
     minted = mint(view.cluster_name, [m.address for m in cps], server,
-                  os_signing=os_new, os_trusted=os_trusted, k8s_signing=k8s_new, k8s_trusted=k8s_trusted)
+                  os_signing=os_new, os_trusted=os_trusted, k8s_signing=k8s_new, k8s_trusted=k8s_trusted,
+                  namespace=namespace)
     await _verified(retry, minted, server, os_new, talos_factory or _talos_client)
     talos_path, kube_path = _write(out_dir, minted)
 

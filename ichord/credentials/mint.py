@@ -88,8 +88,12 @@ def talosconfig(context: str, endpoints: Sequence[str], trusted: Sequence[bytes]
     return yamlio.dump(doc).encode()
 
 
-def kubeconfig(cluster: str, server: str, trusted: Sequence[bytes], cert: ClientCertificate) -> bytes:
-    """An admin kubeconfig as Talos names it: cluster ``<cluster>``, user and context ``admin@<cluster>``."""
+def kubeconfig(cluster: str, server: str, trusted: Sequence[bytes], cert: ClientCertificate, *,
+               namespace: str = "default") -> bytes:
+    """An admin kubeconfig as Talos names it: cluster ``<cluster>``, user and context ``admin@<cluster>``.
+
+    The context's namespace is the TalosCluster's, so the commands a rotation's messages name (``ichord cluster
+    bundle-export NAME``, ``ichord cluster status NAME``) find the cluster with this file and no ``-n``."""
     user = f"admin@{cluster}"
     doc = {
         "apiVersion": "v1",
@@ -98,22 +102,24 @@ def kubeconfig(cluster: str, server: str, trusted: Sequence[bytes], cert: Client
             "server": server, "certificate-authority-data": _b64(b"".join(unique_pems(trusted)))}}],
         "users": [{"name": user, "user": {
             "client-certificate-data": _b64(cert.cert_pem), "client-key-data": _b64(cert.key_pem)}}],
-        "contexts": [{"name": user, "context": {"cluster": cluster, "namespace": "default", "user": user}}],
+        "contexts": [{"name": user, "context": {"cluster": cluster, "namespace": namespace, "user": user}}],
         "current-context": user,
     }
     return yamlio.dump(doc).encode()
 
 
 def mint(cluster: str, endpoints: Sequence[str], server: str, *, os_signing: CertificateAuthority,
-         os_trusted: Sequence[bytes], k8s_signing: CertificateAuthority, k8s_trusted: Sequence[bytes]) -> Minted:
-    """Both files, each with a fresh client certificate from its signing (new) CA."""
+         os_trusted: Sequence[bytes], k8s_signing: CertificateAuthority, k8s_trusted: Sequence[bytes],
+         namespace: str = "default") -> Minted:
+    """Both files, each with a fresh client certificate from its signing (new) CA; ``namespace`` is the
+    kubeconfig context's (the TalosCluster's)."""
     if os_signing.key_pem is None:
         raise MintError("the OS CA has no private key in the bundle; it cannot sign the talosconfig's certificate")
     talos_cert = issue_talos_client_certificate(os_signing, ("os:admin",), lifetime=CLIENT_CERT_VALIDITY)
     SCRUBBER.register(talos_cert.key_pem)
     kube_cert = issue_kubernetes_admin_certificate(k8s_signing)
     return Minted(talosconfig(cluster, endpoints, os_trusted, talos_cert),
-                  kubeconfig(cluster, server, k8s_trusted, kube_cert),
+                  kubeconfig(cluster, server, k8s_trusted, kube_cert, namespace=namespace),
                   certificate_fingerprint(talos_cert.cert_pem), certificate_fingerprint(kube_cert.cert_pem))
 
 

@@ -1,4 +1,4 @@
-"""The hand-off's transient-error retry (ADR 0120 Amendments 4, lane E and lane F).
+"""The hand-off's transient-error retry (docs/decisions.md#ca-rotation-passes).
 
 Every API call of ``ichord cluster credentials`` goes through ``Retrier.call``: a transient failure
 (the API server restarting for the new CA, a webhook that timed out, a group not served yet) is
@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import anyio
 
-from ichord.errors import IchordError
+from ichord.errors import RuntimeFailure
 from ichord.kube.client import NoTrustError
 from ichord.kube.errors import KubeError, NotFound, TLSVerificationError, TooManyRequests, Unavailable
 from ichord.pki.scrub import SCRUBBER
@@ -24,7 +24,7 @@ from ichord.talos.errors import TalosError, TalosUnreachableError
 
 T = TypeVar("T")
 
-#: ADR 0120 Amendment 4: retryTransient's backoff, 1 s doubling to 15 s, for up to 10 minutes.
+#: docs/decisions.md#credentials-handoff: retryTransient's backoff, 1 s doubling to 15 s, for up to 10 minutes.
 DEFAULT_DELAYS = (1.0, 15.0)
 DEFAULT_WINDOW = 600.0
 
@@ -67,7 +67,7 @@ def classify(exc: BaseException) -> Verdict:
     return Verdict.FINAL
 
 
-class RetryWindowExceeded(IchordError):
+class RetryWindowExceeded(RuntimeFailure):
     """Transient failures went on for the whole window; the message names the call and the last error."""
 
 

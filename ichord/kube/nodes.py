@@ -1,4 +1,4 @@
-"""Cordon and uncordon a Node of the managed cluster, remembering that ichord did it (ADR 0080 D3).
+"""Cordon and uncordon a Node of the managed cluster, remembering that ichord did it (docs/decisions.md#config-rollout).
 
 ``spec.unschedulable`` and the annotation ``ichor.maesh.dev/cordoned-by-ichor`` change together in one
 merge patch carrying the resourceVersion just read, so a concurrent edit fails the patch (409) instead

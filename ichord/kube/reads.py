@@ -20,6 +20,8 @@ class SecretData:
     resource_version: str
     data: dict[str, bytes] = field(repr=False)
     labels: dict[str, str] = field(default_factory=dict)
+    finalizers: tuple[str, ...] = ()
+    deleting: bool = False  # metadata.deletionTimestamp is set (a finalizer holds it)
 
     def __repr__(self) -> str:  # never print secret values
         return f"SecretData({self.namespace}/{self.name}, keys={sorted(self.data)})"
@@ -31,7 +33,8 @@ async def read_secret(client: KubeClient, namespace: str, name: str) -> SecretDa
     data = {k: base64.b64decode(v) for k, v in (raw.get("data") or {}).items()}
     meta = raw.get("metadata") or {}
     return SecretData(name, namespace, str(meta.get("resourceVersion", "")), data,
-                      {str(k): str(v) for k, v in (meta.get("labels") or {}).items()})
+                      {str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+                      tuple(str(f) for f in meta.get("finalizers") or ()), bool(meta.get("deletionTimestamp")))
 
 
 async def label_secret(client: KubeClient, namespace: str, name: str, labels: dict[str, str]) -> None:

@@ -12,9 +12,10 @@
                                               the node is not dialled (the operation watches it)
     unreachable / render failure           -> Ready=False with the cause (a Warning MachineUnreachable: nobody
                                               planned it, or a planned one outlasted its bound)
-    a ca-rotation under way                -> Ready=Unknown/CARotationInProgress, nothing else (ADR 0063)
+    a ca-rotation under way                -> Ready=Unknown/CARotationInProgress, nothing else
+    (docs/decisions.md#rotation-state)
 
-The reconciler never reboots and never restarts the API server behind anyone's back (ADR 0080):
+The reconciler never reboots and never restarts the API server behind anyone's back (docs/decisions.md#config-rollout):
 a `config` operation rolls those out. It returns the status it wants; the actor writes it.
 """
 
@@ -99,7 +100,7 @@ async def reconcile_machine(
     if planned is not None and not planned.overdue(now):
         return _planned(planned, retry_after)
     if rotation_in_progress:
-        # Standing aside: no render, no dial, no apply (ADR 0063 "does not fight the stages").
+        # Standing aside: no render, no dial, no apply (docs/decisions.md#rotation-state).
         return MachineResult(
             _ready(
                 "Unknown",
@@ -243,7 +244,8 @@ def _report_only(result: Classification, machine: MachineView) -> MachineResult 
         paths = list(result.reboot_paths)
         msg = (
             f"{len(paths)} change(s) need a reboot and were not applied ({summarize_paths(paths)}); "
-            f"roll them out one node at a time with a TalosOperation of kind config for cluster {machine.cluster}"
+            f"roll them out one node at a time with a TalosOperation of kind config: `ichord cluster config-apply "
+            f"{machine.cluster} -n {machine.namespace}`"
         )
         return MachineResult(
             _ready("False", ReadyReason.REBOOT_REQUIRED, msg),
@@ -254,8 +256,8 @@ def _report_only(result: Classification, machine: MachineView) -> MachineResult 
         paths = list(result.api_server_restart_paths)
         msg = (
             f"{len(paths)} change(s) restart kube-apiserver and were not applied ({summarize_paths(paths)}); "
-            f"roll them out one control plane at a time with a TalosOperation of kind config for cluster "
-            f"{machine.cluster}"
+            f"roll them out one control plane at a time with a TalosOperation of kind config: `ichord cluster "
+            f"config-apply {machine.cluster} -n {machine.namespace}`"
         )
         return MachineResult(
             _ready("False", ReadyReason.API_SERVER_RESTART_REQUIRED, msg),

@@ -13,7 +13,7 @@
 Status is written in one place (``write``): a fresh read on conflict, messages scrubbed, the Succeeded
 condition kept with the phase, observedGeneration recorded, and the step's scope told of the new copy. An
 operation kind declares only its stage table and its stage functions; everything here is shared.
-The abandon/DeletionHeld decision (ADR 0120 Amendment 2) plugs in through ``OperationKind.abandonable``.
+The abandon/DeletionHeld decision (docs/decisions.md#abandon-or-hold) plugs in through ``OperationKind.abandonable``.
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ import structlog
 from ichord.api import names
 from ichord.api.conditions import Condition, find, now_rfc3339, parse_time, set_condition, set_operation_phase
 from ichord.api.names import Phase
-from ichord.api.views import OperationView
+from ichord.api.views import MachineView, OperationView
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
-from ichord.kube.errors import Conflict, KubeError, NotFound
+from ichord.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from ichord.kube.events import EventRecorder, ObjectRef
+from ichord.kube.forbidden import forbidden_message
 from ichord.kube.status import update_status
 from ichord.metrics import OPERATION_STAGE_DURATION
 from ichord.operations.lock import acquire_disruptive_lock, release_lock
@@ -47,6 +48,7 @@ Obj = dict[str, Any]
 Mutation = Callable[[Obj], None]
 
 BLOCKED = "Blocked"
+FORBIDDEN = names.EventReason.FORBIDDEN
 PAUSED = "Paused"
 PLANNED = "Planned"
 IN_PROGRESS = "InProgress"
@@ -59,8 +61,15 @@ class OperationKind:
     kind: str
     condition_type: str
     finalizer: str
-    #: ADR 0120 Amendment 2: may an operation in this state be abandoned when deleted? Kinds fill it in.
+    #: docs/decisions.md#abandon-or-hold: may an operation in this state be abandoned when deleted? Kinds fill it in.
     abandonable: Callable[[OperationView], bool] = lambda _op: False
+    #: The TalosMachines (names) a running operation covers: their deletion waits for it (operations/guard.py).
+    covers: Callable[[OperationView, list[MachineView]], set[str]] = lambda _op, machines: approved(machines)
+
+
+def approved(machines: list[MachineView]) -> set[str]:
+    """Every approved machine of the cluster (what a ca-rotation's passes visit)."""
+    return {m.name for m in machines if m.approved}
 
 
 class Context(Protocol):
@@ -166,9 +175,10 @@ def observe_stages(ended: list[StageEnded]) -> None:
         OPERATION_STAGE_DURATION.labels(kind=e.kind, stage=e.stage).observe(e.seconds)
 
 
-def phase(value: str, message: str) -> Mutation:
+def phase(ctx: Context, value: str, message: str) -> Mutation:
+    """The operation's phase and its Succeeded condition, stamped with the step's clock (as the kind's condition is)."""
     def m(status: Obj) -> None:
-        set_operation_phase(status, value, SCRUBBER.text(message))
+        set_operation_phase(status, value, SCRUBBER.text(message), now=ctx.now())
 
     return m
 
@@ -196,7 +206,7 @@ def condition(ctx: Context, kind: OperationKind, status_value: str, reason: str,
 
 def in_progress(ctx: Context, kind: OperationKind, reason: str, message: str, *,
                 timed: bool = False) -> list[Mutation]:
-    return [phase(Phase.IN_PROGRESS, message), condition(ctx, kind, "Unknown", reason, message, timed=timed)]
+    return [phase(ctx, Phase.IN_PROGRESS, message), condition(ctx, kind, "Unknown", reason, message, timed=timed)]
 
 
 def since_transition(kind: OperationKind, op_status: Obj, reason: str, now: dt.datetime) -> float | None:
@@ -225,7 +235,7 @@ async def blocked(ctx: Context, kind: OperationKind, subject: Subject, message: 
     """Paused, the kind's condition False/Blocked naming the cause, one Warning per cause; retried."""
     message = SCRUBBER.text(message)
     before = find(subject.status.get("conditions"), kind.condition_type)
-    muts: list[Mutation] = [phase(Phase.PAUSED, message), condition(ctx, kind, "False", BLOCKED, message)]
+    muts: list[Mutation] = [phase(ctx, Phase.PAUSED, message), condition(ctx, kind, "False", BLOCKED, message)]
     if machines is not None:
         muts.append(lambda s: s.__setitem__("machines", machines))
     await write(ctx, subject, *muts)
@@ -251,15 +261,34 @@ async def _write_without_subject(ctx: Context, kind: OperationKind, op: Obj, pha
     ctx.observe(await update_status(crds.operations(ctx.kube), meta["namespace"], meta["name"], mutate))
 
 
-async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, message: str) -> Blocked:
-    """Blocked when the step could not even read its inputs (the cluster, the bundle): same shape, best effort."""
+async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, message: str, *, reason: str = BLOCKED,
+                              event_reason: str = names.EventReason.OPERATION_BLOCKED) -> Blocked:
+    """Blocked when the step could not even read its inputs (the cluster, the bundle): same shape, best effort.
+
+    ``reason``: the condition's (Blocked, or one naming what the operator must do, e.g. BundleRestoreRequired);
+    FORBIDDEN: a 403 of the management API (the condition's reason and the Warning's are Forbidden)."""
     message = SCRUBBER.text(message)
     before = find((op.get("status") or {}).get("conditions"), kind.condition_type)
+    event_reason = FORBIDDEN if reason == FORBIDDEN else event_reason
     with contextlib.suppress(KubeError):
-        await _write_without_subject(ctx, kind, op, Phase.PAUSED, BLOCKED, message)
-        if before is None or (before.get("reason"), before.get("message")) != (BLOCKED, message):
-            ctx.recorder.record(ObjectRef.of(op), "Warning", names.EventReason.OPERATION_BLOCKED, message)
-    return Blocked(BLOCKED, message, ctx.timing.retry)
+        await _write_without_subject(ctx, kind, op, Phase.PAUSED, reason, message)
+        if before is None or (before.get("reason"), before.get("message")) != (reason, message):
+            ctx.recorder.record(ObjectRef.of(op), "Warning", event_reason, message)
+    return Blocked(reason, message, ctx.timing.retry)
+
+
+async def forbidden(ctx: Context, kind: OperationKind, op: Obj, exc: Forbidden) -> Blocked:
+    """A 403 of the management API stops the step (the lock Lease, the bundle Secret): Paused, the kind's condition
+    False/Forbidden naming the verb, resource and namespace refused and the chart value that grants them, one
+    Warning per refusal; retried every Timing.retry, so a grant added later resumes the operation where it was."""
+    namespace = str((op.get("metadata") or {}).get("namespace") or "")
+    message = forbidden_message(exc, cluster_namespace=namespace)
+    if OperationView.of(op).finished:
+        # Completed or Failed stays as it is: what it did is the record, and nothing is left to block.
+        log.warning("a finished operation's step was refused", operation=f"{namespace}/{op['metadata']['name']}",
+                    error=SCRUBBER.text(message))
+        return Blocked(FORBIDDEN, message, ctx.timing.retry)
+    return await blocked_before_read(ctx, kind, op, message, reason=FORBIDDEN)
 
 
 async def fail(ctx: Context, kind: OperationKind, op: Obj, reason: str, message: str) -> Failed:
@@ -270,9 +299,9 @@ async def fail(ctx: Context, kind: OperationKind, op: Obj, reason: str, message:
 
 
 async def plan_only(ctx: Context, kind: OperationKind, subject: Subject, plan: Obj) -> None:
-    """Created with spec.paused: true: write the plan for review; nothing else runs (api.md)."""
+    """Created with spec.paused: true: write the plan for review; nothing else runs (the CRDs)."""
     message = "plan only: spec.paused is true; set it to false to start"
-    await write(ctx, subject, lambda s: s.__setitem__("plan", plan), phase(Phase.PENDING, message),
+    await write(ctx, subject, lambda s: s.__setitem__("plan", plan), phase(ctx, Phase.PENDING, message),
                 condition(ctx, kind, "False", PLANNED, message))
 
 
@@ -282,7 +311,7 @@ async def hold_paused(ctx: Context, kind: OperationKind, subject: Subject, stage
                f"stays held")
     before = find(subject.status.get("conditions"), kind.condition_type)
     if before is None or before.get("reason") != PAUSED:
-        await write(ctx, subject, phase(Phase.PAUSED, message), condition(ctx, kind, "False", PAUSED, message))
+        await write(ctx, subject, phase(ctx, Phase.PAUSED, message), condition(ctx, kind, "False", PAUSED, message))
         event(ctx, subject, "Normal", names.EventReason.OPERATION_PAUSED, message)
         log_transition(kind, subject, f"{kind.kind} paused by spec")
     return Blocked(PAUSED, message, ctx.timing.retry)
@@ -303,6 +332,7 @@ async def lock(ctx: Context, kind: OperationKind, subject: Subject, *, approved_
                other_under_way: str | None) -> Blocked | None:
     """Take or renew the cluster lock (a Lease in the cluster's namespace, where the operation is too); the refusal
     as a Blocked outcome (status written) otherwise."""
+    # A 403 (the Lease not granted in the cluster's namespace) raises: the registry turns it into Forbidden.
     listed = getattr(ctx, "operations", None)
     if other_under_way is not None and other_under_way not in {op.uid for op in listed or []}:
         # The refusal names the rotation under way: read it once (only on this refusal) when the step did not list it.
@@ -333,7 +363,13 @@ async def let_go(ctx: Context, kind: OperationKind, op: Obj) -> None:
     """Release the lock (only if this operation holds it) and remove the finalizer; idempotent."""
     view = OperationView.of(op)
     if view.cluster:
-        await release_lock(ctx.kube, view.namespace, view.cluster, view.uid)
+        try:
+            await release_lock(ctx.kube, view.namespace, view.cluster, view.uid)
+        except Forbidden as exc:
+            # The lock is not released early, but it lapses on its own (its holder stops renewing it and the next
+            # operation takes over an expired lock): the finalizer still goes, and the operation keeps its phase.
+            log.warning("cannot release the cluster lock; it expires on its own", operation=f"{view.namespace}/"
+                        f"{view.name}", error=SCRUBBER.text(forbidden_message(exc, cluster_namespace=view.namespace)))
     if kind.finalizer not in view.finalizers:
         return
     rest = [f for f in view.finalizers if f != kind.finalizer]

@@ -31,7 +31,8 @@ from ichord.api import names
 from ichord.api.views import ClusterView
 from ichord.errors import IchordError
 from ichord.kube.client import KubeClient
-from ichord.kube.errors import KubeError, NotFound
+from ichord.kube.errors import Forbidden, KubeError, NotFound
+from ichord.kube.forbidden import forbidden_message
 from ichord.kube.reads import SecretData, read_secret
 from ichord.pki import pem as _pem
 from ichord.pki.bundle import BundleError, SecretsBundle
@@ -51,6 +52,7 @@ class BundleSourceError(IchordError):
     INVALID = "BundleInvalid"
     ROTATION_INVALID = "RotationInvalid"
     CROSS_NAMESPACE_REFUSED = "CrossNamespaceRefused"  # secretsRef outside the cluster's namespace, not allowed
+    FORBIDDEN = names.ReadyReason.FORBIDDEN  # the management API answered 403 (RBAC does not grant the read)
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -269,11 +271,14 @@ async def read_cluster_bundle(kube: KubeClient, cluster: ClusterView, allowed: f
     refusal = cluster.secret_refusal(allowed)
     if refusal is not None:
         raise BundleSourceError(BundleSourceError.CROSS_NAMESPACE_REFUSED, refusal)
-    return await read_bundle_secret(kube, cluster.secret_namespace, cluster.secret_name)
+    return await read_bundle_secret(kube, cluster.secret_namespace, cluster.secret_name,
+                                    cluster_namespace=cluster.namespace)
 
 
-async def read_bundle_secret(kube: KubeClient, namespace: str, name: str) -> BundleRead:
-    """GET the bundle Secret (uncached); failures are BundleSourceError naming it."""
+async def read_bundle_secret(kube: KubeClient, namespace: str, name: str, *,
+                             cluster_namespace: str | None = None) -> BundleRead:
+    """GET the bundle Secret (uncached); failures are BundleSourceError naming it (a 403: the chart value that
+    grants the read, judged against ``cluster_namespace``, the namespace of the TalosCluster naming it)."""
     where = f"Secret {namespace}/{name}"
     if not name:
         raise BundleSourceError(BundleSourceError.INVALID, "spec.secretsRef.name is empty; name the bundle Secret "
@@ -284,5 +289,8 @@ async def read_bundle_secret(kube: KubeClient, namespace: str, name: str) -> Bun
         raise BundleSourceError(BundleSourceError.SECRET_NOT_FOUND,
                                 f"{where} (spec.secretsRef) does not exist; create it with the cluster's "
                                 f"secrets.yaml") from None
+    except Forbidden as exc:
+        raise BundleSourceError(BundleSourceError.FORBIDDEN, f"cannot read {where}: "
+                                f"{forbidden_message(exc, cluster_namespace=cluster_namespace)}") from None
     except KubeError as exc:
         raise BundleSourceError(BundleSourceError.UNAVAILABLE, f"cannot read {where}: {exc}") from None

@@ -1,4 +1,4 @@
-"""The CA expiry pass (ADR 0063 Decision 1, "Addendum: expiry alerting"; ADR 0120 §5).
+"""The CA expiry pass (docs/decisions.md#expiry-alerting; docs/decisions.md#credentials-handoff).
 
 Per cluster: read the bundle Secret uncached, publish each CA's notAfter in
 ``TalosCluster.status.certificates`` and as ``ichord_certificate_expiry_timestamp_seconds``, keep the
@@ -48,7 +48,7 @@ log = structlog.get_logger(__name__)
 
 Obj = dict[str, Any]
 
-#: status.certificates order (api.md); the names are the rotation targets' (ADR 0120 §1).
+#: status.certificates order (the CRDs); the names are the rotation targets' (docs/decisions.md#ca-rotation-targets).
 CERTIFICATE_ORDER: tuple[Target, ...] = (
     Target.TALOS, Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR, Target.ETCD,
 )
@@ -93,8 +93,10 @@ def certificate_expiries(bundle: SecretsBundle) -> tuple[CertificateExpiry, ...]
     )
 
 
-def expiry_status(bundle: SecretsBundle, now: dt.datetime, warning_days: float) -> ExpiryResult:
-    """status.certificates and the CertificatesExpiring condition for ``bundle`` at ``now``.
+def expiry_status(bundle: SecretsBundle, now: dt.datetime, warning_days: float, *,
+                  cluster: tuple[str, str] = ("NS", "NAME")) -> ExpiryResult:
+    """status.certificates and the CertificatesExpiring condition for ``bundle`` at ``now``; ``cluster`` is
+    (namespace, name), for the commands the message names.
 
     The message names CAs and UTC dates, never days left, so it changes only when the bundle does
     (or once, when a CA crosses into the window or expires).
@@ -116,9 +118,10 @@ def expiry_status(bundle: SecretsBundle, now: dt.datetime, warning_days: float) 
     named += [f"{c.name} expires on {c.not_after_rfc3339}" for c in expiring]
     targets = ", ".join(c.name for c in certs if c in expired or c in expiring)
     reason = CertificatesExpiringReason.EXPIRED if expired else CertificatesExpiringReason.EXPIRING
-    message = (f"CAs expired or expiring within {window}: {'; '.join(named)}. Rotate them with a "
-               f"ca-rotation TalosOperation (targets: {targets}), then save the new bundle with "
-               f"`ichord cluster bundle-export`.")
+    ns, name = cluster
+    message = (f"CAs expired or expiring within {window}: {'; '.join(named)}. Rotate them: "
+               f"`ichord cluster rotate {name} -n {ns} --targets {targets.replace(', ', ',')}`, then save the new "
+               f"bundle with `ichord cluster bundle-export {name} -n {ns}`.")
     return ExpiryResult(certs, expiring, expired, Condition(CERTIFICATES_EXPIRING, "True", reason, message))
 
 
@@ -129,7 +132,7 @@ def exported_fingerprint(cluster_obj: Obj) -> str | None:
 
 
 def backup_stale_lowered(cluster_obj: Obj, bundle: SecretsBundle) -> bool:
-    """True when the export annotation names the live bundle (ADR 0120 §5: ExportFingerprint).
+    """True when the export annotation names the live bundle (docs/decisions.md#credentials-handoff: ExportFingerprint).
 
     An export of the pre-rotation bundle carries the old fingerprint and does not count.
     """
@@ -171,7 +174,7 @@ def publish_metrics(namespace: str, name: str, result: ExpiryResult) -> None:
 
 
 def forget_cluster(namespace: str, name: str) -> None:
-    """Drop a deleted cluster's expiry series (ADR 0063 Decision 1)."""
+    """Drop a deleted cluster's expiry series (docs/decisions.md#expiry-alerting)."""
     for target in CERTIFICATE_ORDER:
         for gauge in (CERTIFICATE_EXPIRY, CERTIFICATE_EXPIRY_DEPRECATED):
             with contextlib.suppress(KeyError):
@@ -257,7 +260,7 @@ async def expiry_pass(
                       error=message, retry_in=timing.expiry_retry)
         return timing.expiry_retry
 
-    result = expiry_status(public, now, warning_days)
+    result = expiry_status(public, now, warning_days, cluster=(namespace, name))
     publish_metrics(namespace, name, result)
     written = _Written()
     try:

@@ -1,4 +1,4 @@
-"""A deleted operation that is past its point of no return (ADR 0120 Amendment 2): held, said once, run on.
+"""A deleted operation that is past its point of no return (docs/decisions.md#abandon-or-hold): held, said once, run on.
 
 The kind decides through ``OperationKind.abandonable``; an operation it may not abandon gets the condition
 DeletionHeld=True (reason PastPointOfNoReturn, the stage in the message) and one DeletionHeld Warning, then

@@ -3,10 +3,11 @@
 Holder = the operation's UID, 5 minutes, renewed every step, released at the end. It is taken only
 through ``acquire_disruptive_lock``, which refuses, with a reason the operation shows:
 - LockHeld: another operation holds an unexpired lock;
-- ClusterCARotating: a CA rotation is under way and this is not it (ADR 0063: the stage is the only
+- ClusterCARotating: a CA rotation is under way and this is not it (docs/decisions.md#rotation-state: the stage is the
+only
   record of which CA the nodes accept; nothing else may disturb them meanwhile);
 - ClusterTransitioning: an even number of approved control planes (etcd would lose quorum while
-  one member is down; ADR 0120 §2 relies on this for the etcd roll).
+  one member is down; docs/decisions.md#ca-rotation-passes relies on this for the etcd roll).
 Expiry is judged from the Lease's own renewTime + duration (the lock outlives processes, so a
 process-local clock cannot judge it); a stale lock of a dead operation is taken over.
 

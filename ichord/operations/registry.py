@@ -22,10 +22,11 @@ from ichord.api.names import Phase
 from ichord.api.views import OperationView
 from ichord.errors import IchordError
 from ichord.kube import crds
-from ichord.kube.errors import NotFound
+from ichord.kube.errors import Forbidden, NotFound
 from ichord.kube.events import ObjectRef
 from ichord.kube.status import update_status
-from ichord.operations.backbone import OperationKind
+from ichord.operations import intent
+from ichord.operations.backbone import OperationKind, forbidden
 from ichord.operations.outcome import Done, Outcome, soonest
 from ichord.operations.scope import ClusterScope
 from ichord.operations.step_errors import StepRetries
@@ -110,7 +111,13 @@ class Registry:
     async def _step(self, scope: ClusterScope, impl: Operation, op: OperationView) -> Outcome:
         """One step of one operation under the error policy: an IchordError is a retry, anything else a bug."""
         try:
-            outcome = await impl.advance(scope, op)
+            # Past Pending a kind runs on the spec it accepted (a changed one is reported, never followed).
+            outcome = await impl.advance(scope, await intent.keep(scope, op))
+        except Forbidden as exc:
+            # Not transient: the grant stays missing until someone adds it. Said at once on the operation (its
+            # kind's condition False/Forbidden naming the chart value, one Warning), not as StepsFailing after the
+            # retry bound; retried every Timing.retry, so the grant once added resumes it where it stood.
+            return await forbidden(scope, impl.spec, _current(scope, op).obj, exc)
         except IchordError as exc:
             return await self.retries.failed(scope, _current(scope, op), exc)
         await self.retries.succeeded(scope, _current(scope, op))

@@ -1,7 +1,7 @@
 """The reboot roll: one node at a time, gated, with a boot-ID marker before the irreversible call.
 
-Written once for the etcd CA target (ADR 0120 Amendment 1 §1.2-1.3) and the ``config`` operation
-(ADR 0080 D3). ``advance_roll`` is a level-triggered step: each call reads the persisted marker
+Written once for the etcd CA target (docs/decisions.md#etcd-reboot-roll) and the ``config`` operation
+(docs/decisions.md#config-rollout). ``advance_roll`` is a level-triggered step: each call reads the persisted marker
 (``MarkerStore``, roll_ports.py), the node's boot ID (Talos) and its Node (the managed cluster's
 API), does at most one small piece of work and returns a ``RollOutcome``; the caller requeues.
 Nothing is remembered in the process: every wait is measured from the marker's ``requested_at``.
@@ -198,8 +198,9 @@ async def advance_roll(plan: Sequence[RollTarget], store: MarkerStore, talos: Ro
 
 
 async def restart_clock(store: MarkerStore, clock: Callable[[], datetime] = _utcnow) -> bool:
-    """Measure an outstanding reboot's bounds from now, for a paused roll a person resumes (ADR 0095's
-    retry "waits again with a fresh clock", as ADR 0080 cites it). False when no reboot is outstanding."""
+    """Measure an outstanding reboot's bounds from now, for a paused roll a person resumes
+    (docs/decisions.md#config-rollout's retry "waits again with a fresh clock", as docs/decisions.md#config-rollout
+    cites it). False when no reboot is outstanding."""
     marker = await store.read()
     if not marker.rebooting:
         return False
@@ -301,8 +302,8 @@ async def _act(d: Decision, marker: RollMarker, store: MarkerStore, talos: RollT
     if d.action is Action.COMPLETE:
         return await _complete(d.target, marker, store, nodes, hooks, timing, out)
     if d.action is Action.GIVE_UP:
-        # ADR 0080 D3: any failure after the reboot request re-enables scheduling; the marker stays, so a
-        # resumed roll verifies this node again and never reboots it a second time.
+        # docs/decisions.md#config-rollout: any failure after the reboot request re-enables scheduling; the marker
+        # stays, so a resumed roll verifies this node again and never reboots it a second time.
         log.warning("roll: node failed verification", machine=machine, reason=d.reason)
         freed = "released" if await _uncordon_quietly(nodes, d.target) else "not released yet (see the log)"
         message = f"{d.message}; ichord's cordon of {d.target.node} {freed}"
@@ -355,7 +356,7 @@ async def _reboot(target: RollTarget, marker: RollMarker, store: MarkerStore, ta
                    message)
     try:
         await hooks.before_reboot_call(target)
-    except IchordError as exc:  # best effort (ADR 0120 Amendment 1 §1.2: a leader forfeits, best effort)
+    except IchordError as exc:  # best effort (docs/decisions.md#etcd-reboot-roll: a leader forfeits, best effort)
         log.warning("roll: before the reboot call", machine=target.machine, error=str(exc))
     failpoint("roll.marker.before")
     marked = marker.marked(target.machine, boot_id, clock())

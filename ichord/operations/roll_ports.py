@@ -15,7 +15,7 @@ from ichord.kube.nodes import NodeView
 from ichord.operations.roll_state import RollMarker, RollTarget
 from ichord.talos.client import TalosClient
 
-#: MachineStatus stages of a node on its way down (talos-api-facts.md §2.3).
+#: MachineStatus stages of a node on its way down (Talos's API definitions).
 STOPPING_STAGES = frozenset({"MACHINE_STAGE_REBOOTING", "MACHINE_STAGE_SHUTTING_DOWN"})
 
 
@@ -50,7 +50,7 @@ class ManagedNodes(Protocol):
 
 
 class TalosNodes:
-    """RollTalos over a TalosClient: the BootID resource on v1.14, the boot_id file before (facts §2.4)."""
+    """RollTalos over a TalosClient: the BootID resource on v1.14, the boot_id file before."""
 
     def __init__(self, client: TalosClient, contract: VersionContract) -> None:
         self._client = client

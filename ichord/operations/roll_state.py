@@ -28,7 +28,7 @@ class RollTarget:
 
 @dataclass(frozen=True)
 class RollMarker:
-    """The persisted state of a roll (ADR 0120 Amendment 1 §1.2-1.3): everything it resumes from.
+    """The persisted state of a roll (docs/decisions.md#etcd-reboot-roll): everything it resumes from.
 
     ``rebooting`` names the machine asked to reboot ("" = none), ``boot_id`` is the boot it left and
     ``requested_at`` when the marker was written (both meaningful only while ``rebooting`` is set);
@@ -55,7 +55,7 @@ class RollMarker:
 @dataclass(frozen=True)
 class GateResult:
     """A gate's answer: open (``wait`` is None) or the reason to wait, shown to the user. ``final``: a
-    verifier that knows waiting will not help (ADR 0080 D3: the node came back without the rendered
+    verifier that knows waiting will not help (docs/decisions.md#config-rollout: the node came back without the rendered
     configuration); before a reboot it is an ordinary closed gate."""
 
     wait: str | None = None

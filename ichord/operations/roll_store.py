@@ -1,6 +1,6 @@
 """A MarkerStore on a custom object's status, through the one status patch helper (ichord/kube/status.py).
 
-The fields default to the etcd roll's (ADR 0120 Amendment 1, api.md): ``status.caRotation.etcdRebooting``
+The fields default to the etcd roll's (docs/decisions.md#etcd-reboot-roll, the CRD): ``status.caRotation.etcdRebooting``
 (the machine), ``etcdRebootBootID``, ``etcdRestartedAt`` (when the reboot was requested, RFC 3339 with
 microseconds: the bounds are measured from it) and ``etcdRestarted`` (append-only list of machines done).
 Cleared fields are removed (merge-patch null), ``etcdRestartedAt`` is kept as the last request's time.

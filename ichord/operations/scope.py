@@ -40,6 +40,9 @@ class TrustHooks:
     trust: Callable[[bytes, bytes], None] = _no_trust_hook
     #: Why a rotation of this Kubernetes CA must not start (ichord would lock itself out), or None.
     refusal: Callable[[bytes], str | None] = lambda _current_ca_pem: None
+    #: Whether this Kubernetes CA is the one of the API server ichord talks to (a self-managed cluster, ``ichord
+    #: sim``): then the operator's own kubeconfig needs the minted one after a rotation, and the hints say so.
+    own_cluster: Callable[[bytes], bool] = lambda _ca_pem: False
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The Talos secrets bundle (``secrets.yaml``), byte-compatible with ``talosctl gen secrets``.
 
-Layout (talos-api-facts.md §4): cluster.{id,secret}; secrets.{bootstraptoken,
+Layout (Talos's API definitions): cluster.{id,secret}; secrets.{bootstraptoken,
 secretboxencryptionsecret | aescbcencryptionsecret}; trustdinfo.token; certs.{etcd,k8s,k8saggregator,
 os}.{crt,key} and certs.k8sserviceaccount.key, every crt/key base64 of the PEM text.
 

@@ -49,7 +49,7 @@ class CAProfile:
     common_name: str | None
 
 
-#: What Talos generates for each CA (talos-api-facts.md §4).
+#: What Talos generates for each CA (Talos's API definitions).
 CA_PROFILES: dict[CAKind, CAProfile] = {
     CAKind.OS: CAProfile(KeyAlgorithm.ED25519, organization="talos", common_name=None),
     CAKind.ETCD: CAProfile(KeyAlgorithm.ECDSA_P256, organization="etcd", common_name=None),

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ichord.contract import DEFAULT_CONTRACT, parse_contract
+from ichord.operation_cli import DeprecatedAlias
 from ichord.pki.bundle import generate_bundle
 from ichord.pki.fingerprint import bundle_fingerprint, export_fingerprint
 
@@ -19,7 +20,9 @@ def register(subparsers: Any) -> None:
         description="Generate a Talos secrets bundle (secrets.yaml), written with mode 0600.",
     )
     gen.add_argument("--talos-version", default=str(DEFAULT_CONTRACT), help="version contract (default %(default)s)")
-    gen.add_argument("-o", "--output", default="secrets.yaml", help="output file (default %(default)s)")
+    gen.add_argument("-o", dest="output", action=DeprecatedAlias, instead="-f/--file", help=argparse.SUPPRESS)
+    gen.add_argument("-f", "--file", "--output", dest="output", default="secrets.yaml", metavar="FILE",
+                     help="output file (default %(default)s)")
     gen.add_argument("--force", action="store_true", help="overwrite an existing file")
     gen.set_defaults(func=_generate)
 

@@ -1,8 +1,9 @@
-"""SHA-256 fingerprints of certificates and of a bundle's CA set (ADR 0063, ADR 0120 §5).
+"""SHA-256 fingerprints of certificates and of a bundle's CA set (docs/decisions.md#rotation-state,
+docs/decisions.md#credentials-handoff).
 
 - certificate fingerprint: SHA-256 of the DER encoding, lowercase hex (what status shows);
 - BundleFingerprint: a hash of the Talos and Kubernetes CA fingerprints (what the credentials
-  code compares, unchanged by ADR 0120);
+  code compares, unchanged by docs/decisions.md#ca-rotation-passes);
 - ExportFingerprint: adds the etcd and aggregator CAs, so an export made before an etcd-only or
   aggregator-only rotation does not count as current (bundle-export and the expiry reconciler).
 """

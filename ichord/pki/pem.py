@@ -67,7 +67,7 @@ def load_certificate(pem: bytes, what: str = "certificate") -> x509.Certificate:
 
 
 def load_certificates(pem: bytes, what: str = "certificate bundle") -> list[x509.Certificate]:
-    """Load every certificate of a PEM bundle (the etcd CA field may hold two, ADR 0120 §2)."""
+    """Load every certificate of a PEM bundle (the etcd CA field may hold two, docs/decisions.md#ca-rotation-passes)."""
     out = []
     for i, block in enumerate(b for b in pem_blocks(pem) if pem_label(b) == "CERTIFICATE"):
         try:

@@ -1,8 +1,8 @@
 """``rotation.yaml``: the new CAs of a CA rotation, saved before any node is told anything.
 
 Optional keys ``talos``, ``kubernetes``, ``etcd``, ``aggregator``, each ``{crt, key}`` in the
-bundle's encoding (base64 of PEM). The keys present are the rotation's targets (ADR 0120 §1): a
-restarted daemon reads the targets from here, never from the operation's spec.
+bundle's encoding (base64 of PEM). The keys present are the rotation's targets (docs/decisions.md#ca-rotation-targets):
+a restarted daemon reads the targets from here, never from the operation's spec.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def register(subparsers: Any) -> None:
                    "else v1.14); overrides spec.talosVersion")
     p.add_argument("--role", choices=ROLES, help="machine role (default controlplane, or the --machine's role)")
     p.add_argument("--machine", metavar="M.yaml", help="TalosMachine object or spec (role, hostname, patches)")
-    # CA-rotation stage (ADR 0120 §2): what the machine runs at that stage of a rotation.
+    # CA-rotation stage (docs/decisions.md#ca-rotation-passes): what the machine runs at that stage of a rotation.
     p.add_argument("--stage", metavar="S", help="render a CA-rotation stage: Accepting, Issuing, Dropping, Finalizing")
     p.add_argument("--rotation", metavar="R.yaml", help="rotation.yaml holding the new CAs (with --stage)")
     p.add_argument("--targets", metavar="t,...", help="targets to rotate (default: the keys of rotation.yaml)")

@@ -1,9 +1,10 @@
-"""What applying a configuration change to a running Talos node takes (ADR 0080 and its amendment).
+"""What applying a configuration change to a running Talos node takes (docs/decisions.md#config-rollout and its
+amendment).
 
 Talos does not say whether a change needs a reboot (v1.14 applies everything without one, and then
 some settings only take effect at the next boot; <= 1.13 refuses NO_REBOOT for what its
 ``CanApplyImmediate`` list lacks), and ichord has to know before the apply: so the knowledge is
-here, as one table of ordered rules per version contract (talos-api-facts.md §9). The first rule
+here, as one table of ordered rules per version contract (Talos's API definitions). The first rule
 whose document kind and path prefix match a changed field decides; a document added or removed
 whole is classified by every field it carries and reported once, as the document.
 """
@@ -213,7 +214,7 @@ _COMMON: tuple[Rule, ...] = (
     _v1(".cluster.id", _UNSUP, _IDENTITY, when=_identity_changes),
     _v1(".cluster.secret", _UNSUP, _IDENTITY, when=_identity_changes),
     _docs("DiscoveryIdentityConfig", _UNSUP, _IDENTITY, when=_identity_changes),
-    # etcd: only at start. Its CA (.cluster.etcd.ca) too; ADR 0120 rolls it by reboot.
+    # etcd: only at start. Its CA (.cluster.etcd.ca) too; docs/decisions.md#ca-rotation-passes rolls it by reboot.
     _v1(".cluster.etcd", _REBOOT, _ETCD, worker_reason=_NO_ETCD),
     # Install configuration.
     _v1(".machine.install", _INSTALL, _INSTALLER),
@@ -221,7 +222,8 @@ _COMMON: tuple[Rule, ...] = (
     # Applied, but only takes effect at the next boot.
     _v1(".machine.env", _REBOOT, "services already running keep their environment until they restart"),
     _docs("EnvironmentConfig", _REBOOT, "services already running keep their environment until they restart"),
-    # Loading is live, but removal and parameter changes are not; ADR 0080 reports additions too.
+    # Loading is live, but removal and parameter changes are not; docs/decisions.md#config-rollout reports additions
+    # too.
     _v1(".machine.kernel.modules", _REBOOT, "kernel modules are not unloaded or re-parametrised on a running node"),
     _docs("KernelModuleConfig", _REBOOT, "kernel modules are not unloaded or re-parametrised on a running node"),
     _v1(".machine.systemDiskEncryption", _REBOOT, "volume encryption keys are used when a volume is opened at boot"),
@@ -235,15 +237,16 @@ _COMMON: tuple[Rule, ...] = (
     # re-render kube-apiserver's secrets, so on a control plane they restart it: outside a rotation (an
     # abandoned one leaves the new CAs accepted on the nodes) the machine reconciler reports them and a
     # `config` operation applies them one control plane at a time (issue 17). The CA rotation applies them
-    # itself, stage by stage, one kube-apiserver restart at a time (ADR 0063, 0120), while the reconciler
-    # stands aside.
+    # itself, stage by stage, one kube-apiserver restart at a time (docs/decisions.md#rotation-state,
+    # docs/decisions.md#ca-rotation-passes), while the reconciler stands aside.
     _v1(".machine.ca", _SAFE, _CA),
     _v1(".machine.acceptedCAs", _SAFE, _CA),
     _v1(".cluster.ca", _API, _K8S_CA, worker_reason=_K8S_CA_WORKER),
     _v1(".cluster.acceptedCAs", _API, _K8S_CA, worker_reason=_K8S_CA_WORKER),
     _v1(".cluster.aggregatorCA", _API, _K8S_CA, worker_reason=_K8S_CA_WORKER),
     _docs("KubeAPIServerCAConfig KubeAggregatorCAConfig", _API, _K8S_CA, worker_reason=_K8S_CA_WORKER),
-    # ADR 0080's amendment: kube-apiserver's static pod and the config files it sums into its version.
+    # docs/decisions.md#config-rollout's amendment: kube-apiserver's static pod and the config files it sums into its
+    # version.
     _v1(".cluster.apiServer", _API, _APISERVER, worker_reason=_NO_APISERVER),
     _docs(
         "KubeAPIServerConfig KubeAuthenticationConfig KubeAdmissionControlConfig KubeAuditPolicyConfig "

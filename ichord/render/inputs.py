@@ -1,7 +1,7 @@
 """Render inputs: the TalosCluster / TalosMachine spec fields that `talosctl gen config` takes.
 
-``ClusterInputs.from_spec`` / ``MachineInputs.from_spec`` validate a spec as api.md defines it and
-raise RenderInputError naming the offending field, so a bad spec never reaches the generator.
+``ClusterInputs.from_spec`` / ``MachineInputs.from_spec`` validate a spec as the TalosCluster/TalosMachine CRDs define
+it and raise RenderInputError naming the offending field, so a bad spec never reaches the generator.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def _mapping(spec: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise RenderInputError(f"spec.{key}", "must be a mapping", f"see api.md for the shape of {key}")
+        raise RenderInputError(f"spec.{key}", "must be a mapping", f"see the CRD for the shape of {key}")
     return value
 
 

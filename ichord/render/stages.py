@@ -1,4 +1,5 @@
-"""CA-rotation stage overlays: what a machine runs at each stage (ADR 0120 §2, ADR 0063 "Render input").
+"""CA-rotation stage overlays: what a machine runs at each stage (docs/decisions.md#ca-rotation-passes,
+docs/decisions.md#rotation-state).
 
 One table decides every target alike: at each stage one CA *signs* (issues) and at most one more is
 *trusted* on top of it.
@@ -9,7 +10,7 @@ One table decides every target alike: at each stage one CA *signs* (issues) and 
     Dropping     new       -
     Finalizing   new       -
 
-Where that lands differs per target (the writers below), exactly as ADR 0120 §2's table says:
+Where that lands differs per target (the writers below), exactly as docs/decisions.md#ca-rotation-passes's table says:
 
     talos                   machine.ca = signing; machine.acceptedCAs += trusted
     kubernetes              KubeAPIServerCAConfig issuingCA / acceptedCAs (v1.14),
@@ -56,7 +57,7 @@ class StageRow:
     trusted: Which | None
 
 
-#: The stage table (ADR 0120 §2). AwaitingCredentials keeps Accepting's configuration.
+#: The stage table (docs/decisions.md#ca-rotation-passes). AwaitingCredentials keeps Accepting's configuration.
 STAGE_TABLE: dict[Stage, StageRow] = {
     Stage.ACCEPTING: StageRow(signing=Which.OLD, trusted=Which.NEW),
     Stage.AWAITING_CREDENTIALS: StageRow(signing=Which.OLD, trusted=Which.NEW),
@@ -143,7 +144,7 @@ def _trust_etcd(config: MachineConfig, cert_pem: bytes, cp: bool, _contract: Ver
     ca = (cluster.get("etcd") or {}).get("ca")
     if not isinstance(ca, dict) or not ca.get("crt"):
         raise StageRenderError("the rendered control-plane configuration has no cluster.etcd.ca")
-    # The first PEM block signs (with the key), the whole field is trusted (ADR 0120 §2).
+    # The first PEM block signs (with the key), the whole field is trusted (docs/decisions.md#ca-rotation-passes).
     signing = _pem.b64_pem_decode(str(ca["crt"]), "cluster.etcd.ca.crt")
     ca["crt"] = _b64(signing + cert_pem)
 

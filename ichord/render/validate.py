@@ -2,7 +2,7 @@
 
 What a machine would refuse or what would be unsafe is caught here, before anything is applied:
 one v1alpha1 document with a valid machine.type, well-formed typed documents without duplicates,
-no legacy CA field beside the document that replaces it (talos-api-facts §3.2), and no CA private
+no legacy CA field beside the document that replaces it (Talos's API definitions), and no CA private
 key on a worker.
 """
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from google.protobuf import empty_pb2
-from grpclib.client import Channel
+from grpclib.client import Channel, UnaryStreamMethod
 from grpclib.config import Configuration
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
@@ -26,14 +26,20 @@ from ichord.errors import network_cause, verify_reason
 from ichord.metrics import TALOS_RPC_DURATION
 from ichord.talos import errors as e
 from ichord.talos.dial import DialBundle
+from ichord.talos.proto.gen.common import common_pb2
 from ichord.talos.proto.gen.cosi import state_grpc, state_pb2
 from ichord.talos.proto.gen.machine import machine_grpc
 from ichord.talos.proto.gen.machine import machine_pb2 as m
+from ichord.talos.proto.gen.machine.etcd_snapshot_pb2 import EtcdSnapshotRequest
 from ichord.talos.resources import ResourceReads
 
 APID_PORT = 50000
 DIAL_TIMEOUT = 15.0
 RPC_TIMEOUT = 120.0
+#: An etcd snapshot streams the whole database (up to etcd's 8 GiB quota): its own deadline.
+SNAPSHOT_TIMEOUT = 900.0
+#: MachineService.EtcdSnapshot, bound here: its request lives in its own proto file (etcd_snapshot.proto).
+ETCD_SNAPSHOT_PATH = "/machine.MachineService/EtcdSnapshot"
 
 T = TypeVar("T")
 
@@ -312,6 +318,21 @@ class TalosClient(ResourceReads):
     async def kubeconfig_archive(self, endpoint: str, *, node: str | None = None) -> bytes:
         """The raw Kubeconfig stream (a gzip tar); see ``ichord.talos.resources.kubeconfig``."""
         return await self._stream_bytes(endpoint, "Kubeconfig", node, empty_pb2.Empty())
+
+    async def etcd_snapshot(self, endpoint: str, sink: Callable[[bytes], None], *, node: str | None = None,
+                            deadline: float = SNAPSHOT_TIMEOUT) -> int:
+        """EtcdSnapshot (control planes; os:admin, os:operator or os:etcd:backup): etcd's database streamed chunk by
+        chunk into ``sink`` as the node sends it (never held whole in memory); returns the bytes streamed."""
+        async def run(channel: Channel) -> int:
+            method = UnaryStreamMethod(channel, ETCD_SNAPSHOT_PATH, EtcdSnapshotRequest, common_pb2.Data)
+            total = 0
+            async with method.open(timeout=deadline, metadata=self._metadata(node)) as stream:
+                await stream.send_message(EtcdSnapshotRequest(), end=True)
+                async for data in stream:
+                    sink(data.bytes)
+                    total += len(data.bytes)
+            return total
+        return await self._call(endpoint, "EtcdSnapshot", node, run)
 
     # ---- cosi.resource.State ----------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Dial bundles: the credentials of one connection to the Talos API (ADR 0063).
+"""Dial bundles: the credentials of one connection to the Talos API (docs/decisions.md#rotation-state).
 
 A dial bundle names the OS CA that signs the client certificate and every OS CA the node may serve
 from. A fresh client certificate (``os:admin`` by default) is minted from the signing CA for each

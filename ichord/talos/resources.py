@@ -20,7 +20,7 @@ from ichord.talos.errors import TalosProtocolError
 from ichord.talos.proto.gen.resource.config import config_pb2
 from ichord.talos.proto.gen.talos.definitions import enums_pb2, k8s_pb2, runtime_pb2, secrets_pb2, v1alpha1_pb2
 
-# (namespace, type) of each resource, as Talos registers them (talos-api-facts.md §2.3).
+# (namespace, type) of each resource, as Talos registers them (Talos's API definitions).
 MACHINE_CONFIG = ("config", "MachineConfigs.config.talos.dev")
 NODENAME = ("k8s", "Nodenames.kubernetes.talos.dev")
 MACHINE_STATUS = ("runtime", "MachineStatuses.runtime.talos.dev")

@@ -1,4 +1,4 @@
-"""The trust pool and the per-replica trust sync (ADR 0063 trust amendments).
+"""The trust pool and the per-replica trust sync (docs/decisions.md#trust-pool).
 
 ``ichord run`` builds one pool and one ``SharedTrust`` (the pool and where its extras are published) and hands
 its hooks to the cluster actors through their Runtime (``SharedTrust.hooks()``), never through a global: the
@@ -29,7 +29,11 @@ class SharedTrust:
     trust_file: Path | None
 
     def hooks(self) -> TrustHooks:
-        return TrustHooks(trust=self.rotation_trust_hook, refusal=self.rotation_refusal)
+        return TrustHooks(trust=self.rotation_trust_hook, refusal=self.rotation_refusal, own_cluster=self.own_cluster)
+
+    def own_cluster(self, ca_pem: bytes) -> bool:
+        """True when ``ca_pem`` is the Kubernetes CA (current or new) of the API server this process talks to."""
+        return self.pool.trusts_any([ca_pem])
 
     def rotation_trust_hook(self, new_ca_pem: bytes, current_ca_pem: bytes) -> None:
         """Trust the rotation's new Kubernetes CA and publish it; a failure is logged, never stops the rotation.

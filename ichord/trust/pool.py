@@ -1,4 +1,4 @@
-"""The trust pool: what ichord's own Kubernetes client trusts (ADR 0063 trust amendments).
+"""The trust pool: what ichord's own Kubernetes client trusts (docs/decisions.md#trust-pool).
 
 One pool per process: the base CA file (the pod's projected ``ca.crt``, re-read on every request so
 the kubelet's refresh is seen on the next connection) plus extra CA certificates added at runtime:

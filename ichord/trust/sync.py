@@ -1,4 +1,5 @@
-"""The trust sync: every replica trusts a rotation's new Kubernetes CA before Issuing (ADR 0063).
+"""The trust sync: every replica trusts a rotation's new Kubernetes CA before Issuing
+(docs/decisions.md#rotation-state).
 
 Runs on every replica, not leader-gated: the follower's informers and API calls go through the
 same pool, and the follower never runs the rotation. A handler on the TalosOperation informer

@@ -10,8 +10,9 @@
   ``kill_at_each_failpoint``: a daemon per failpoint, each killed there in turn.
 - ``operator``: the operator's part (the ca-rotation's credentials hand-off), played on the simulator's store so
   that it is not subject to the faults the driver injects.
-- ``common_invariants``: testing.md's invariants every operation shares, read from the simulators;
-  ``SecretHistory``: the bundle Secret's writes ordered against the nodes' applies (testing.md 1).
+- ``common_invariants``: the invariants of docs/decisions.md#invariants every operation shares, read from the
+simulators;
+  ``SecretHistory``: the bundle Secret's writes ordered against the nodes' applies (docs/decisions.md#invariants 1).
 """
 
 from __future__ import annotations
@@ -352,8 +353,8 @@ class SecretHistory:
                              str(data.get(names.SECRETS_KEY))))
 
     def violations(self, since: int, *, rotation: bool) -> list[str]:
-        """testing.md (1): rotation.yaml written before any node is told anything; secrets.yaml replaced once (a
-        rotation) or never (any other operation)."""
+        """docs/decisions.md#invariants (1): rotation.yaml written before any node is told anything; secrets.yaml
+        replaced once (a rotation) or never (any other operation)."""
         out = []
         values = [v for _, _, v in self.changes]
         replaced = sum(1 for a, b in itertools.pairwise(values) if a != b)

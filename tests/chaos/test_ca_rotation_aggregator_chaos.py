@@ -1,5 +1,5 @@
-"""The chaos tier for the aggregator (front-proxy) CA (ADR 0120 §2, Amendment 3): ``ichord run`` rotating it alone
-on a simulated 3+1 cluster, killed at every failpoint such a rotation passes, in turn, and restarted each time.
+"""The chaos tier for the aggregator (front-proxy) CA (docs/decisions.md#aggregator-ca): ``ichord run`` rotating it
+alone on a simulated 3+1 cluster, killed at every failpoint such a rotation passes, in turn, and restarted each time.
 
 Checked from the simulators, not from ichord's status: the operation completes; each control plane got exactly one
 apply per pass and no worker any (none repeated after a kill); no two kube-apiservers were ever restarting at once;

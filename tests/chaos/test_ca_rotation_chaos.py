@@ -1,8 +1,8 @@
 """The chaos tier for the ca-rotation (issue 19): the daemon as a subprocess, killed at every failpoint of the
 rotation in turn, and separately SIGKILLed at random moments (seeded, the seed printed), restarted each time.
 
-Every run checks testing.md's invariants from the simulators, not from ichord's status: the operation
-completes; every machine got exactly one apply per pass (none repeated after a kill); every node signs with
+Every run checks the invariants of docs/decisions.md#invariants from the simulators, not from ichord's status: the
+operation completes; every machine got exactly one apply per pass (none repeated after a kill); every node signs with
 and trusts only the new CAs; the bundle Secret holds them and no rotation.yaml; the lock is released; no key
 material in the daemons' logs. ``ICHORD_CHAOS_RUNS`` raises the number of random runs (default 1 in CI).
 """
@@ -34,16 +34,17 @@ from tests.e2e.test_ca_rotation_daemon import _follow
 
 pytestmark = [pytest.mark.anyio, pytest.mark.chaos, pytest.mark.slow]
 
-#: Every failpoint of the ca-rotation, in the order one rotation passes them (failpoints.py, testing.md).
+#: Every failpoint of the ca-rotation, in the order one rotation passes them (failpoints.py,
+#: docs/decisions.md#invariants).
 FAILPOINTS = [
-    "ca-rotation.save.before", "ca-rotation.saved",
+    "ca-rotation.save.before", "ca-rotation.custody.kept", "ca-rotation.saved",
     "ca-rotation.apiserver.recorded",  # the first control plane's kube-apiserver recorded, before its apply
     "ca-rotation.apply.before.accepting", "ca-rotation.apply.after.accepting",
     "ca-rotation.apply.before.issuing", "ca-rotation.apply.after.issuing",
     "ca-rotation.apply.before.dropping", "ca-rotation.apply.after.dropping",
     "ca-rotation.replace.before", "ca-rotation.replace.after",
     "ca-rotation.restart.before", "ca-rotation.restart.after",
-    "ca-rotation.done.before",
+    "ca-rotation.custody.released", "ca-rotation.done.before",
 ]
 
 
@@ -54,6 +55,7 @@ OFF_THE_DEFAULT_PATH = {
     "ca-rotation.abandon.letgo.before": "tests/integration/test_ca_rotation_abandon.py",
     "ca-rotation.aggregator.delete.before": "tests/chaos/test_ca_rotation_aggregator_chaos.py",
     "ca-rotation.aggregator.delete.after": "tests/chaos/test_ca_rotation_aggregator_chaos.py",
+    "ca-rotation.custody.restored": "tests/chaos/test_custody_chaos.py",
 }
 
 

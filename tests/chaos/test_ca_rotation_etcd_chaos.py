@@ -45,19 +45,33 @@ async def _run_to_end(kube: KubeClient, env: SimEnvironment, seen: list[str], tm
     return op
 
 
+#: The snapshot the rotation takes first when the TalosCluster names a destination (operations/etcd_snapshot.py).
+SNAPSHOT = ["etcd-snapshot.marker.after", "etcd-snapshot.taken.before"]
+
+
 async def test_killed_at_every_roll_failpoint_in_turn_the_etcd_rotation_completes(
         make_sim_env: MakeSimEnv, tmp_path: Path) -> None:
     env = await _env(make_sim_env, 3)
     old = env.bundle
     assert old is not None
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir()
     async with await from_kubeconfig(env.kubeconfig) as kube:
+        await crds.clusters(kube).patch(env.namespace, env.cluster_name, {"spec": {"etcdSnapshots": {
+            "path": str(snapshots)}}})
         await _start(kube, env, ["etcd"])
         seen: list[str] = []
         daemons = await kill_at_each_failpoint(
-            env, tmp_path, PATH, lambda d: _follow(kube, env, seen, stop=lambda: d.proc.poll() is not None))
+            env, tmp_path, [*SNAPSHOT, *PATH],
+            lambda d: _follow(kube, env, seen, stop=lambda: d.proc.poll() is not None))
         op = await _run_to_end(kube, env, seen, tmp_path, daemons)
         assert op["status"]["phase"] == "Completed", op["status"]
         _check_etcd_end_state(env, old)
+    # Killed after its marker and again after its file: one snapshot, recorded, before the first reboot.
+    (file,) = sorted(snapshots.iterdir())
+    assert op["status"]["etcdSnapshot"]["path"] == str(file) and op["status"]["etcdSnapshot"]["state"] == "Taken"
+    served = env.talos.history.of("etcd_snapshot")
+    assert len(served) == 1 and served[0]["seq"] < env.talos.history.of("reboot_requested")[0]["seq"]
 
 
 async def test_sigkilled_at_random_moments_the_etcd_rotation_completes(

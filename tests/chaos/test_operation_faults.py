@@ -1,7 +1,8 @@
 """The chaos tier's faults (issue 19), one scenario per operation: while the daemon (a subprocess) runs it, the
 seeded driver of _chaos.py injects API errors and resets, a management outage, 410s, unreachable, vanishing,
 slow and refusing Talos nodes, and SIGKILLs. Then every fault is lifted and the operation must complete with
-testing.md's invariants, read from the simulators' history and state (never from ichord's status):
+the invariants of docs/decisions.md#invariants, read from the simulators' history and state (never from ichord's
+status):
 
 - ``ca-rotation``: talos + kubernetes on 3 control planes + 1 worker: one apply per pass and machine (none
   repeated), no reboot, every node signing with and trusting only the new CAs, the Secret holding them;

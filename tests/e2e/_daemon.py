@@ -23,7 +23,10 @@ DAEMON_TIME_SCALE = "0.05"
 
 class Daemon:
     def __init__(self, env: SimEnvironment, workdir: Path, name: str, *, extra_env: dict[str, str] | None = None,
-                 resync: float = 1.0, kubeconfig: Path | None = None) -> None:
+                 resync: float = 1.0, kubeconfig: Path | None = None, controller_namespace: str | None = None,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        """``controller_namespace``: where the daemon runs (default the environment's namespace, where its objects
+        are); ``extra_args``: more ``ichord run`` flags (e.g. the ones a chart's Deployment passes)."""
         self.env = env
         self.name = name
         self.log_path = workdir / f"{name}.log"
@@ -34,8 +37,9 @@ class Daemon:
         environ.pop("KUBECONFIG", None)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ichord.cli", "run", "--kubeconfig", str(kubeconfig or env.kubeconfig),
-             "--controller-namespace", env.namespace, "--identity", name, "--metrics-addr", "127.0.0.1:0",
-             "--port-file", str(self.port_file), "--resync", str(resync), "--log-level", "debug"],
+             "--controller-namespace", controller_namespace or env.namespace, "--identity", name,
+             "--metrics-addr", "127.0.0.1:0", "--port-file", str(self.port_file), "--resync", str(resync),
+             "--log-level", "debug", *extra_args],
             stdout=self._log, stderr=subprocess.STDOUT, env=environ,
         )
 

@@ -1,5 +1,5 @@
 """`ichord run` as a subprocess rotates the aggregator CA (alone and with the Talos and Kubernetes CAs), and
-abandons or holds a deleted rotation (ADR 0120 §2, §4, lane E 3, Amendments 2 and 3).
+abandons or holds a deleted rotation (docs/decisions.md#aggregator-ca and 3).
 
 Asserted from the simulators' history and state, not from ichord's word: no two kube-apiservers were ever
 restarting at once; when the operation reported Completed every control plane's kube-apiserver ran (and was

@@ -1,5 +1,5 @@
 """`ichord run` as a subprocess rotates the etcd CA of a simulated cluster: three passes, each followed by a
-reboot of every control plane, one at a time (ADR 0120 Amendment 1 §1).
+reboot of every control plane, one at a time (docs/decisions.md#etcd-reboot-roll).
 
 Everything is asserted from the simulators: the Talos history (quorum never lost, members always
 trusting each other, one round of control-plane reboots per pass, the worker never), the Nodes (none
@@ -180,8 +180,8 @@ async def test_the_daemon_rotates_talos_kubernetes_and_etcd_of_five_control_plan
 
 async def test_the_daemon_rotates_all_four_cas_of_three_control_planes(make_sim_env: MakeSimEnv, kube_of: Any,
                                                                        tmp_path: Path) -> None:
-    """ADR 0120 end to end with every target: the etcd roll after each pass, kube-apiserver restarted one
-    control plane at a time in every pass, the aggregator ConfigMap reset to the new CA alone."""
+    """docs/decisions.md#ca-rotation-passes end to end with every target: the etcd roll after each pass, kube-apiserver
+    restarted one control plane at a time in every pass, the aggregator ConfigMap reset to the new CA alone."""
     env = await _env(make_sim_env, 3)
     kube = await kube_of(env)
     old = env.bundle
@@ -239,7 +239,8 @@ async def test_killed_around_the_reboot_call_the_daemon_resumes_with_no_double_r
 async def test_a_single_control_plane_rotates_its_etcd_ca_with_the_daemon_on_its_own_api(
         make_sim_env: MakeSimEnv, kube_of: Any, tmp_path: Path) -> None:
     """One control plane, ichord's objects on the cluster's own API: the API is gone during each of the three
-    reboots and the daemon rides them out (its lease outlives a reboot, ADR 0063's single-node case)."""
+    reboots and the daemon rides them out (its lease outlives a reboot, docs/decisions.md#rotation-state's single-node
+    case)."""
     env = await make_sim_env(control_planes=1)
     kube = await kube_of(env)
     old = env.bundle

@@ -102,8 +102,10 @@ async def test_status_leads_the_operator_through_a_rotation(
             "clusterRef": {"name": env.cluster_name}, "kind": "ca-rotation", "paused": True}})
         await eventually(lambda: _phase_is(kube, env, "Pending"), within=20, what="the plan written")
         command = shlex.split(_next(await _status(env)))
-        assert command[:6] == ["kubectl", "-n", env.namespace, "patch", "top", OP], command
-        assert command[6:] == ["--type", "merge", "-p", '{"spec":{"paused":false}}'], command
+        # (with the kubeconfig status was run with, so that it works pasted as printed)
+        assert command[:8] == ["kubectl", "--kubeconfig", str(env.kubeconfig), "-n", env.namespace, "patch", "top",
+                               OP], command
+        assert command[8:] == ["--type", "merge", "-p", '{"spec":{"paused":false}}'], command
         await crds.operations(kube).patch(env.namespace, OP, {"spec": {"paused": False}})
 
         # AwaitingCredentials: status names the hand-off; running it lets the rotation go on.
@@ -112,8 +114,8 @@ async def test_status_leads_the_operator_through_a_rotation(
         assert "stage AwaitingCredentials" in out and "waiting for: AwaitingCredentials:" in out
         command = shlex.split(_next(out))
         assert command == ["ichord", "cluster", "credentials", env.cluster_name, "-n", env.namespace,
-                           "--acknowledge"]
-        code, _, err = await _ichord(env, *command[1:], "-o", str(tmp_path / "creds"), "--wait", "120")
+                           "--kubeconfig", str(env.kubeconfig), "--acknowledge"]
+        code, _, err = await _ichord(env, *command[1:], "-d", str(tmp_path / "creds"), "--wait", "120")
         assert code == 0, err
 
         # Completed: the bundle export is what is left to do.
@@ -122,8 +124,9 @@ async def test_status_leads_the_operator_through_a_rotation(
         out = await _status(env)
         assert "none under way" in out and f"last finished: {OP} ca-rotation Completed" in out
         command = shlex.split(_next(out))
-        assert command == ["ichord", "cluster", "bundle-export", env.cluster_name, "-n", env.namespace]
-        code, _, err = await _ichord(env, *command[1:], "-o", str(tmp_path / "bundle.yaml"))
+        assert command == ["ichord", "cluster", "bundle-export", env.cluster_name, "-n", env.namespace,
+                           "--kubeconfig", str(env.kubeconfig)]
+        code, _, err = await _ichord(env, *command[1:], "-f", str(tmp_path / "bundle.yaml"))
         assert code == 0, err
         await eventually(lambda: _not(_stale(kube, env)), within=20, what="BundleBackupStale lowered")
         assert "Next:" not in await _status(env)

@@ -1,4 +1,5 @@
-"""`ichord run` as a subprocess rolls out a reboot-class patch and an API-server-restart patch (ADR 0080).
+"""`ichord run` as a subprocess rolls out a reboot-class patch and an API-server-restart patch
+(docs/decisions.md#config-rollout).
 
 3 control planes + 3 workers, a Deployment of 3 under a PodDisruptionBudget of minAvailable 2 on the
 managed cluster, the daemon told it runs on worker 1's Node (NODE_NAME). Asserted from the simulators'

@@ -106,7 +106,7 @@ def test_demo_piped_shows_every_step_and_the_rotation_and_exits_0(e2e_bundle: Se
     for line in ("managed Kubernetes API: serves with the new kubernetes CA, accepts client certificates from the "
                  "new one(s)",
                  "bundle Secret ichord-system/demo-secrets: talos new, kubernetes new, rotation.yaml removed",
-                 "BundleBackupStale=True/CARotated", "run `ichord cluster bundle-export demo`",
+                 "BundleBackupStale=True/CARotated", "run `ichord cluster bundle-export demo -n ichord-system`",
                  "clients restarted one at a time: daemonset/kube-flannel, daemonset/kube-proxy, deployment/coredns; "
                  "available again: 3/3",
                  "stages seen: " + " -> ".join(STAGES) + "; CARotation=True/Rotated in "):

@@ -113,9 +113,9 @@ async def test_the_chart_grants_exactly_what_the_daemon_uses_and_no_key_stays_on
     assert _rbac.compare(granted, [other])[0] == {other}
 
     # The comparison fails both ways: an extra grant is reported unused, a missing one as a refused request.
-    extra = _rbac.Grant("cluster", "", "secrets", "delete", None)  # never used
+    extra = _rbac.Grant("cluster", "", "configmaps", "delete", None)  # never used
     assert _rbac.compare(granted | {extra}, recorded)[1] == {extra}
     for needed in sorted(granted, key=str):
         refused, _ = _rbac.compare(granted - {needed}, recorded)
         assert refused and all(_rbac.allows(needed, a) for a in refused), needed
-    assert _rbac.compare(granted, [*recorded, Access(user, "delete", "", "secrets", "", env.namespace, "x")])[0]
+    assert _rbac.compare(granted, [*recorded, Access(user, "delete", "", "configmaps", "", env.namespace, "x")])[0]

@@ -1,5 +1,5 @@
 """A single control plane: its API server is down ~75 s (scaled) when it restarts for Dropping; the
-self-hosted leader keeps its lease (ADR 0063 "leader election outlives an API server restart") and, with
+self-hosted leader keeps its lease (docs/decisions.md#rotation-state) and, with
 the trust pool, never fails x509 across the serving-CA switch."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.e2e.test_trust_selfhosted import PROJECTED_LAG, Replica, Timeline, _h
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 __all__ = ["kube"]  # the fixture, shared
 
-#: kube-apiserver not ready for 75 s (scaled) after each restart: inside the 60-90 s the ADR names.
+#: kube-apiserver not ready for 75 s (scaled) after each restart: inside the 60-90 s a real restart takes.
 OUTAGE = 75.0 * E2E_TIME_SCALE
 
 

@@ -1,4 +1,5 @@
-"""Invariants over the Talos simulator's history about kube-apiserver restarts (ADR 0120 lane E 3)."""
+"""Invariants over the Talos simulator's history about kube-apiserver restarts
+(docs/decisions.md#ca-rotation-passes)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A simulated cluster driven by the real cluster actor step and the real registry, for the config rollout tests.
 
-Also the invariants read from the simulators' history (ADR 0080's "done when"): per-node reboots, how many
-machines were down at once per role, and the PodDisruptionBudget's healthy count at every pod change.
+Also the invariants read from the simulators' history (docs/decisions.md#config-rollout's "done when"): per-node
+reboots, how many machines were down at once per role, and the PodDisruptionBudget's healthy count at every pod change.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Deleting a ca-rotation under way (ADR 0120 Amendment 2): abandoned before its point of no return
+"""Deleting a ca-rotation under way (docs/decisions.md#abandon-or-hold): abandoned before its point of no return
 (rotation.yaml gone, lock free, finalizer gone, a Warning on the cluster), held past it (DeletionHeld, runs on
 to Done, then gone). Against the simulators, a new context per step."""
 

@@ -1,4 +1,4 @@
-"""The kubernetes-aggregator target (ADR 0120 §2, §4, Amendment 3) against the simulators: refused on the v1.13
+"""The kubernetes-aggregator target (docs/decisions.md#aggregator-ca) against the simulators: refused on the v1.13
 contract before anything is written; extension-apiserver-authentication lists the new CA before Issuing;
 AggregatorAuthReset leaves the new CA alone in it (kube-apiserver merges and never removes); the reset never
 deletes a ConfigMap kube-apiserver recreated meanwhile."""
@@ -52,7 +52,7 @@ async def test_an_aggregator_rotation_ends_with_the_new_ca_alone_in_extension_ap
 
     new = live_bundle(env).k8s_aggregator.cert_pem
     assert new != old and names.ROTATION_KEY not in secret_data(env)
-    assert ext_auth_cas(env) == _pem.pem_blocks(new)  # the merged old CA is gone (Amendment 3)
+    assert ext_auth_cas(env) == _pem.pem_blocks(new)  # the merged old CA is gone (docs/decisions.md#aggregator-ca)
     assert stages_seen(driver.snapshots)[:2] == ["Accepting", "Issuing"]  # no hand-off for the aggregator alone
     reasons = _reasons(driver.snapshots)
     assert ("Accepting", "SettlingClients") in reasons  # ClientSettleDelay before Issuing signs with the new CA

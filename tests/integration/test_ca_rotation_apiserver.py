@@ -1,4 +1,4 @@
-"""One kube-apiserver restart at a time (ADR 0120 "Amendment lane E" point 3): a pass that rotates the
+"""One kube-apiserver restart at a time (docs/decisions.md#ca-rotation-passes point 3): a pass that rotates the
 Kubernetes CA applies the next control plane, and verifies the stage, only once the control plane before it
 runs a new kube-apiserver container whose own /readyz answers 200. Against the simulators."""
 

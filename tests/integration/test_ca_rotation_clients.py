@@ -52,7 +52,8 @@ async def test_cilium_first_one_at_a_time_and_a_client_not_back_is_named(
 
     real_available = clients.available
     monkeypatch.setattr(clients, "patch_workload", recording_patch)
-    # coredns never becomes available again (its pods would be stuck on a tainted node, ADR 0063 2026-10-29)
+    # coredns never becomes available again (its pods would be stuck on a tainted node,
+    # docs/decisions.md#client-restarts)
     monkeypatch.setattr(clients, "available", lambda obj: obj["metadata"]["name"] != "coredns" and real_available(obj))
 
     async with driving(env, timing=replace(TIMING, ca_client_restart_timeout=2.0)) as driver:

@@ -197,7 +197,7 @@ async def test_the_command_line(env: SimEnvironment, driver: Driver, tmp_path: P
     async def cli(*args: str) -> tuple[int, str, str]:
         proc = await anyio.run_process(
             [sys.executable, "-c", CLI, "cluster", "credentials", env.cluster_name, "--kubeconfig",
-             str(env.kubeconfig), "-n", env.namespace, "-o", str(out), "--wait", "30", *args], check=False)
+             str(env.kubeconfig), "-n", env.namespace, "-d", str(out), "--wait", "30", *args], check=False)
         return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
 
     # No rotation: exit 2, a message saying so, nothing written.

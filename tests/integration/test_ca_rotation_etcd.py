@@ -1,8 +1,9 @@
 """The etcd CA target on the simulators: three passes, each followed by a reboot roll of the control planes.
 
-Driven step by step (a fresh context per step, as after a restart). The checks are testing.md's
-invariants read from the Talos simulator's history (tests/_etcd_history.py) plus what the ADR
-promises the operator sees (plan, RebootingEtcd, EtcdMemberRebooted, the per-stage etcdRestarted).
+Driven step by step (a fresh context per step, as after a restart). The checks are the invariants of
+docs/decisions.md#invariants read from the Talos simulator's history (tests/_etcd_history.py) plus what
+docs/decisions.md#etcd-reboot-roll promises the operator sees (plan, RebootingEtcd, EtcdMemberRebooted, the
+per-stage etcdRestarted).
 """
 
 from __future__ import annotations
@@ -78,10 +79,11 @@ async def test_an_etcd_rotation_reboots_each_control_plane_once_per_pass_and_nev
     await driver.create(targets=["etcd"])
     outcome = await driver.run(max_steps=1500)
     assert isinstance(outcome, Done)
-    assert dialled_while_rebooting == []  # Amendment 1 §1.3: the pass does nothing else while a node reboots
-    # Each pass's applies restart kube-apiserver (its etcd client CA): one control plane at a time (ADR 0120 §3).
-    # At this time scale a restart is shorter than an apply, so overlaps could not show here: the record is what
-    # is checked; tests/e2e/test_ca_rotation_etcd_daemon.py checks overlaps where they could happen.
+    assert dialled_while_rebooting == []  # the pass does nothing else while a node reboots
+    # Each pass's applies restart kube-apiserver (its etcd client CA): one control plane at a time
+    # (docs/decisions.md#etcd-reboot-roll). At this time scale a restart is shorter than an apply, so overlaps could not
+    # show here: the record is what is checked; tests/e2e/test_ca_rotation_etcd_daemon.py checks overlaps where they
+    # could happen.
     recorded = {i["machine"] for snap in driver.snapshots
                 for i in ((snap.get("status") or {}).get("caRotation") or {}).get("apiServerInstances") or []}
     assert recorded == set(cps)  # each control plane's restart was recorded and awaited before the next apply
@@ -129,7 +131,7 @@ async def test_an_etcd_rotation_reboots_each_control_plane_once_per_pass_and_nev
 
 async def test_the_hardware_observation_an_apply_leaves_etcd_on_the_old_ca_until_the_reboot(
         env: SimEnvironment, driver: Driver, bundle: SecretsBundle) -> None:
-    """ADR 0120 Amendment 1 §1 "Observed": ServiceRestart("etcd") is refused; after the Accepting apply ca.crt holds
+    """docs/decisions.md#etcd-reboot-roll: ServiceRestart("etcd") is refused; after the Accepting apply ca.crt holds
     two certificates while etcd still runs on the old CA; the roll's reboot is what loads them."""
     cps = control_planes(env)
     await driver.create(targets=["etcd"])
@@ -249,9 +251,9 @@ async def test_a_member_joining_mid_roll_that_is_no_approved_machine_holds_the_r
 
 async def test_if_the_second_certificate_of_the_bundle_is_not_trusted_the_roll_stops_with_quorum_kept(
         bundle: SecretsBundle) -> None:
-    """The open question of ADR 0120 §2 answered "no" by the simulator: after the Issuing apply kube-apiserver
-    presents a certificate of the new CA that no member (which loaded only the old one) trusts. The roll stops
-    before any Issuing reboot, pauses, and quorum is never lost."""
+    """The open question of docs/decisions.md#ca-rotation-passes answered "no" by the simulator: after the Issuing apply
+    kube-apiserver presents a certificate of the new CA that no member (which loaded only the old one) trusts. The roll
+    stops before any Issuing reboot, pauses, and quorum is never lost."""
     async with SimEnvironment(bundle=bundle, time_scale=SCALE, management_api="separate") as env, \
             await from_kubeconfig(env.kubeconfig) as kube:
         env.talos.etcd.trust_first_only = True

@@ -1,7 +1,7 @@
 """The ca-rotation state machine on the simulators (3 control planes + 1 worker), step by step.
 
 Each step gets a fresh context and re-reads everything, as after a restart; the checks are the
-invariants of testing.md for what this executor covers (talos + kubernetes)."""
+invariants of docs/decisions.md#invariants for what this executor covers (talos + kubernetes)."""
 
 from __future__ import annotations
 

@@ -180,7 +180,7 @@ async def test_a_healthy_rotation_never_shows_paused_and_raises_no_warning(env: 
     final = driver.snapshots[-1]
     assert final["status"]["observedGeneration"] == final["metadata"]["generation"]
     events = _events(env)
-    # The one Warning of a healthy rotation is the call to export the replaced bundle (api.md), on the cluster.
+    # The one Warning of a healthy rotation is the call to export the replaced bundle (the CRDs), on the cluster.
     warnings = [(e["involvedObject"]["kind"], e["reason"]) for e in events if e.get("type") == "Warning"]
     assert warnings == [("TalosCluster", "BundleBackupStale")], warnings
     awaiting = [e for e in events if e.get("reason") == "AwaitingCredentials"]

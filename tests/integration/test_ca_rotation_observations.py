@@ -1,4 +1,5 @@
-"""ichord's CA rotation against the simulator's in-cluster clients (ADR 0063's hardware amendments).
+"""ichord's CA rotation against the simulator's in-cluster clients (docs/decisions.md#rotation-state's hardware
+amendments).
 
 Each observation is reproduced first (ichord's safeguard switched off or replaced by what hardware ran) and
 then shown prevented by ichord's real Finalizing, in-process with the Driver, flannel and cilium:

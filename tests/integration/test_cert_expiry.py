@@ -1,4 +1,5 @@
-"""The CA expiry pass against the Kubernetes API simulator over HTTPS (ADR 0063, ADR 0120 §5).
+"""The CA expiry pass against the Kubernetes API simulator over HTTPS (docs/decisions.md#rotation-state,
+docs/decisions.md#credentials-handoff).
 
 The CRDs come from helm/ichord/files/crds (the simulator loads them and validates status against them).
 """
@@ -234,7 +235,7 @@ async def test_a_deleted_clusters_series_are_dropped(env: Env, bundle: SecretsBu
 
 
 async def _raise_backup_stale(env: Env, name: str) -> None:
-    # What the rotation does at Finalizing (ADR 0063 "BundleBackupStale").
+    # What the rotation does at Finalizing (docs/decisions.md#bundle-backup-stale).
     cond = Condition(BUNDLE_BACKUP_STALE, "True", BundleBackupStaleReason.CA_ROTATED,
                      "The CAs were rotated; run `ichord cluster bundle-export` to save the new bundle.")
 
@@ -253,7 +254,8 @@ async def test_a_stale_export_keeps_backup_stale_and_the_live_one_lowers_it(env:
     old = bundle
     await env.make_cluster("rot", old)
     await _annotate(env, "rot", export_fingerprint(old))  # the user exported before the rotation
-    # An etcd-only rotation: BundleFingerprint unchanged, ExportFingerprint changed (ADR 0120 §5).
+    # An etcd-only rotation: BundleFingerprint unchanged, ExportFingerprint changed
+    # (docs/decisions.md#credentials-handoff).
     live = old.with_cas({CAKind.ETCD: generate_ca(CAKind.ETCD)})
     await env.put_secret("rot-bundle", {"secrets.yaml": _raw(live)})
     await _raise_backup_stale(env, "rot")

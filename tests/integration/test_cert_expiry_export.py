@@ -1,4 +1,5 @@
-"""`ichord cluster bundle-export` against the Kubernetes API simulator over HTTPS (ADR 0063, ADR 0120 §5)."""
+"""`ichord cluster bundle-export` against the Kubernetes API simulator over HTTPS (docs/decisions.md#rotation-state,
+docs/decisions.md#credentials-handoff)."""
 
 from __future__ import annotations
 

@@ -52,7 +52,9 @@ async def test_status_of_a_rotation_awaiting_credentials_names_the_next_command(
     assert f"TalosCluster {env.namespace}/{env.cluster_name}" in out
     assert f"{driver.op_name}  ca-rotation  phase InProgress  stage AwaitingCredentials" in out
     assert "waiting for: AwaitingCredentials:" in out
-    assert f"next: ichord cluster credentials {env.cluster_name} -n {env.namespace} --acknowledge" in out
+    # The command as it works pasted: with the kubeconfig the status was read with.
+    assert (f"next: ichord cluster credentials {env.cluster_name} -n {env.namespace} --kubeconfig {env.kubeconfig} "
+            "--acknowledge") in out
     for machine in ("cp-1", "cp-2", "cp-3", "worker-1"):
         assert f"{env.cluster_name}-{machine}" in out
     op = await driver.get()

@@ -1,4 +1,5 @@
-"""ADR 0080 on the simulators: the ``config`` operation run by the real cluster actor step and registry.
+"""docs/decisions.md#config-rollout on the simulators: the ``config`` operation run by the real cluster actor step and
+registry.
 
 A reboot-class patch rolled out on 3 control planes + 2 workers with a PDB-protected app: plan only while
 paused, each node rebooted exactly once, never two control planes (nor more than one worker) down at once,
@@ -232,7 +233,9 @@ async def test_config_apply_creates_a_plan_only_operation_and_prints_the_plan(wo
     assert lines[1].split() == ["ORDER", "MACHINE", "ROLE", "CHANGE", "FIELDS"]
     assert [ln.split()[1] for ln in lines[2:7]] == [m for m in world.env.machine_names if "-cp-" in m] + \
         [m for m in world.env.machine_names if "-worker-" in m]
-    assert "KernelModuleConfig" in lines[2] and "plan only; start it with: kubectl patch" in text
+    assert "KernelModuleConfig" in lines[2]
+    assert (f"plan only; start it with: kubectl -n {world.env.namespace} patch talosoperation "
+            f"{op['metadata']['name']} --type merge -p '{{\"spec\":{{\"paused\":false}}}}'") in text
     assert {m: world.env.node(m).boots for m in world.env.machine_names} == boots
 
 

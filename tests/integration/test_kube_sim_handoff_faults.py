@@ -1,4 +1,4 @@
-"""The simulator's faults the hand-off retry must survive (ADR 0120 lane E 1 and lane F), through the real
+"""The simulator's faults the hand-off retry must survive (docs/decisions.md#ca-rotation-passes), through the real
 client and ichord's own retry classification: a webhook that timed out (500, configurable message) and a CRD
 group not served yet for a while after kube-apiserver came back (404 without a name: "no matches for kind")."""
 

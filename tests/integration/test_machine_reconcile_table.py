@@ -1,4 +1,4 @@
-"""ADR 0080's never-reboot table, row by row, on the Talos node simulator (issue 13).
+"""docs/decisions.md#config-rollout's never-reboot table, row by row, on the Talos node simulator (issue 13).
 
 Each row builds a machine (role, its own patch) and a cluster change (a cluster patch), runs
 ``reconcile_machine`` once against the simulated node over mutual TLS, and checks the Ready reason, what

@@ -140,7 +140,7 @@ def toy_kind(env: SimEnvironment, talos: TalosClient, managed: KubeClient) -> Op
         if not rolled.finished:
             return rolled.outcome
         await backbone.write(ctx, subject, lambda s: s.update(stage="Done"),
-                             backbone.phase(names.Phase.COMPLETED, "rolled"),
+                             backbone.phase(ctx, names.Phase.COMPLETED, "rolled"),
                              backbone.condition(ctx, TOY, "True", "Rolled", "rolled"))
         await backbone.let_go(ctx, TOY, subject.op)
         return Done()

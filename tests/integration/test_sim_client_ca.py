@@ -1,6 +1,7 @@
-"""The pod model of the Kubernetes API simulator reproduces what hardware showed after a CA rotation (ADR 0063
-amendments): in-cluster clients keep the CA they started with, cilium taints its Nodes, restarting everything
-at once breaks DNS, and a kubelet restart lags the Kubernetes CA change while the Node still reads Ready."""
+"""The pod model of the Kubernetes API simulator reproduces what hardware showed after a CA rotation
+(docs/decisions.md#client-restarts): in-cluster clients keep the CA they started with, cilium taints its
+Nodes, restarting everything at once breaks DNS, and a kubelet restart lags the Kubernetes CA change while the Node
+still reads Ready."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""etcd across a CA change (ADR 0120 §2 and amendment 1): members load cluster.etcd.ca at boot; a
-member on a CA its peers do not trust cannot rejoin, and a plain replacement loses quorum at the
+"""etcd across a CA change (docs/decisions.md#etcd-reboot-roll): members load cluster.etcd.ca at boot;
+a member on a CA its peers do not trust cannot rejoin, and a plain replacement loses quorum at the
 middle reboot; the two-certificate bundle (first signs, all trusted) rolls with quorum kept."""
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ async def test_two_certificate_bundle_rolls_with_quorum(cluster: SimCluster, cli
         for node in nodes:
             cfg = with_etcd_ca(node.running, certs, signer)
             await client.apply_configuration(node.endpoint, cfg.to_bytes(), m.ApplyConfigurationRequest.NO_REBOOT)
-        # The node reports the stage's PKI before any reboot (what ADR 0120 checks).
+        # The node reports the stage's PKI before any reboot (what docs/decisions.md#ca-rotation-passes checks).
         trust = await client.read(nodes[0].endpoint, "/system/secrets/etcd/ca.crt")
         assert [c.subject for c in load_certificates(trust)] == [c.certificate.subject for c in certs]
         assert load_certificates(trust) == [c.certificate for c in certs], stage
@@ -157,8 +157,8 @@ async def test_alarms_are_listed_per_member_until_disarmed(cluster: SimCluster, 
 
 async def test_a_second_certificate_that_is_not_trusted_keeps_a_rebooted_member_out(
         cluster: SimCluster, client: TalosClient) -> None:
-    """The fault for ADR 0120 §2's open question: members trust only the first certificate of the bundle. The
-    two-certificate roll then breaks where the signer changes: the Issuing reboot."""
+    """The fault for docs/decisions.md#ca-rotation-passes's open question: members trust only the first certificate of
+    the bundle. The two-certificate roll then breaks where the signer changes: the Issuing reboot."""
     cluster.etcd.trust_first_only = True
     old = cluster.nodes["cp-1"].view.etcd_ca
     assert old is not None and old.key_pem is not None

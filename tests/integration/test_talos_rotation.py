@@ -1,5 +1,5 @@
 """The Talos API (OS) CA rotated by hand through TalosClient, the way `talosctl rotate-ca` does it
-(accept, issue, drop; facts §5.1), on 3 control planes + 1 worker. At every step the nodes answer
+(accept, issue, drop), on 3 control planes + 1 worker. At every step the nodes answer
 the right credentials and refuse the wrong ones, and apid never restarts."""
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ PAIRS: list[tuple[type[Message], str]] = [
     (k8s_pb2.StaticPodStatusSpec, "talos.resource.definitions.k8s.StaticPodStatusSpec"),
     (v1alpha1_pb2.ServiceSpec, "talos.resource.definitions.v1alpha1.ServiceSpec"),
 ]
-#: Fields ours has and v1.6 does not: added to Talos after v1.6 (facts §1-2).
+#: Fields ours has and v1.6 does not: added to Talos after v1.6.
 NEWER_FIELDS = {("OSRootSpec", 5), ("KubernetesRootSpec", 15), ("KubernetesRootSpec", 17), ("EtcdMemberStatus", 11)}
 #: Renamed since v1.6, same number and type.
 RENAMED = {("OSRootSpec", 1): "ca", ("KubernetesRootSpec", 7): "ca"}

@@ -23,6 +23,7 @@ from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds as crd_api
 from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.errors import NotFound
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
@@ -208,12 +209,115 @@ async def test_the_chart_without_one_rule_stops_the_daemon_on_the_real_authorize
     try:
         async def refused_and_running() -> bool:
             cluster = await crd_api.clusters(kube).get(MUTANT_NS, mutant_env.cluster_name)
-            refused = 'cannot patch resource \\"talosmachines/status\\"' in daemon.log()  # the 403, JSON-escaped
+            refused = "patch talosmachines/status.ichor.maesh.dev" in daemon.log()  # the 403, as ichord words it
             return bool((cluster.get("status") or {}).get("conditions")) and refused
 
         await eventually(refused_and_running, within=60, what="the daemon running and refused talosmachines/status")
         for name in mutant_env.machine_names:
             machine = await crd_api.machines(kube).get(MUTANT_NS, name)
             assert not (machine.get("status") or {}).get("conditions"), (name, machine.get("status"))
+
+        # Not only a log line: the refused status write is one Warning on each machine, naming the grant.
+        async def warned() -> list[Any]:
+            items = (await kube.core().list_namespaced_event(MUTANT_NS)).items
+            found = [e for e in items if e.reason == names.EventReason.FORBIDDEN
+                     and e.involved_object.kind == names.TALOS_MACHINE]
+            return found if {e.involved_object.name for e in found} == set(mutant_env.machine_names) else []
+
+        events = await eventually(warned, within=30, what="a Forbidden Warning on every TalosMachine")
+        for event in events:
+            assert event.type == "Warning" and (event.count or 1) == 1, event
+            assert "patch talosmachines/status.ichor.maesh.dev" in event.message and "rbac.create" in event.message
     finally:
         await daemon.stop()
+
+
+# ---- guarded deletes and key custody on the real server (issue 26) -----------------------------------
+
+GUARD_NS = "ichord-guard"
+
+
+@pytest.fixture
+async def guard_env(tmp_path: Path) -> AsyncIterator[SimEnvironment]:
+    async with SimEnvironment(bundle=generate_bundle(), time_scale=E2E_TIME_SCALE, management_api="separate",
+                              namespace=GUARD_NS) as e:
+        for plural, name in CLIENTS:
+            e.kube.store.create(e.kube.store.resolve("apps", "v1", plural), "kube-system", _workload(plural, name))
+        yield e
+
+
+async def test_deletes_under_a_rotation_are_held_and_a_lost_bundle_is_restored_on_the_real_server(
+        guard_env: SimEnvironment, kube: KubeClient, control_plane: ControlPlane, tmp_path: Path) -> None:
+    """kube-apiserver's own finalizer semantics, the daemon as the chart's ServiceAccount: a TalosCluster and the
+    bundle Secret deleted in Issuing are held; the rotation asks for restore-bundle (the Secret is held, so it is
+    recreated), completes on the same new CAs, then the cluster's delete completes and the custody copy is gone."""
+    from ichord.operations.ca_rotation.custody import copy_name
+    from ichord.operations.ca_rotation.plan import handoff_token
+    from ichord.operations.ca_rotation.restore import restore_bundle
+
+    env = guard_env
+    _install(control_plane, _render_chart("guard", GUARD_NS), GUARD_NS)
+    env.kubeconfig = control_plane.service_account_kubeconfig(GUARD_NS, "guard-ichord", tmp_path / "sa.kubeconfig")
+    await _copy_objects(env, kube, GUARD_NS)
+    daemon = Daemon(env, tmp_path, "guard-0")
+    ops, clusters = crd_api.operations(kube), crd_api.clusters(kube)
+    secret_path = f"/api/v1/namespaces/{GUARD_NS}/secrets/{env.secret_name}"
+    try:
+        await eventually(lambda: all_ready(kube, env), within=60, what="every machine converged")
+        await ops.create(GUARD_NS, {"metadata": {"name": "rotate"}, "spec": {
+            "clusterRef": {"name": env.cluster_name}, "kind": "ca-rotation"}})
+        nexts: dict[str, str] = {}
+        restored = ""
+        with anyio.fail_after(180):
+            while True:
+                op = await ops.get(GUARD_NS, "rotate")
+                status = op.get("status") or {}
+                stage = (status.get("caRotation") or {}).get("stage")
+                if stage == "AwaitingCredentials":
+                    token = handoff_token(status["caRotation"]["certificates"])
+                    if (op["metadata"].get("annotations") or {}).get(names.CREDENTIALS_HANDOFF_ANNOTATION) != token:
+                        await ops.patch(GUARD_NS, "rotate", {"metadata": {"annotations": {
+                            names.CREDENTIALS_HANDOFF_ANNOTATION: token}}})
+                if stage == "Issuing" and not nexts:
+                    nexts = {c["name"]: c["next"] for c in status["caRotation"]["certificates"]}
+                    await clusters.delete(GUARD_NS, env.cluster_name)
+                    await kube.raw("DELETE", secret_path)
+                    cluster = await clusters.get(GUARD_NS, env.cluster_name)
+                    secret = await kube.raw("GET", secret_path)
+                    assert cluster["metadata"].get("deletionTimestamp") and secret["metadata"].get("deletionTimestamp")
+                    assert names.OPERATION_GUARD_FINALIZER in cluster["metadata"]["finalizers"]
+                    assert names.BUNDLE_CUSTODY_FINALIZER in secret["metadata"]["finalizers"]
+                cond = find(status.get("conditions"), names.CA_ROTATION) or {}
+                if cond.get("reason") == "BundleRestoreRequired" and not restored:
+                    assert f"ichord cluster restore-bundle {env.cluster_name} -n {GUARD_NS}" in cond["message"]
+                    restored = (await restore_bundle(kube, GUARD_NS, env.cluster_name)).action
+                if status.get("phase") in ("Completed", "Failed"):
+                    break
+                await anyio.sleep(0.05)
+        assert op["status"]["phase"] == "Completed", (op["status"], daemon.log()[-4000:])
+        assert restored == "recreated"
+        new, keys = await _live_bundle_in(kube, env, GUARD_NS)
+        assert keys == {names.SECRETS_KEY}
+        assert {"talos": ca_fingerprint(new.os), "kubernetes": ca_fingerprint(new.k8s)} == nexts  # the same CAs
+
+        async def let_go() -> bool:
+            try:
+                await clusters.get(GUARD_NS, env.cluster_name)
+                return False
+            except NotFound:  # the held delete completed
+                pass
+            secret = await kube.raw("GET", secret_path)
+            copies = (await kube.raw("GET", f"/api/v1/namespaces/{GUARD_NS}/secrets"))["items"]
+            return not secret["metadata"].get("finalizers") and not any(
+                c["metadata"]["name"] == copy_name(op["metadata"]["uid"]) for c in copies)
+
+        await eventually(let_go, within=60, what="the cluster deleted, the custody copy gone, the Secret let go")
+    finally:
+        code = await daemon.stop()
+        assert code == 0, daemon.log()[-4000:]
+
+
+async def _live_bundle_in(kube: KubeClient, env: SimEnvironment, ns: str) -> tuple[SecretsBundle, set[str]]:
+    obj = await kube.core().read_namespaced_secret(env.secret_name, ns)
+    data = {k: base64.b64decode(v) for k, v in obj.data.items()}
+    return SecretsBundle.from_yaml(data[names.SECRETS_KEY]), set(data)

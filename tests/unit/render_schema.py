@@ -1,7 +1,7 @@
 """Validate rendered documents against Talos's config.schema.json (a test-only asset in ../shared).
 
 The upstream schema documents only non-deprecated fields: it leaves out the `docgen:nodoc` fields
-(`persist`, and the legacy v1alpha1 fields talos-api-facts §3.1 lists as deprecated but honoured),
+(`persist`, and the legacy v1alpha1 fields Talos's API definitions lists as deprecated but honoured),
 which Talos's own generator still writes for contract v1.13 (stability/v1.13), and its
 UnattendedInstallConfig definition names the kind `UnattendedInstall` while Talos's generator
 writes `UnattendedInstallConfig` (stability/v1.14/overrides-*). The validator below admits exactly

@@ -73,7 +73,14 @@ def test_an_etcd_plan_reboots_the_control_planes_and_says_how_often() -> None:
     assert [(m["name"], m["reboots"]) for m in plan["machines"]] == [
         ("cp-1", True), ("cp-2", True), ("cp-3", True), ("w-1", False)]
     assert any("three reboots per control plane, 9 for 3" in w for w in plan["warnings"])
-    assert any("etcd snapshot" in w and "ichord etcd backup now" in w for w in plan["warnings"])
+    assert any("etcd snapshot" in w and "ichord cluster etcd-snapshot NAME -f FILE" in w for w in plan["warnings"])
+    assert "etcdSnapshot" not in plan
+    named = plan_status((Target.ETCD,), machines, etcd_snapshot={"directory": "/var/lib/ichord/snapshots",
+                                                                 "retain": 5})
+    assert named["etcdSnapshot"] == {"directory": "/var/lib/ichord/snapshots", "retain": 5}
+    assert any("an etcd snapshot is taken to /var/lib/ichord/snapshots before the first reboot" in w
+               for w in named["warnings"])
+    assert "etcdSnapshot" not in plan_status((Target.TALOS,), machines, etcd_snapshot=named["etcdSnapshot"])
     assert not any("AwaitingCredentials" in w for w in plan["warnings"])
     assert plan["kubernetesAPIUnavailable"] is False
     assert "workerBound" not in plan

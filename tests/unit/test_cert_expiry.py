@@ -74,7 +74,7 @@ def test_inside_the_window_names_only_the_expiring_ca_and_its_utc_date(bundle: S
     cond = result.condition
     assert (cond.status, cond.reason) == ("True", CertificatesExpiringReason.EXPIRING)
     assert f"kubernetes expires on {now_rfc3339(soon)}" in cond.message
-    assert "targets: kubernetes)" in cond.message
+    assert "`ichord cluster rotate NAME -n NS --targets kubernetes`" in cond.message
     for other in ("talos", "etcd", "kubernetes-aggregator"):
         assert f"{other} expire" not in cond.message
     assert [c.name for c in result.expiring] == ["kubernetes"]
@@ -99,7 +99,7 @@ def test_expired_and_expiring_cas_are_each_named(bundle: SecretsBundle) -> None:
     assert (cond.status, cond.reason) == ("True", CertificatesExpiringReason.EXPIRED)
     assert f"etcd expired on {now_rfc3339(past)}" in cond.message
     assert f"talos expires on {now_rfc3339(soon)}" in cond.message
-    assert "targets: talos, etcd)" in cond.message
+    assert "--targets talos,etcd`" in cond.message
     assert [c.name for c in result.expired] == ["etcd"]
 
 

@@ -90,3 +90,16 @@ def test_config_apply_leaves_max_unavailable_to_the_cluster_unless_given(capsys:
     assert spec["maxUnavailable"] == "20%" and spec["paused"] is False
     assert main(["cluster", "config-apply", "c", "--max-unavailable", "0%"]) == 2
     assert "--max-unavailable must be a whole number of at least 1" in capsys.readouterr().err
+
+
+def test_commands_that_print_state_take_o_json_yaml_and_file_outputs_take_f() -> None:
+    every = subcommands(build_parser())
+    for words in (("cluster", "status"), ("cluster", "config-apply"), ("cluster", "rotate")):
+        out = options(every[words])["-o"]
+        assert out.dest == "output" and list(out.choices or ()) == ["text", "json", "yaml"], words
+    for words in (("bundle", "generate"), ("cluster", "bundle-export")):
+        opts = options(every[words])
+        assert opts["-f"] is opts["--file"] and opts["-f"].dest == "output", words
+        assert opts["-o"].dest == "output" and opts["-o"].help == argparse.SUPPRESS, words  # the deprecated alias
+    creds = options(every[("cluster", "credentials")])
+    assert creds["-d"] is creds["--output-dir"] and creds["-o"].help == argparse.SUPPRESS

@@ -1,4 +1,4 @@
-"""Which pods a drain leaves alone, and which it refuses (ADR 0080 "Nothing drained"): a table."""
+"""Which pods a drain leaves alone, and which it refuses (docs/decisions.md#config-rollout): a table."""
 
 from __future__ import annotations
 

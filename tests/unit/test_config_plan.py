@@ -1,4 +1,5 @@
-"""ADR 0080's plan as a table: who waits for what, in which order, and when a config operation is refused."""
+"""docs/decisions.md#config-rollout's plan as a table: who waits for what, in which order, and when a config operation
+is refused."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def test_both_files(cas: dict[str, CertificateAuthority]) -> None:
     os_old, os_new, k_old, k_new = (cas[k] for k in ("os_old", "os_new", "k8s_old", "k8s_new"))
     minted = mint("prod", ["10.0.0.2", "10.0.0.3:50001"], "https://10.0.0.1:6443",
                   os_signing=os_new, os_trusted=[os_old.cert_pem, os_new.cert_pem, os_new.cert_pem],
-                  k8s_signing=k_new, k8s_trusted=[k_old.cert_pem, k_new.cert_pem])
+                  k8s_signing=k_new, k8s_trusted=[k_old.cert_pem, k_new.cert_pem], namespace="clusters")
     assert "BEGIN" not in repr(minted) and "key" not in repr(minted)
     tc = yamlio.load(minted.talosconfig)
     assert tc["context"] == "prod" and list(tc["contexts"]) == ["prod"]
@@ -55,6 +55,8 @@ def test_both_files(cas: dict[str, CertificateAuthority]) -> None:
     assert b"ED25519 PRIVATE KEY" in base64.b64decode(ctx["key"])  # Talos's own label, as talosctl reads it
     kc = yamlio.load(minted.kubeconfig)
     assert kc["current-context"] == "admin@prod" and kc["clusters"][0]["cluster"]["server"] == "https://10.0.0.1:6443"
+    # The TalosCluster's namespace: `ichord cluster status prod --kubeconfig FILE` finds it without -n.
+    assert kc["contexts"][0]["context"]["namespace"] == "clusters"
     assert len(_pem.pem_blocks(base64.b64decode(kc["clusters"][0]["cluster"]["certificate-authority-data"]))) == 2
     kcrt = _pem.load_certificate(base64.b64decode(kc["users"][0]["user"]["client-certificate-data"]))
     kcrt.verify_directly_issued_by(k_new.certificate)

@@ -247,7 +247,7 @@ ROWS = [
         API,
         worker=SAFE,
     ),
-    # The APIServerRestart class (ADR 0080 amendment): a worker has no kube-apiserver.
+    # The APIServerRestart class (docs/decisions.md#apiserver-restart): a worker has no kube-apiserver.
     Row(
         ".cluster.apiServer.image",
         setter(V1, ("cluster", "apiServer", "image"), "kube-apiserver:v2"),

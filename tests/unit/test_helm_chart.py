@@ -132,6 +132,24 @@ def _leaves(node: Any, path: str = "") -> list[str]:
     return [path]
 
 
+@pytest.mark.parametrize(("value", "expected"), [
+    ("controller.maxUnavailable=0", "at '/controller/maxUnavailable': minimum: got 0, want 1"),
+    ("controller.maxUnavailable=150%", "at '/controller/maxUnavailable': '150%' does not match pattern"),
+    ("controller.certificateExpiryWarningDays=-3", "at '/controller/certificateExpiryWarningDays': minimum: got -3"),
+    ("podDisruptionBudget.minAvailable=x", "at '/podDisruptionBudget/minAvailable': 'x' does not match pattern"),
+])
+def test_helm_names_the_rule_a_bad_number_or_percentage_breaks(value: str, expected: str) -> None:
+    """A bad maxUnavailable (or PDB minAvailable) fails with the rule it breaks, not only "'oneOf' failed":
+    one if/then/else per value (integer: its minimum; string: its pattern), each branch described."""
+    helm = find_helm()
+    if helm is None:
+        pytest.skip("no helm: build it with scripts/tools.sh or set ICHORD_HELM")
+    proc = subprocess.run([helm, "lint", str(CHART), "--set", value], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
+    assert expected in proc.stdout + proc.stderr
+    assert "oneOf" not in proc.stdout + proc.stderr
+
+
 def test_every_value_is_documented_and_the_readme_is_generated_from_them() -> None:
     sys.path.insert(0, str(CHART.parents[1] / "scripts"))
     try:
@@ -299,3 +317,47 @@ def test_helm_lint() -> None:
     out = subprocess.run([helm, "lint", "--strict", str(CHART)], capture_output=True, text=True, check=False,
                          timeout=60)
     assert out.returncode == 0 and "0 chart(s) failed" in out.stdout, out.stdout + out.stderr
+
+
+def _rules_for(doc: dict[str, Any], resource: str) -> list[dict[str, Any]]:
+    return [r for r in doc.get("rules") or [] if resource in (r.get("resources") or [])]
+
+
+@needs_helm
+def test_watch_namespaces_grant_secrets_and_leases_per_namespace_and_the_daemon_watches_there() -> None:
+    """Issue 27: where a TalosCluster's bundle Secret and lock Lease live (its own namespace), the chart grants them:
+    a Role per served namespace, and the Deployment tells the daemon the same namespaces."""
+    docs = render("--set", "watchNamespaces={team-a,team-b,ichord-system}")
+    roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"}
+    bindings = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "RoleBinding"}
+    assert set(roles) == set(bindings) == {"ichord-system", "team-a", "team-b"}  # the release namespace once
+    for ns in ("ichord-system", "team-a", "team-b"):
+        assert [r["verbs"] for r in _rules_for(roles[ns], "secrets")] == [["get", "list", "watch", "update"],
+                                                                         ["create", "delete"]]  # + key custody
+        locks = [r for r in _rules_for(roles[ns], "leases") if r.get("resourceNames") != ["ichord-leader"]]
+        assert sorted(v for r in locks for v in r["verbs"]) == ["create", "get", "update"]
+        assert bindings[ns]["subjects"] == [{"kind": "ServiceAccount", "name": "ichord", "namespace": "ichord-system"}]
+    leader = [r for r in _rules_for(roles["ichord-system"], "leases") if r.get("resourceNames") == ["ichord-leader"]]
+    assert leader and not [r for r in _rules_for(roles["team-a"], "leases") if "ichord-leader" in
+                           (r.get("resourceNames") or [])]
+    cluster_role = next(d for d in docs if d["kind"] == "ClusterRole")
+    assert not _rules_for(cluster_role, "secrets") and not _rules_for(cluster_role, "leases")
+    args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--watch-namespace")] == [
+        "--watch-namespace=team-a", "--watch-namespace=team-b", "--watch-namespace=ichord-system"]
+    locked = render("--set", "watchNamespaces={team-a}", "--set", "rbac.clusterLockNames={demo}")
+    team_a = next(d for d in locked if d["kind"] == "Role" and d["metadata"]["namespace"] == "team-a")
+    locks = [r.get("resourceNames") for r in _rules_for(team_a, "leases") if "get" in r["verbs"]]
+    assert locks == [["ichord-lock-demo"], ["ichor-lock-demo"]]  # the name before the rename: get only
+
+
+@needs_helm
+def test_watch_all_namespaces_grants_secrets_and_leases_cluster_wide() -> None:
+    docs = render("--set", "watchAllNamespaces=true", "--set", "watchNamespaces={team-a}")
+    assert {d["metadata"]["namespace"] for d in docs if d["kind"] == "Role"} == {"ichord-system"}
+    cluster_role = next(d for d in docs if d["kind"] == "ClusterRole")
+    assert [r["verbs"] for r in _rules_for(cluster_role, "secrets")] == [["get", "list", "watch", "update"],
+                                                                     ["create", "delete"]]  # + key custody
+    assert sorted(v for r in _rules_for(cluster_role, "leases") for v in r["verbs"]) == ["create", "get", "update"]
+    args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--watch-namespace")]

@@ -1,5 +1,5 @@
-"""The chart's CRDs: structural schemas (a type on every node), api.md's printer columns, the status
-subresource, and the field names api.md fixes as the contract."""
+"""The chart's CRDs: structural schemas (a type on every node), the printer columns, the status
+subresource, and the field names the code relies on."""
 
 from __future__ import annotations
 

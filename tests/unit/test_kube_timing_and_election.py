@@ -1,4 +1,4 @@
-"""Timing scale and the elector's validated defaults (ADR 0063: 120/90/10 s)."""
+"""Timing scale and the elector's validated defaults (docs/decisions.md#rotation-state: 120/90/10 s)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The CA-rotation stage table, row by row, for both contracts and both roles (ADR 0120 §2)."""
+"""The CA-rotation stage table, row by row, for both contracts and both roles (docs/decisions.md#ca-rotation-passes)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ ROLES = ("controlplane", "worker")
 CONTRACTS = (V1_13, V1_14)
 ROTATING_STAGES = (Stage.ACCEPTING, Stage.ISSUING, Stage.DROPPING, Stage.FINALIZING)
 
-#: ADR 0120 §2 written out independently of the code's table: (signing CA, also trusted CA).
+#: docs/decisions.md#ca-rotation-passes written out independently of the code's table: (signing CA, also trusted CA).
 ADR_TABLE = {
     Stage.ACCEPTING: ("old", "new"),
     Stage.ISSUING: ("new", "old"),

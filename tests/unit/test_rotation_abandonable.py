@@ -1,4 +1,4 @@
-"""RotationAbandonable (ADR 0120 Amendment 2) as a table, and the ca-rotation kind's hook reading it."""
+"""RotationAbandonable (docs/decisions.md#abandon-or-hold) as a table, and the ca-rotation kind's hook reading it."""
 
 from __future__ import annotations
 

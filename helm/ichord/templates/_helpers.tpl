@@ -93,3 +93,52 @@ podAntiAffinity:
             {{- include "ichord.controllerSelectorLabels" . | nindent 12 }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The rules of a namespace ichord serves (templates/role.yaml; the ClusterRole with watchAllNamespaces):
+the bundle Secrets and the cluster locks of the TalosClusters there.
+*/}}
+{{- define "ichord.servedNamespaceRules" -}}
+# Bundle Secrets, read uncached; update writes rotation.yaml, replaces secrets.yaml and adds the bundle
+# label. list and watch: the informer on Secrets labelled ichor.maesh.dev/bundle (metadata only kept), so
+# a new or changed bundle wakes its cluster. Not limited by resourceNames: each name is a TalosCluster's
+# spec.secretsRef.name, chosen by its author (RBAC cannot select by label).
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch, update]
+# Key custody (README "Protections"): during a CA rotation update also puts the finalizer
+# ichor.maesh.dev/ca-custody on the bundle Secret; create writes the custody copy
+# (ichord-custody-<operation UID>, owned by the TalosOperation) and delete removes it at Done or abandon.
+# Not limited by resourceNames: the copy's name is the operation's UID, unknown before it exists.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create, delete]
+# Creating a Lease cannot be limited by name (RBAC does not know the name of an object being
+# created): the leader Lease and each cluster's lock are created on first use.
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [create]
+# The cluster locks ichord-lock-<cluster>, in each cluster's own namespace: their names follow the
+# TalosClusters, so by default every Lease of the namespace; rbac.clusterLockNames limits them to the
+# clusters listed.
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  {{- with .Values.rbac.clusterLockNames }}
+  resourceNames:
+    {{- range . }}
+    - {{ printf "ichord-lock-%s" . | quote }}
+    {{- end }}
+  {{- end }}
+  verbs: [get, update]
+{{- with .Values.rbac.clusterLockNames }}
+# The locks' name before the rename (ichor-lock-<cluster>), read once per cluster so an operation an
+# older version left holding one still fences the cluster (ichord/operations/lock.py).
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  resourceNames:
+    {{- range . }}
+    - {{ printf "ichor-lock-%s" . | quote }}
+    {{- end }}
+  verbs: [get]
+{{- end }}
+{{- end }}

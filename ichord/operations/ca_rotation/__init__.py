@@ -1,4 +1,5 @@
-"""The ca-rotation operation (ADR 0063 "Implementation", ADR 0120 §1, §5, §6): a step function of the cluster actor.
+"""The ca-rotation operation (docs/decisions.md#rotation-state, docs/decisions.md#ca-rotation-targets): a step function
+of the cluster actor.
 
 ``advance(ctx, op)`` runs one step (the stage table is ``stage_table.STAGES``); the per-target stages and the
 plan are data in ``plan``; the lifecycle around the stages is the backbone's.

@@ -1,4 +1,4 @@
-"""Deleting a ca-rotation that is under way (ADR 0120 Amendment 2): abandon it, or hold the delete.
+"""Deleting a ca-rotation that is under way (docs/decisions.md#abandon-or-hold): abandon it, or hold the delete.
 
 ``api.abandonable`` decides (RotationAbandonable). An abandonable rotation is let go at once, every step
 idempotent and the whole retried on any error:
@@ -24,6 +24,7 @@ from ichord.kube.errors import NotFound
 from ichord.kube.events import ObjectRef
 from ichord.kube.nodes import uncordon
 from ichord.operations import deletion
+from ichord.operations.ca_rotation import custody
 from ichord.operations.ca_rotation.bundle_secret import remove_rotation
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
 from ichord.operations.ca_rotation.lifecycle import let_go, other_rotation
@@ -110,6 +111,7 @@ async def abandon(ctx: RotationContext, inputs: Inputs, stage: Stage | None) -> 
                             f"{left}")
     ctx.recorder.record(ObjectRef.of(inputs.cluster), "Warning", EventReason.OPERATION_ABANDONED, message)
     log_transition(inputs, "ca-rotation abandoned", removed_rotation=removed)
+    await custody.release(ctx.kube, inputs.op, (inputs.secret.namespace, inputs.secret.name))
     failpoint("ca-rotation.abandon.letgo.before")
     await let_go(ctx, inputs.op)
     return Done()

@@ -1,9 +1,10 @@
-"""The aggregator (front-proxy) CA's two waits on kube-system/extension-apiserver-authentication (ADR 0120).
+"""The aggregator (front-proxy) CA's two waits on kube-system/extension-apiserver-authentication
+(docs/decisions.md#aggregator-ca).
 
-1. Before leaving Accepting (§4): ``requestheader-client-ca-file`` holds the new CA (AwaitingAggregatorCA), then
+1. Before leaving Accepting: ``requestheader-client-ca-file`` holds the new CA (AwaitingAggregatorCA), then
    ClientSettleDelay timed from the condition's transition (SettlingClients), so extension API servers that
    reload the ConfigMap trust the new CA before the front-proxy certificate is signed by it in Issuing.
-2. AggregatorAuthReset in Finalizing (Amendment 3): kube-apiserver merges accepted CAs into the ConfigMap and
+2. AggregatorAuthReset in Finalizing: kube-apiserver merges accepted CAs into the ConfigMap and
    never removes one. Exactly the new CA: settled. Otherwise the ConfigMap is deleted by name with a UID
    precondition (a copy kube-apiserver recreated meanwhile is never deleted) and it is checked again every
    Timing.retry (SettlingAggregator) until kube-apiserver has recreated it with the new CA alone; missing is not

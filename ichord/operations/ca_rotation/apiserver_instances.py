@@ -1,4 +1,5 @@
-"""One kube-apiserver restart at a time (ADR 0120 "Amendment lane E" point 3; ADR 0080's restart amendment).
+"""One kube-apiserver restart at a time (docs/decisions.md#ca-rotation-passes point 3;
+docs/decisions.md#config-rollout's restart amendment).
 
 A pass that rotates the Kubernetes or the aggregator CA restarts kube-apiserver on every control plane it
 applies to, some seconds after the apply. Before each such apply the pass records the control plane's
@@ -42,7 +43,7 @@ READYZ_TIMEOUT = 5.0
 
 def restarts_apiserver(targets: Iterable[Target]) -> bool:
     """A pass of these targets re-renders what kube-apiserver loads on every control plane: its CAs, and
-    for etcd its etcd client CA, which Talos restarts the static pod for too (ADR 0120 §3)."""
+    for etcd its etcd client CA, which Talos restarts the static pod for too (docs/decisions.md#etcd-reboot-roll)."""
     return bool({Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR, Target.ETCD} & set(targets))
 
 

@@ -4,11 +4,11 @@
    a rotation.yaml already there is adopted, never overwritten (a start that died after the save).
 2. ``replace_bundle``: in Finalizing, the new CAs go into secrets.yaml and rotation.yaml is removed,
    in one update.
-3. ``remove_rotation``: an abandoned rotation (ADR 0120 Amendment 2) takes rotation.yaml out, nothing else.
+3. ``remove_rotation``: an abandoned rotation (docs/decisions.md#abandon-or-hold) takes rotation.yaml out, nothing else.
 
 Both PUT the object as read, carrying its resourceVersion, so a concurrent change makes the server
 refuse (409) instead of one write silently undoing another. Only the Secret ``spec.secretsRef``
-names, in the controller namespace, is ever written (ADR 0063 "write scope").
+names, in the controller namespace, is ever written (docs/decisions.md#rotation-state).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from ichord.api import names
 from ichord.errors import IchordError
 from ichord.kube.client import KubeClient
-from ichord.kube.errors import Conflict, KubeError, translate
+from ichord.kube.errors import Conflict, Forbidden, KubeError, translate
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.rotation import Rotation, Target, generate_rotation
 from ichord.pki.scrub import SCRUBBER
@@ -54,6 +54,8 @@ async def _put(kube: KubeClient, namespace: str, name: str, obj: dict[str, Any])
     except Conflict:
         raise BundleSecretError(f"the bundle Secret {namespace}/{name} changed while it was written; "
                                 "the step runs again on a fresh read") from None
+    except Forbidden:
+        raise  # the operation's condition names the refused grant (backbone.forbidden)
     except KubeError as exc:
         raise BundleSecretError(f"cannot write the bundle Secret {namespace}/{name}: "
                                 f"{SCRUBBER.exception(exc)}") from None
@@ -97,8 +99,8 @@ async def replace_bundle(kube: KubeClient, namespace: str, name: str, bundle: Se
 
 
 async def remove_rotation(kube: KubeClient, namespace: str, name: str, resource_version: str) -> bool:
-    """Abandon (ADR 0120 Amendment 2): rotation.yaml removed, secrets.yaml untouched; one update, refused if the
-    Secret changed since ``resource_version``. False when there was none to remove."""
+    """Abandon (docs/decisions.md#abandon-or-hold): rotation.yaml removed, secrets.yaml untouched; one update, refused
+    if the Secret changed since ``resource_version``. False when there was none to remove."""
     obj = await _get(kube, namespace, name)
     if names.ROTATION_KEY not in (obj.get("data") or {}):
         return False
@@ -107,5 +109,8 @@ async def remove_rotation(kube: KubeClient, namespace: str, name: str, resource_
                                 "the step runs again on a fresh read")
     body = copy.deepcopy(obj)
     body["data"].pop(names.ROTATION_KEY, None)
+    # The keys leave with rotation.yaml: the custody finalizer (custody.py) goes in the same update.
+    finalizers = [f for f in body["metadata"].get("finalizers") or [] if f != names.BUNDLE_CUSTODY_FINALIZER]
+    body["metadata"]["finalizers"] = finalizers or None
     await _put(kube, namespace, name, body)
     return True

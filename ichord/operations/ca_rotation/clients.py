@@ -1,4 +1,5 @@
-"""Finalizing's client restarts: the in-cluster clients known to keep the old Kubernetes CA (ADR 0063 amendments).
+"""Finalizing's client restarts: the in-cluster clients known to keep the old Kubernetes CA
+(docs/decisions.md#client-restarts).
 
 One at a time, each after the previous is available again: the CNI first (cilium DaemonSet, then the
 cilium-operator Deployment; kube-flannel for flannel; nothing for an unmanaged CNI), then kube-proxy,

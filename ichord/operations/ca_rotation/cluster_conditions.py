@@ -1,4 +1,4 @@
-"""The TalosCluster conditions a CA rotation raises (ADR 0063 Decision 4 and its amendments).
+"""The TalosCluster conditions a CA rotation raises (docs/decisions.md#bundle-backup-stale and its amendments).
 
 - BundleBackupStale (reason CARotated) and a Warning Event naming the export command: the bundle on
   the operator's machine describes a PKI no node accepts any more.
@@ -15,7 +15,29 @@ from ichord.kube import crds
 from ichord.kube.events import ObjectRef
 from ichord.kube.status import update_status
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
+from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
+
+#: Where ``ichord cluster credentials`` writes the kubeconfig by default (ichord.credentials.DEFAULT_CREDENTIALS_DIR).
+MINTED_KUBECONFIG = "~/.ichord/clusters/{name}/kubeconfig"
+
+
+def export_command(ctx: RotationContext, inputs: Inputs) -> str:
+    """The export command as it works pasted: with the cluster's namespace and, when the Kubernetes CA of the API
+    server ichord (and so the operator) talks to was rotated, the kubeconfig ``ichord cluster credentials`` minted:
+    the operator's old one is refused from Dropping on (docs/decisions.md#self-managed-kubeconfig)."""
+    name = inputs.cluster_name
+    command = f"ichord cluster bundle-export {name} -n {inputs.op_namespace}"
+    rotation = inputs.rotation
+    rotated = Target.KUBERNETES.value in (inputs.ca_status.get("targets") or []) or (
+        rotation is not None and Target.KUBERNETES in rotation.new)
+    if rotated:
+        cas = [inputs.bundle.k8s.cert_pem]
+        if rotation is not None and Target.KUBERNETES in rotation.new:
+            cas.append(rotation.new[Target.KUBERNETES].cert_pem)
+        if any(ctx.own_cluster(ca) for ca in cas):
+            command += f" --kubeconfig {MINTED_KUBECONFIG.format(name=name)}"
+    return command
 
 
 async def _set_cluster_condition(ctx: RotationContext, inputs: Inputs, cond: Condition) -> bool:
@@ -39,7 +61,7 @@ async def _set_cluster_condition(ctx: RotationContext, inputs: Inputs, cond: Con
 async def raise_backup_stale(ctx: RotationContext, inputs: Inputs) -> None:
     name = inputs.cluster_name
     message = (f"the CAs of cluster {name} were rotated by operation {inputs.name}; the exported secrets bundle is "
-               f"stale: run `ichord cluster bundle-export {name}`")
+               f"stale: run `{export_command(ctx, inputs)}`")
     cond = Condition(names.BUNDLE_BACKUP_STALE, "True", BundleBackupStaleReason.CA_ROTATED, message)
     if await _set_cluster_condition(ctx, inputs, cond):
         ctx.recorder.record(ObjectRef.of(inputs.cluster), "Warning", names.EventReason.BUNDLE_BACKUP_STALE, message)

@@ -1,7 +1,7 @@
 """What one step of a ca-rotation works with: the shared handles, and the inputs read fresh every step.
 
 Nothing here is kept between steps: every step reads the operation, the cluster, the machines and
-the bundle Secret uncached (ADR 0063: a controller killed anywhere resumes from what it reads).
+the bundle Secret uncached (docs/decisions.md#rotation-state: a controller killed anywhere resumes from what it reads).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from ichord.api import names
 from ichord.api.max_unavailable import MaxUnavailableError, WorkerBound, resolve
 from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView
+from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import KubeError
@@ -60,6 +61,8 @@ class RotationContext:
     #: Asked with the current Kubernetes CA before a rotation of it starts: why ichord cannot safely rotate it
     #: (its own client would be locked out at Issuing), or None. The trust pool fills it.
     trust_refusal: Callable[[bytes], str | None] = lambda _current_ca_pem: None
+    #: Whether a Kubernetes CA is the one of the API server ichord talks to (TrustHooks.own_cluster).
+    own_cluster: Callable[[bytes], bool] = lambda _ca_pem: False
     #: Told of every write of the operation (the step's scope keeps its copy current for the phases after it).
     observe: Callable[[Obj], None] = lambda _obj: None
     #: The cluster's operations as the step's scope listed them (None: list them, e.g. a test driving one step).
@@ -71,7 +74,7 @@ class RotationContext:
     managed: ManagedClients | None = None
 
 
-class InputsError(Exception):
+class InputsError(IchordError):
     """An input of the step is missing or invalid; the message says what to fix (scrubbed by the caller)."""
 
     def __init__(self, reason: str, message: str) -> None:
@@ -130,14 +133,15 @@ class Inputs:
 async def load_inputs(ctx: RotationContext, op: Obj) -> Inputs:
     """Read the cluster, its approved machines and the bundle Secret uncached; parse the bundle and rotation.yaml.
 
-    Uncached on purpose (ADR 0063): a rotation step decides irreversible calls on what it reads here.
+    Uncached on purpose (docs/decisions.md#rotation-state): a rotation step decides irreversible calls on what it reads
+    here.
     """
     view = OperationView.of(op)
     ns, cluster_name = view.namespace, view.cluster or ""
     try:
         cluster = await crds.clusters(ctx.kube).get(ns, cluster_name)
     except KubeError as exc:  # NotFound and transport errors alike block the step
-        raise InputsError("ClusterUnavailable",
+        raise InputsError(names.CARotationReason.CLUSTER_UNAVAILABLE,
                           f"cannot read TalosCluster {ns}/{cluster_name}: {SCRUBBER.exception(exc)}") from None
     cluster_view = ClusterView.of(cluster)
     try:

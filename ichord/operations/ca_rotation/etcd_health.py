@@ -1,6 +1,6 @@
 """Is etcd whole? The check before an etcd rotation starts and before and after every reboot of its roll.
 
-ADR 0120 §2 and Amendment 1 §1.1: every control plane's etcd service Running and healthy, a leader
+docs/decisions.md#etcd-reboot-roll: every control plane's etcd service Running and healthy, a leader
 seen, one member per approved control plane (no more, no fewer), no alarm, kube-apiserver ready on
 each. A problem is a *fault* when waiting will not clear it by itself (an alarm, a member that is not
 an approved machine, a control plane missing from the member list): the caller pauses at once

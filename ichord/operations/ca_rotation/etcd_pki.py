@@ -1,4 +1,4 @@
-"""The etcd PKI a control plane must report at a stage (ADR 0120 §2 and Amendment 1 §1.1).
+"""The etcd PKI a control plane must report at a stage (docs/decisions.md#etcd-reboot-roll).
 
 The old and the new etcd CA share their subject (O=etcd), so a certificate's issuer *name* says
 nothing about which CA signed it: every check here is by signature, and the leaf's Authority Key

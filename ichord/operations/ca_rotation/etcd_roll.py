@@ -1,6 +1,6 @@
 """The etcd roll of a pass: reboot the control planes one at a time so etcd loads the stage's CA bundle.
 
-ADR 0120 Amendment 1 §1 (replacing §3): an etcd member reads its CA only when it starts, Talos refuses
+docs/decisions.md#etcd-reboot-roll: an etcd member reads its CA only when it starts, Talos refuses
 ServiceRestart("etcd"), so after each pass's applies every control plane is rebooted, in order, with
 the backbone's roll (``ichord.operations.roll``). This module binds the roll to the rotation:
 

@@ -1,4 +1,4 @@
-"""Finalizing, after the one Secret update (ADR 0063 step 4 and its amendments), as explicit steps
+"""Finalizing, after the one Secret update (docs/decisions.md#rotation-state and its amendments), as explicit steps
 (``status.caRotation.step``, with ``stepSince``), each a row of ``STEPS``:
 
     verify-replaced   the replaced bundle on every machine (plain dial, configuration equal to its render)
@@ -19,7 +19,7 @@ from ichord.api.conditions import now_rfc3339
 from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.failpoints import failpoint
 from ichord.kube.client import KubeClient
-from ichord.operations.ca_rotation import aggregator, clients, cluster_conditions
+from ichord.operations.ca_rotation import aggregator, clients, cluster_conditions, custody
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.lifecycle import ca_reason, let_go, lock
 from ichord.operations.ca_rotation.managed import cluster_client, not_ready_nodes
@@ -90,8 +90,8 @@ def _rotated_aggregator(inputs: Inputs) -> bool:
 
 
 async def _reset_aggregator(ctx: RotationContext, inputs: Inputs) -> Outcome:
-    """AggregatorAuthReset (ADR 0120 Amendment 3): checked every Timing.retry until the ConfigMap holds the new
-    aggregator CA alone; then the Nodes settle."""
+    """AggregatorAuthReset (docs/decisions.md#aggregator-ca): checked every Timing.retry until the ConfigMap holds the
+    new aggregator CA alone; then the Nodes settle."""
     async with _managed(ctx, inputs) as kc:
         result = await aggregator.reset_step(kc, inputs.bundle.k8s_aggregator.cert_pem)
     if not result.settled:
@@ -183,12 +183,14 @@ async def complete(ctx: RotationContext, inputs: Inputs, not_back: list[str]) ->
         reason = CARotationReason.ROTATED_CLIENTS_NOT_BACK
         message = (f"the CAs were rotated, but these clients were not available again within "
                    f"{ctx.timing.ca_client_restart_timeout:g} s: {', '.join(not_back)}.{note} Export the bundle: "
-                   f"`ichord cluster bundle-export {inputs.cluster_name}`")
+                   f"`{cluster_conditions.export_command(ctx, inputs)}`")
     else:
         reason = CARotationReason.ROTATED
         message = (f"the CAs were rotated and the clients restarted.{note} Export the bundle: "
-                   f"`ichord cluster bundle-export {inputs.cluster_name}`")
+                   f"`{cluster_conditions.export_command(ctx, inputs)}`")
     await cluster_conditions.set_clients_not_restarted(ctx, inputs, not_back)
+    # The bundle Secret holds the new CAs as current and was verified: its finalizer and the custody copy go.
+    await custody.release(ctx.kube, inputs.op, (inputs.secret.namespace, inputs.secret.name))
     failpoint("ca-rotation.done.before")
     stamp = now_rfc3339(ctx.now())
 
@@ -199,7 +201,7 @@ async def complete(ctx: RotationContext, inputs: Inputs, not_back: list[str]) ->
         s["machines"] = []
         s["completedAt"] = stamp
 
-    await write(ctx, inputs, done, phase(Phase.COMPLETED, message), condition(ctx, "True", reason, message))
+    await write(ctx, inputs, done, phase(ctx, Phase.COMPLETED, message), condition(ctx, "True", reason, message))
     event(ctx, inputs, "Normal", EventReason.ROTATION_COMPLETED, message)
     log_transition(inputs, "ca-rotation completed", reason=reason)
     await let_go(ctx, inputs.op)

@@ -1,4 +1,5 @@
-"""AwaitingCredentials: the operator's hand-off (ADR 0091; ADR 0120 §5 and "an early acknowledgement").
+"""AwaitingCredentials: the operator's hand-off (docs/decisions.md#credentials-handoff;
+docs/decisions.md#credentials-handoff and "an early acknowledgement").
 
 Entering the stage removes whatever hand-off annotation the operation carries (a merge patch carrying
 the read resourceVersion), and the stage is written with the resourceVersion that patch returned: an

@@ -60,7 +60,7 @@ def stage_mutations(ctx: RotationContext, inputs: Inputs, rotation: Rotation, st
                           "cas": e["cas"]} for e in s.get("machines") or []
                          if before and isinstance(e, dict) and e.get("name") and e.get("cas")]
         if Target.ETCD in rotation.targets:
-            # The etcd roll's per-stage record starts again (ADR 0120 §3.3); etcdRestartedAt stays.
+            # The etcd roll's per-stage record starts again (docs/decisions.md#etcd-reboot-roll); etcdRestartedAt stays.
             ca["etcdRestarted"] = []
             ca.pop("etcdRebooting", None)
             ca.pop("etcdRebootBootID", None)

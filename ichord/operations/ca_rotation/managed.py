@@ -1,6 +1,6 @@
 """The managed cluster's Kubernetes API, read live through the admin kubeconfig a Talos node issues.
 
-There is no standing credential for the managed cluster (ADR 0120 Amendment 3): each check asks a
+There is no standing credential for the managed cluster (docs/decisions.md#aggregator-ca): each check asks a
 control plane for a fresh admin kubeconfig (signed by its issuing Kubernetes CA) and trusts every
 Kubernetes CA of the rotation, so the serving-CA switch of Issuing cannot fail the read. ``ManagedClients``
 keeps one such client per cluster in memory for the length of an operation (a config rollout steps many
@@ -170,7 +170,7 @@ async def not_ready_nodes(kc: KubeClient) -> list[str]:
 
 
 async def root_ca_lagging(kc: KubeClient, cert_pem: bytes) -> list[str]:
-    """Namespaces whose kube-root-ca.crt does not hold ``cert_pem`` (ADR 0063 "serving-CA switch")."""
+    """Namespaces whose kube-root-ca.crt does not hold ``cert_pem`` (docs/decisions.md#rotation-state)."""
     want = _pem.pem_blocks(cert_pem)
     try:
         namespaces = await kc.raw("GET", "/api/v1/namespaces")

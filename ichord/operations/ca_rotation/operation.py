@@ -19,7 +19,8 @@ from ichord.settings import Timing
 def context_of(scope: ClusterScope, managed: ManagedClients | None = None) -> RotationContext:
     """The rotation's handles from the step's scope: its trust hooks, its clock, its operations list."""
     return RotationContext(scope.kube, scope.controller_namespace, scope.recorder, scope.timing, now=scope.now,
-                           trust_hook=scope.trust.trust, trust_refusal=scope.trust.refusal, observe=scope.observe,
+                           trust_hook=scope.trust.trust, trust_refusal=scope.trust.refusal,
+                           own_cluster=scope.trust.own_cluster, observe=scope.observe,
                            operations=scope.operations, allowed_secret_namespaces=scope.allowed_secret_namespaces,
                            managed=managed)
 

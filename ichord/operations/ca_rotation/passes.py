@@ -2,7 +2,7 @@
 
 Which machines a pass still has to visit is never stored: it is re-derived from each node (its
 running configuration against the stage's render), so a pass killed after any apply resumes with
-no apply repeated (ADR 0063 step 3). Control planes first, then workers; dry run, then NO_REBOOT.
+no apply repeated (docs/decisions.md#rotation-state). Control planes first, then workers; dry run, then NO_REBOOT.
 Verification is a separate step from applying, so a CA change's kubelet restart has begun first.
 
 Talos RPCs per machine and pass on the happy path (issue 19): the dry run, which is also the read that tells

@@ -10,7 +10,7 @@ Pure functions only (table-tested): nothing here reads the API or a node.
     Dropping            Finalizing                 the pass, then the one Secret update
     Finalizing          Done                       replaced bundle verified, Nodes settled, clients restarted
 
-    * Issuing when neither talos nor kubernetes is a target (ADR 0120 §5).
+    * Issuing when neither talos nor kubernetes is a target (docs/decisions.md#credentials-handoff).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from ichord.pki.rotation import Rotation, RotationError, Target, parse_targets
 from ichord.render.stages import StageRenderError, check_targets
 from ichord.talos.dial import DialBundle
 
-#: Targets this executor rotates (ADR 0120); kubernetes-aggregator only on the v1.14 contract (``contract_refusal``).
+#: Targets this executor rotates (docs/decisions.md#ca-rotation-passes); kubernetes-aggregator only on the v1.14
+#: contract (``contract_refusal``).
 SUPPORTED_TARGETS = frozenset({Target.TALOS, Target.KUBERNETES, Target.ETCD, Target.KUBERNETES_AGGREGATOR})
 
 #: Targets whose passes restart or reboot kube-apiserver: with one control plane the API is away meanwhile.
@@ -42,7 +43,7 @@ PASS_STAGES = (Stage.ACCEPTING, Stage.ISSUING, Stage.DROPPING)
 CERT_NAMES = {t: t.value for t in Target}
 
 
-#: ADR 0120 §4: ichord restarts none of them; the plan and the completion message say so.
+#: docs/decisions.md#aggregator-ca: ichord restarts none of them; the plan and the completion message say so.
 EXTENSION_APISERVERS_NOTE = ("extension API servers (metrics-server and the like) that read the aggregator CA only "
                              "once must be restarted by their owners; ichord restarts none of them")
 
@@ -77,7 +78,7 @@ def targets_in_order(targets: Iterable[Target]) -> list[Target]:
 
 
 def contract_refusal(targets: Iterable[Target], contract: VersionContract) -> str | None:
-    """Why the cluster's version contract cannot take these targets (ADR 0120 §2), or None."""
+    """Why the cluster's version contract cannot take these targets (docs/decisions.md#ca-rotation-passes), or None."""
     try:
         check_targets(targets, contract)
     except StageRenderError as exc:
@@ -86,7 +87,8 @@ def contract_refusal(targets: Iterable[Target], contract: VersionContract) -> st
 
 
 def hands_off(targets: Iterable[Target]) -> bool:
-    """AwaitingCredentials exists only when the operator's credentials change (ADR 0120 §5)."""
+    """AwaitingCredentials exists only when the operator's credentials change
+    (docs/decisions.md#credentials-handoff)."""
     return bool({Target.TALOS, Target.KUBERNETES} & set(targets))
 
 
@@ -120,9 +122,13 @@ def machine_order(machines: Iterable[PlannedMachine]) -> list[PlannedMachine]:
 
 
 def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine],
-                worker_bound: WorkerBound | None = None) -> dict[str, Any]:
+                worker_bound: WorkerBound | None = None, *, etcd_snapshot: dict[str, Any] | None = None,
+                snapshot_hint: str = "take an etcd snapshot before starting (ichord cluster etcd-snapshot NAME -f "
+                                     "FILE)") -> dict[str, Any]:
     """status.plan: what will be done, written before anything is (and alone when spec.paused); with
-    ``worker_bound``, the workers each pass applies at once as resolved now (maxUnavailable)."""
+    ``worker_bound``, the workers each pass applies at once as resolved now (maxUnavailable). With the etcd target,
+    ``etcd_snapshot`` (operations/etcd_snapshot.plan_entry) says where ichord takes a snapshot before the first
+    reboot; without a destination the warning is ``snapshot_hint``, the command that takes one by hand."""
     ordered = machine_order(machines)
     cps = [m for m in ordered if m.role == "controlplane"]
     warnings = []
@@ -134,12 +140,15 @@ def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine],
                         "kubeconfig from the new CAs (ichord cluster credentials NAME --acknowledge)")
     etcd = Target.ETCD in targets
     if etcd:
-        # ADR 0120 Amendment 1 §1 "Cost and risk"; the lane E wording: the control planes reboot in each pass.
+        # docs/decisions.md#etcd-reboot-roll: the control planes reboot in each pass.
         warnings.append(f"the etcd CA is loaded only at boot: every control plane reboots once in each of the three "
                         f"passes, one at a time, with etcd checked whole before and after each reboot (three reboots "
                         f"per control plane, {3 * len(cps)} for {len(cps)}); the workers do not reboot")
-        warnings.append("take a fresh etcd snapshot before starting (ichord etcd backup now NAME); ichord does not "
-                        "require one")
+        if etcd_snapshot is None:
+            warnings.append(snapshot_hint)
+        else:
+            warnings.append(f"an etcd snapshot is taken to {etcd_snapshot['directory']} before the first reboot "
+                            f"(keeping the cluster's newest {etcd_snapshot['retain']}); etcdSnapshot.file names it")
     if Target.KUBERNETES_AGGREGATOR in targets:
         warnings.append(EXTENSION_APISERVERS_NOTE)
     warnings.append("after the rotation the exported secrets bundle is stale: run ichord cluster bundle-export NAME")
@@ -155,6 +164,8 @@ def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine],
     }
     if worker_bound is not None:
         plan["workerBound"] = worker_bound.to_status()
+    if etcd and etcd_snapshot is not None:
+        plan["etcdSnapshot"] = etcd_snapshot
     return plan
 
 

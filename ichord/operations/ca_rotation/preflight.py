@@ -1,4 +1,5 @@
-"""Preflight (stage empty): nothing is written, not even a CA, unless the cluster is whole (ADR 0063 step 1).
+"""Preflight (stage empty): nothing is written, not even a CA, unless the cluster is whole
+(docs/decisions.md#rotation-state).
 
 Every approved machine answers ichord, runs exactly what ichord renders for it (no unrelated pending
 change is swept into the rotation), and every Kubernetes Node is Ready; an etcd rotation also needs
@@ -67,7 +68,7 @@ async def preflight(ctx: RotationContext, inputs: Inputs, targets: Iterable[Targ
         if not_ready:
             problems.append(f"Node(s) not Ready: {', '.join(not_ready)}")
         if Target.ETCD in targets and not problems:
-            # ADR 0120 §2: an etcd rotation starts only on a whole etcd.
+            # docs/decisions.md#ca-rotation-passes: an etcd rotation starts only on a whole etcd.
             problems += [p.text for p in await etcd_problems(talos, inputs.control_planes)]
         return problems
     finally:

@@ -1,7 +1,7 @@
 """The ca-rotation's stage table: ``advance(ctx, op)`` runs one step and says when to run the next.
 
 Every step reads everything it decides on (operation, cluster, machines, bundle Secret, nodes) and
-writes status in the step that decided it; nothing lives in memory between steps (ADR 0063). The
+writes status in the step that decided it; nothing lives in memory between steps (docs/decisions.md#rotation-state). The
 stage only moves forward, and only after the stage under way is verified. The lifecycle around the
 stages (plan only, pause/resume, lock, finalizer, blocked, fail) is the backbone's (operations/backbone).
 
@@ -27,18 +27,21 @@ from ichord.api import names
 from ichord.api.carotation import Stage
 from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.api.views import OperationView
+from ichord.etcd_snapshot.take import ControlPlane
 from ichord.failpoints import failpoint
-from ichord.operations import backbone
+from ichord.operations import backbone, etcd_snapshot, guard
+from ichord.operations.bundle_source import BundleSourceError
 from ichord.operations.ca_rotation import (
     abandon,
     aggregator,
     apiserver_instances,
     cluster_conditions,
+    custody,
     etcd_roll,
     finalizing,
     handoff,
 )
-from ichord.operations.ca_rotation.bundle_secret import replace_bundle, save_rotation
+from ichord.operations.ca_rotation.bundle_secret import replace_bundle
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.lifecycle import (
     blocked_without_inputs,
@@ -82,10 +85,17 @@ from ichord.operations.ca_rotation.status import (
     wait_within_bound,
     write,
 )
+from ichord.operations.etcd_snapshot import Destination, plan_entry
+from ichord.operations.etcd_snapshot import hint as snapshot_hint
 from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.pki.rotation import Rotation, Target
 
 log = structlog.get_logger("ichord.operations.ca_rotation")
+
+
+#: A bundle Secret that cannot be read as one (gone, no secrets.yaml, a broken rotation.yaml) mid-rotation.
+_BUNDLE_LOST = frozenset({BundleSourceError.SECRET_NOT_FOUND, BundleSourceError.INVALID,
+                          BundleSourceError.ROTATION_INVALID})
 
 
 def _stage_of(op: Obj) -> Stage | None:
@@ -105,6 +115,7 @@ async def advance(ctx: RotationContext, op: Obj) -> Outcome:
 async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
     status = op.get("status") or {}
     if status.get("phase") in (Phase.COMPLETED, Phase.FAILED):
+        await custody.release(ctx.kube, op)  # done before Completed; again here after a kill between the two
         await let_go(ctx, op)
         return Done()
     stage = _stage_of(op)
@@ -118,11 +129,18 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
     try:
         inputs = await load_inputs(ctx, op)
     except InputsError as exc:
+        if exc.reason == backbone.FORBIDDEN:
+            return await backbone.blocked_before_read(ctx, CA_ROTATION, op, exc.message, reason=backbone.FORBIDDEN)
+        if stage is not None and exc.reason in _BUNDLE_LOST:  # under way: the keys must come back (custody.py)
+            return await custody.lost(ctx, op, stage, exc.reason == BundleSourceError.SECRET_NOT_FOUND)
         return await blocked_without_inputs(ctx, op, f"{exc.reason}: {exc.message}")
-    if abandon.must_abandon(inputs):  # deleted before its point of no return (ADR 0120 Amendment 2)
+    if abandon.must_abandon(inputs):  # deleted before its point of no return (docs/decisions.md#abandon-or-hold)
         return await abandon.abandon(ctx, inputs, stage)
     if stage is None:
         return await _start(ctx, inputs)
+    restore = await custody.check(ctx, inputs, stage)  # the bundle Secret still holds the rotation's keys
+    if restore is not None:
+        return restore
     if OperationView.of(op).deleting and stage is not Stage.DONE:
         await abandon.hold(ctx, inputs, stage)
     if stage is not Stage.DONE and (op.get("spec") or {}).get("paused"):
@@ -136,16 +154,23 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
 
 async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     targets = spec_targets(inputs.op)
+    start = started(ctx, inputs.op)  # the spec planned from here is the accepted intent, whatever changes later
     refusal_of_contract = contract_refusal(targets, inputs.cluster_inputs.contract)
-    if refusal_of_contract is not None:  # refused at plan: nothing is written (ADR 0120 §2)
+    if refusal_of_contract is not None:  # refused at plan: nothing is written (docs/decisions.md#ca-rotation-passes)
         return await fail(ctx, inputs.op, CARotationReason.UNSUPPORTED_TARGET, refusal_of_contract)
-    plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines], inputs.worker_bound)
+    destination = Destination.of(inputs.cluster.get("spec") or {})
+    plan = plan_status(targets, [PlannedMachine(m.name, m.role) for m in inputs.machines], inputs.worker_bound,
+                       etcd_snapshot=plan_entry(destination, inputs.status),
+                       snapshot_hint=snapshot_hint(inputs.cluster_name, inputs.op_namespace))
     spec = inputs.op.get("spec") or {}
     if spec.get("paused"):
         await backbone.plan_only(ctx, CA_ROTATION, inputs, plan)
         return Done()
     if inputs.status.get("plan") != plan:
-        await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), started(ctx))
+        await write(ctx, inputs, lambda s: s.__setitem__("plan", plan), *start)
+    held = await guard.hold_for_start(ctx.kube, inputs.cluster, inputs.machines)  # before anything irreversible
+    if held is not None:
+        return await blocked(ctx, inputs, held)
     await ensure_finalizer(ctx, inputs)
     refusal = await lock(ctx, inputs)
     if refusal is not None:
@@ -157,13 +182,24 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     problems = await preflight(ctx, inputs, targets)
     if problems:
         return await blocked(ctx, inputs, "preflight: " + "; ".join(problems))
+    if Target.ETCD in targets and destination is not None:
+        # The etcd roll reboots every control plane: a snapshot first, before anything is changed.
+        talos = ctx.talos_factory(etcd_snapshot.dial(inputs.bundle))
+        try:
+            refused = await etcd_snapshot.ensure_taken(
+                ctx, CA_ROTATION, inputs, destination, talos,
+                [ControlPlane(m.name, m.address) for m in inputs.control_planes], namespace=inputs.op_namespace)
+        finally:
+            talos.close()
+        if refused is not None:
+            return refused
     failpoint("ca-rotation.save.before")
-    saved = await save_rotation(ctx.kube, inputs.secret.namespace, inputs.secret.name, targets)
+    saved = await custody.save(ctx.kube, inputs.op, inputs.secret.namespace, inputs.secret.name, targets)
     failpoint("ca-rotation.saved")
     rotation = saved.rotation
     hand_trust(ctx, rotation, inputs.bundle.k8s.cert_pem)
     how = "adopted the rotation.yaml a previous start saved" if saved.adopted else "saved the new CAs to rotation.yaml"
-    await enter(ctx, inputs, rotation, Stage.ACCEPTING, extra=[started(ctx)])
+    await enter(ctx, inputs, rotation, Stage.ACCEPTING, extra=start)
     event(ctx, inputs, "Normal", EventReason.OPERATION_STARTED,
           f"CA rotation of {', '.join(t.value for t in rotation.targets)} started: {how}")
     return Requeue(0.0, "stage Accepting")
@@ -192,7 +228,7 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
     certs = inputs.ca_status.get("certificates") or []
     if rotation is None:
         if stage is Stage.DROPPING and replaced_by(inputs.bundle, certs):
-            # The Secret was replaced but the process died before status learned it (ADR 0063 step 4).
+            # The Secret was replaced but the process died before status learned it (docs/decisions.md#rotation-state).
             await cluster_conditions.raise_backup_stale(ctx, inputs)
             await enter_finalizing(ctx, inputs, FINALIZING_VERIFY)
             return Requeue(0.0, "stage Finalizing")
@@ -204,7 +240,7 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
         return refusal
     rolls = etcd_roll.rolls(rotation.targets)
     if rolls and etcd_roll.rolling(inputs):
-        # ADR 0120 Amendment 1 §1.3: while the roll runs the pass does nothing else (no configuration read).
+        # docs/decisions.md#etcd-reboot-roll: while the roll runs the pass does nothing else (no configuration read).
         return await etcd_roll.roll_step(ctx, inputs, stage)
     result = await apply_pass(ctx, inputs, rotation, stage)
     if result.problem is not None:
@@ -255,7 +291,7 @@ async def _after_accepting(ctx: RotationContext, inputs: Inputs, rotation: Rotat
         await enter(ctx, inputs, rotation, nxt)
         return Requeue(0.0, f"stage {nxt.value}")
     message = (f"waiting for the operator's credentials from the new CAs: run `ichord cluster credentials "
-               f"{inputs.cluster_name} --acknowledge`")
+               f"{inputs.cluster_name} -n {inputs.op_namespace} --acknowledge`")
     entered = await handoff.enter(ctx, inputs, *stage_mutations(ctx, inputs, rotation, nxt),
                                   *in_progress(ctx, CARotationReason.AWAITING_CREDENTIALS, message))
     if not entered:
@@ -269,7 +305,8 @@ async def _after_accepting(ctx: RotationContext, inputs: Inputs, rotation: Rotat
 
 
 async def _aggregator_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome | None:
-    """extension-apiserver-authentication holds the new front-proxy CA, then ClientSettleDelay (ADR 0120 §4)."""
+    """extension-apiserver-authentication holds the new front-proxy CA, then ClientSettleDelay
+    (docs/decisions.md#aggregator-ca)."""
     new_agg = rotation.new[Target.KUBERNETES_AGGREGATOR]
     talos = ctx.talos_factory(verify_dial(inputs.bundle, rotation, Stage.ACCEPTING))
     try:
@@ -310,13 +347,14 @@ async def _await_credentials(ctx: RotationContext, inputs: Inputs, _stage: Stage
         await enter(ctx, inputs, rotation, Stage.ISSUING)
         return Requeue(0.0, "stage Issuing")
     message = (f"waiting for the operator's credentials from the new CAs: run `ichord cluster credentials "
-               f"{inputs.cluster_name} --acknowledge`")
+               f"{inputs.cluster_name} -n {inputs.op_namespace} --acknowledge`")
     await write(ctx, inputs, *in_progress(ctx, CARotationReason.AWAITING_CREDENTIALS, message))
     return Requeue(ctx.timing.retry, "awaiting credentials")
 
 
 async def _issuing_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome:
-    """kube-root-ca.crt holds the new Kubernetes CA everywhere, then caClientSettleDelay (ADR 0063)."""
+    """kube-root-ca.crt holds the new Kubernetes CA everywhere, then caClientSettleDelay
+    (docs/decisions.md#rotation-state)."""
     new_k8s = rotation.new.get(Target.KUBERNETES)
     if new_k8s is not None:
         talos = ctx.talos_factory(issuing_dial(inputs, rotation))

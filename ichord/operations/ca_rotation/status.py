@@ -14,9 +14,9 @@ from typing import Any
 
 from ichord.api import names
 from ichord.api.abandonable import DEFAULT_TARGETS, rotation_abandonable
-from ichord.api.conditions import Condition, find, now_rfc3339
+from ichord.api.conditions import Condition, find, now_rfc3339, set_operation_phase
 from ichord.api.views import OperationView
-from ichord.operations import backbone
+from ichord.operations import backbone, intent
 from ichord.operations.backbone import Mutation, OperationKind
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.outcome import Blocked, Requeue
@@ -75,13 +75,20 @@ def in_progress(ctx: RotationContext, reason: str, message: str, *, timed: bool 
     return backbone.in_progress(ctx, CA_ROTATION, reason, message, timed=timed)
 
 
-def started(ctx: RotationContext) -> Mutation:
-    stamp = now_rfc3339(ctx.now())
+def started(ctx: RotationContext, op: Obj) -> list[Mutation]:
+    """Out of Pending: when, and the spec it was started from (the accepted intent, operations/intent.py), in one
+    write with the phase, so the chart's admission policy (which reads the phase) and ichord (which runs on the
+    accepted spec) fix the intent at the same moment."""
+    now = ctx.now()
+    stamp = now_rfc3339(now)
 
     def m(status: Obj) -> None:
         status.setdefault("startedAt", stamp)
+        if status.get("phase") in (None, "", names.Phase.PENDING):
+            set_operation_phase(status, names.Phase.IN_PROGRESS, "started: checking the cluster before the first "
+                                "change", now=now)
 
-    return m
+    return [m, intent.accept(op)]
 
 
 event = backbone.event
@@ -93,7 +100,8 @@ def log_transition(inputs: Inputs, what: str, **fields: Any) -> None:
 
 async def blocked(ctx: RotationContext, inputs: Inputs, message: str, *,
                   reason: str = names.CARotationReason.BLOCKED, machines: list[Obj] | None = None) -> Blocked:
-    """Paused, CARotation=False/Blocked naming the cause; retried every Timing.retry (ADR 0063)."""
+    """Paused, CARotation=False/Blocked naming the cause; retried every Timing.retry
+    (docs/decisions.md#rotation-state)."""
     return await backbone.blocked(ctx, CA_ROTATION, inputs, message, reason=reason, machines=machines)
 
 

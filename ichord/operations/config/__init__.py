@@ -1,1 +1,2 @@
-"""The ``config`` operation (ADR 0080): roll reboot-requiring and API-server-restart changes out one node at a time."""
+"""The ``config`` operation (docs/decisions.md#config-rollout): roll reboot-requiring and API-server-restart changes out
+one node at a time."""

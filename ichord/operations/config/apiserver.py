@@ -1,4 +1,5 @@
-"""The APIServerRestart class on one control plane (ADR 0080 amendment): no reboot, no drain, no etcd check.
+"""The APIServerRestart class on one control plane (docs/decisions.md#apiserver-restart): no reboot, no drain, no etcd
+check.
 
     no marker, converged                  -> done without a call
     no marker                             -> dry run; marker (machine, running kube-apiserver container ID,
@@ -141,7 +142,7 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
     except TalosError as exc:
         waiting = f"cannot read {m.name} ({SCRUBBER.exception(exc)})"
     if spent >= timing.apiserver_restart_bound:
-        # The retry waits again with a fresh clock (ADR 0095 as the amendment cites it).
+        # The retry waits again with a fresh clock (docs/decisions.md#config-rollout as the amendment cites it).
         await _write(world, RestartMarker(marker.machine, marker.container_id, now, marker.done))
         message = (f"kube-apiserver on {m.name} did not answer ready within {timing.apiserver_restart_bound:g} s "
                    f"({waiting}); waiting again")

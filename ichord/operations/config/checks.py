@@ -1,4 +1,5 @@
-"""What the ``config`` executor asks of a node before and after it changes it (ADR 0080 D3 steps 1-3, 6).
+"""What the ``config`` executor asks of a node before and after it changes it (docs/decisions.md#config-rollout steps
+1-3, 6).
 
 - converged: the node already runs the rendered configuration (the rollout touches nothing there);
 - Node Ready, read live from the managed cluster;

@@ -1,8 +1,11 @@
-"""``ichord cluster config-apply NAME``: create the ``config`` TalosOperation and print its plan (ADR 0080 D1).
+"""``ichord cluster config-apply NAME``: create the ``config`` TalosOperation and print its plan
+(docs/decisions.md#config-rollout).
 
-Plan only unless ``--start`` (``spec.paused: true``): the daemon writes ``status.plan`` (the machines that
-wait, what for, the order) and nothing runs until ``spec.paused`` is set to false. ``kubectl create -f`` of
-the same object does exactly the same. The command writes one new object and no spec of anything else.
+Refusals come first and write nothing (operation_cli: the cluster exists, no other operation of it is
+unfinished, a machine waits). Plan only unless ``--start`` (``spec.paused: true``): the daemon writes
+``status.plan`` (the machines that wait, what for, the order) and nothing runs until ``spec.paused`` is set
+to false. ``kubectl create -f`` of the same object does exactly the same. The command writes one new object
+and no spec of anything else.
 """
 
 from __future__ import annotations
@@ -10,18 +13,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import sys
 from collections.abc import Callable
 from typing import Any
 
-import anyio
-
+from ichord import operation_cli
 from ichord.api import names
 from ichord.api.max_unavailable import MaxUnavailable, MaxUnavailableError
-from ichord.errors import IchordError
-from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
-from ichord.pki.scrub import SCRUBBER
+from ichord.operations.config.plan import Candidate, plan_machines
 
 Obj = dict[str, Any]
 
@@ -34,7 +33,9 @@ def register(sub: Any, cluster_args: Callable[[argparse.ArgumentParser], None]) 
             "Create a TalosOperation of kind config for the cluster and print its plan: the machines whose "
             "configuration waits for a reboot (or, on control planes, a kube-apiserver restart), the fields, and "
             "the order (control planes one at a time, then workers, ichord's own node last). Without --start the "
-            "operation is created paused: nothing runs until spec.paused is set to false."),
+            "operation is created paused: nothing runs until spec.paused is set to false. Refused, with nothing "
+            "created (exit 2), when the cluster does not exist, another operation of it is unfinished (a CA "
+            "rotation included), or no machine waits."),
     )
     cluster_args(p)
     p.add_argument("--max-unavailable", default=None, metavar="N|N%",
@@ -44,6 +45,7 @@ def register(sub: Any, cluster_args: Callable[[argparse.ArgumentParser], None]) 
     p.add_argument("--start", action="store_true", help="start at once instead of creating a plan only")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the daemon to write the plan (default 60)")
+    operation_cli.add_output_format(p)
     p.set_defaults(func=_main)
 
 
@@ -55,11 +57,12 @@ def operation_object(cluster: str, name: str, *, max_unavailable: MaxUnavailable
     return {"apiVersion": names.API_VERSION, "kind": names.TALOS_OPERATION, "metadata": {"name": name}, "spec": spec}
 
 
-def format_plan(op: Obj) -> str:
-    """The plan as a table, then its warnings and what to run next."""
+def format_plan(op: Obj, flags: str = "") -> str:
+    """The plan as a table, then its warnings and what to run next (``flags``: the user's kubeconfig flags)."""
     status = op.get("status") or {}
-    name = op["metadata"]["name"]
-    lines = [f"TalosOperation {name}: {status.get('phase', 'Pending')} - {status.get('message', '')}".rstrip(" -")]
+    meta = op.get("metadata") or {}
+    lines = [f"TalosOperation {meta.get('namespace', '')}/{meta['name']}: {status.get('phase', 'Pending')} - "
+             f"{status.get('message', '')}".rstrip(" -")]
     plan = status.get("plan") or {}
     rows = [("ORDER", "MACHINE", "ROLE", "CHANGE", "FIELDS")]
     for m in plan.get("machines") or []:
@@ -74,42 +77,44 @@ def format_plan(op: Obj) -> str:
         lines.append(f"note: {w}")
     if plan.get("kubernetesAPIUnavailable"):
         lines.append("note: the cluster has one control plane: the Kubernetes API is unavailable while it changes")
-    if status.get("phase") == names.Phase.PENDING and (op.get("spec") or {}).get("paused"):
-        lines.append(f"plan only; start it with: kubectl patch talosoperation {name} -n "
-                     f"{op['metadata'].get('namespace', '')} --type merge -p '{{\"spec\":{{\"paused\":false}}}}'")
+    hint = operation_cli.start_hint(op, flags)
+    if hint:
+        lines.append(hint)
     return "\n".join(lines) + "\n"
 
 
 async def config_apply(kube: KubeClient, cluster: str, namespace: str, *, max_unavailable: MaxUnavailable | None = None,
                        start: bool = False, wait: float = 60.0, now: dt.datetime | None = None) -> Obj:
-    """Create the operation and wait (up to ``wait`` s) for the daemon's plan or refusal; the object as read."""
-    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%d-%H%M%S")
-    name = f"{cluster}-config-{stamp}"[:63]
-    ops = crds.operations(kube)
-    await ops.create(namespace, operation_object(cluster, name, max_unavailable=max_unavailable, start=start))
-    with anyio.move_on_after(wait):
-        while True:
-            op = await ops.get(namespace, name)
-            status = op.get("status") or {}
-            if status.get("plan") or status.get("phase") in (names.Phase.FAILED, names.Phase.COMPLETED):
-                return op
-            await anyio.sleep(0.2)
-    return await ops.get(namespace, name)
+    """Refuse what the daemon would refuse (nothing written), else create the operation and wait (up to ``wait``
+    s) for the daemon's plan; the object as read. Raises operation_cli.Refused."""
+    await operation_cli.read_cluster(kube, namespace, cluster)
+    busy = await operation_cli.unfinished_refusal(kube, namespace, cluster)
+    if busy:
+        raise operation_cli.Refused(busy)
+    machines = await operation_cli.approved_machines(kube, namespace, cluster)
+    if not plan_machines([Candidate.of(o) for o in machines]):
+        raise operation_cli.Refused(
+            f"no machine of cluster {namespace}/{cluster} waits for a reboot or an API server restart (no approved "
+            "TalosMachine reports status.rebootPaths, nor a control plane status.apiServerRestartPaths); nothing to "
+            "roll out. Nothing was created.")
+    name = operation_cli.operation_name(cluster, "config", now)
+    body = operation_object(cluster, name, max_unavailable=max_unavailable, start=start)
+    return await operation_cli.create_and_plan(kube, namespace, body, wait=wait)
 
 
 def _main(args: argparse.Namespace) -> int:
     try:
         bound = None if args.max_unavailable is None else MaxUnavailable.parse_text(args.max_unavailable)
     except MaxUnavailableError as exc:
-        print(f"ichord: {exc}", file=sys.stderr)
-        return 2
-    try:
-        op = asyncio.run(_cli(args, bound))
-    except IchordError as exc:
-        print(f"ichord: {SCRUBBER.text(str(exc))}", file=sys.stderr)
-        return 2
-    print(format_plan(op), end="")
-    return 1 if (op.get("status") or {}).get("phase") == names.Phase.FAILED else 0
+        raise operation_cli.Refused(f"{exc}. Nothing was created.") from None
+    if args.wait < 0:
+        raise operation_cli.Refused("--wait must be 0 or more seconds. Nothing was created.")
+    op = asyncio.run(_cli(args, bound))
+    operation_cli.print_operation(op, args.output, lambda o: format_plan(o, operation_cli.kube_flags(args)))
+    note = operation_cli.waiting_note(op, args.wait)
+    if note and args.output == "text":
+        print(f"note: {note}")
+    return 0
 
 
 async def _cli(args: argparse.Namespace, max_unavailable: MaxUnavailable | None) -> Obj:

@@ -1,4 +1,5 @@
-"""The ConfigRollout condition on a TalosMachine (ADR 0080 D3 and its addendum): what the rollout does to it.
+"""The ConfigRollout condition on a TalosMachine (docs/decisions.md#config-rollout and its addendum): what the rollout
+does to it.
 
 Written on a fresh copy with conflict retry (the machine reconciler writes the same status), and only
 when the reason or message changes. True while the rollout works on the machine (Draining, Rebooting,

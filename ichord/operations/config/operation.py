@@ -1,4 +1,5 @@
-"""The ``config`` operation as the registry runs it (ADR 0080): plan, refusals, the lifecycle, one executor step.
+"""The ``config`` operation as the registry runs it (docs/decisions.md#config-rollout): plan, refusals, the lifecycle,
+one executor step.
 
     created paused                      -> plan only (status.plan), phase Pending, reason Planned
     no machine waits / another operation of the cluster unfinished
@@ -36,9 +37,10 @@ from ichord.api.disruptions import PlannedDisruption
 from ichord.api.names import Phase
 from ichord.api.views import MachineView, OperationView
 from ichord.errors import IchordError
+from ichord.etcd_snapshot.take import ControlPlane
 from ichord.kube import crds
 from ichord.kube.errors import KubeError
-from ichord.operations import backbone
+from ichord.operations import backbone, etcd_snapshot, guard, intent
 from ichord.operations.backbone import OperationKind
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.managed import ManagedAPIError, ManagedClients
@@ -54,6 +56,7 @@ from ichord.operations.config.plan import (
     plan_machines,
     plan_status,
     planned_from_status,
+    reboots_control_plane,
     refusal,
 )
 from ichord.operations.config.reboot import advance_reboot
@@ -72,11 +75,19 @@ from ichord.talos.dial import DialBundle
 
 log = structlog.get_logger("ichord.operations.config")
 
-CONFIG = OperationKind(names.KIND_CONFIG, names.CONFIG_ROLLOUT, f"{names.GROUP}/config")
+def _covers(op: OperationView, machines: list[MachineView]) -> set[str]:
+    """The machines of the plan once written (the ones rolled), else every approved one (guard.py)."""
+    planned = {str(m.get("name")) for m in ((op.status.get("plan") or {}).get("machines") or []) if m.get("name")}
+    return planned or backbone.approved(machines)
+
+
+#: A config rollout may always be abandoned: deleting it gives back its cordon and lets the lock go (release.py).
+CONFIG = OperationKind(names.KIND_CONFIG, names.CONFIG_ROLLOUT, f"{names.GROUP}/config",
+                       abandonable=lambda _op: True, covers=_covers)
 ROLLING = "Rolling"
 ROLLED_OUT = "RolledOut"
 
-#: Roll reasons -> the ADR's ConfigRollout reasons (on the operation and on the machine).
+#: Roll reasons -> the ConfigRollout reasons (docs/decisions.md#config-rollout) (on the operation and on the machine).
 _ROLL_REASONS = {
     RollReason.CORDONED: RolloutReason.DRAINING,
     RollReason.DRAINING: RolloutReason.DRAINING,
@@ -134,7 +145,9 @@ async def advance_in_scope(scope: ClusterScope, op: OperationView, clients: Mana
     try:
         inputs = await load_inputs(ctx, op.obj)
     except InputsError as exc:
-        return await backbone.blocked_before_read(ctx, CONFIG, op.obj, exc.message)
+        return await backbone.blocked_before_read(ctx, CONFIG, op.obj, exc.message,
+                                                  reason=backbone.FORBIDDEN if exc.reason == backbone.FORBIDDEN
+                                                  else backbone.BLOCKED)
     # A KubeError (the API did not answer) goes to the registry's error policy: a retry, not a Blocked Warning.
     objs, _ = await crds.machines(ctx.kube).list_objects(inputs.op_namespace)
     approved = {m.name for m in inputs.machines}
@@ -160,15 +173,36 @@ async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, i
         log.info("config operation refused", operation=op.name, reason=reason)
         backbone.event(ctx, inputs, "Warning", names.EventReason.OPERATION_BLOCKED, message)
         return await backbone.fail(ctx, CONFIG, op.obj, reason, message)
-    plan = plan_status(planned, len(inputs.control_planes), inputs.worker_bound)
+    destination = etcd_snapshot.Destination.of(inputs.cluster.get("spec") or {})
+    plan = plan_status(planned, len(inputs.control_planes), inputs.worker_bound,
+                       etcd_snapshot=etcd_snapshot.plan_entry(destination, inputs.status),
+                       snapshot_hint=etcd_snapshot.hint(inputs.cluster_name, inputs.op_namespace))
     if op.paused:
         await backbone.plan_only(ctx, CONFIG, inputs, plan)
         return Done()
+    names_planned = {p.name for p in planned}
+    held = await guard.hold_for_start(ctx.kube, inputs.cluster, [m for m in inputs.machines if m.name in names_planned])
+    if held is not None:  # before anything irreversible: the cluster and the planned machines held
+        return await backbone.blocked(ctx, CONFIG, inputs, held)
     await backbone.ensure_finalizer(ctx, CONFIG, inputs)
     refused_lock = await backbone.lock(ctx, CONFIG, inputs, approved_control_planes=len(inputs.control_planes),
                                        other_under_way=backbone.other_under_way(scope.operations, inputs.uid))
     if refused_lock is not None:
         return refused_lock
+    if destination is not None and reboots_control_plane(planned):
+        # A control plane's reboot restarts its etcd member: a snapshot first, before anything is changed.
+        if (inputs.status.get("plan") or {}).get("etcdSnapshot") is None:
+            await backbone.write(ctx, inputs, lambda s: s.__setitem__("plan", plan))  # where it goes, for review
+        talos = ctx.talos_factory(etcd_snapshot.dial(inputs.bundle))
+        try:
+            not_taken = await etcd_snapshot.ensure_taken(
+                ctx, CONFIG, inputs, destination, talos,
+                [ControlPlane(m.name, m.address) for m in inputs.control_planes], namespace=inputs.op_namespace)
+        finally:
+            talos.close()
+        if not_taken is not None:
+            return not_taken
+        plan = {**plan, "etcdSnapshot": etcd_snapshot.plan_entry(destination, inputs.status)}
     stamp = now_rfc3339(ctx.now())
     order = ", ".join(f"{p.name} ({p.change.value})" for p in planned)
 
@@ -176,7 +210,8 @@ async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, i
         s["plan"], s["stage"] = plan, ROLLING
         s.setdefault("startedAt", stamp)
 
-    await backbone.write(ctx, inputs, start, *backbone.in_progress(ctx, CONFIG, ROLLING, f"rolling out: {order}"))
+    await backbone.write(ctx, inputs, start, intent.accept(op.obj),
+                         *backbone.in_progress(ctx, CONFIG, ROLLING, f"rolling out: {order}"))
     backbone.event(ctx, inputs, "Normal", names.EventReason.OPERATION_STARTED, f"config rollout started: {order}")
     backbone.log_transition(CONFIG, inputs, "config rollout started", machines=len(planned))
     return Requeue(0.0, "stage Rolling")
@@ -334,7 +369,7 @@ async def _complete(ctx: RotationContext, inputs: Inputs, planned: list[PlannedM
     def finish(s: Obj) -> None:
         s["stage"], s["completedAt"], s["machines"] = "Done", stamp, []
 
-    await backbone.write(ctx, inputs, finish, backbone.phase(Phase.COMPLETED, message),
+    await backbone.write(ctx, inputs, finish, backbone.phase(ctx, Phase.COMPLETED, message),
                          backbone.condition(ctx, CONFIG, "True", ROLLED_OUT, message))
     backbone.event(ctx, inputs, "Normal", names.EventReason.CONFIG_APPLIED, message)
     backbone.log_transition(CONFIG, inputs, "config rollout completed", machines=len(planned))

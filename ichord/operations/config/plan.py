@@ -1,4 +1,4 @@
-"""The ``config`` operation's plan: which machines wait, for what, in which order (ADR 0080 D1-D3).
+"""The ``config`` operation's plan: which machines wait, for what, in which order (docs/decisions.md#config-rollout).
 
 Pure functions, table-tested (tests/unit/test_config_plan.py). The machine reconciler classifies each
 machine's difference (``status.rebootPaths``, ``status.apiServerRestartPaths``, from render/fieldmeta) and
@@ -116,9 +116,18 @@ def plan_machines(candidates: Sequence[Candidate], own_node: str | None = None) 
             for i, (c, ch) in enumerate(ordered)]
 
 
-def plan_status(planned: Sequence[PlannedMachine], control_planes: int, worker_bound: WorkerBound) -> Obj:
+def reboots_control_plane(planned: Sequence[PlannedMachine]) -> bool:
+    """Does the rollout reboot a control plane (and so restart its etcd member)?"""
+    return any(p.reboots and p.is_control_plane for p in planned)
+
+
+def plan_status(planned: Sequence[PlannedMachine], control_planes: int, worker_bound: WorkerBound, *,
+                etcd_snapshot: Obj | None = None,
+                snapshot_hint: str = "take an etcd snapshot first (ichord cluster etcd-snapshot NAME -f FILE)") -> Obj:
     """``status.plan``: what `kubectl get -o yaml` shows for consent before anything runs; ``worker_bound`` is
-    maxUnavailable as resolved now (each step resolves it again: a changed value applies to workers not begun)."""
+    maxUnavailable as resolved now (each step resolves it again: a changed value applies to workers not begun).
+    When a control plane reboots, ``etcd_snapshot`` (operations/etcd_snapshot.plan_entry) says where ichord takes a
+    snapshot first; without a destination the warning is ``snapshot_hint``."""
     reboots = any(p.reboots for p in planned)
     touches_cp = any(p.is_control_plane for p in planned)
     warnings = []
@@ -127,11 +136,17 @@ def plan_status(planned: Sequence[PlannedMachine], control_planes: int, worker_b
                         "each cordoned and drained first")
     else:
         warnings.append("restarts the Kubernetes API server on each control plane, one at a time; no reboot")
-    if any(p.reboots and p.is_control_plane for p in planned):
-        warnings.append("take an etcd snapshot first")
-    return {"machines": [p.to_status() for p in planned], "warnings": warnings,
+    snapshot = reboots_control_plane(planned) and etcd_snapshot is not None
+    if reboots_control_plane(planned):
+        warnings.append(snapshot_hint if etcd_snapshot is None else
+                        f"an etcd snapshot is taken to {etcd_snapshot['directory']} before the first reboot "
+                        f"(keeping the cluster's newest {etcd_snapshot['retain']}); etcdSnapshot.file names it")
+    plan = {"machines": [p.to_status() for p in planned], "warnings": warnings,
             "stages": ["Rolling"], "kubernetesAPIUnavailable": control_planes == 1 and touches_cp,
             "workerBound": worker_bound.to_status()}
+    if snapshot:
+        plan["etcdSnapshot"] = etcd_snapshot
+    return plan
 
 
 def planned_from_status(status: Mapping[str, Any]) -> list[PlannedMachine]:
@@ -147,7 +162,7 @@ class Refusal(enum.StrEnum):
 
 def refusal(planned: Sequence[PlannedMachine], operations: Sequence[OperationView],
             uid: str) -> tuple[Refusal, str] | None:
-    """Why a ``config`` operation must not start (ADR 0080 D1: refused, nothing written), or None.
+    """Why a ``config`` operation must not start (docs/decisions.md#config-rollout: refused, nothing written), or None.
 
     Any other unfinished operation of the cluster blocks it, a plan-only one included: it may start any moment."""
     for other in operations:

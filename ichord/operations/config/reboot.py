@@ -1,4 +1,5 @@
-"""The Reboot class on one machine, through the backbone's roll (ADR 0080 D3, roll.py's state table).
+"""The Reboot class on one machine, through the backbone's roll (docs/decisions.md#config-rollout, roll.py's state
+table).
 
     converged (and no reboot outstanding)      -> done without a call; ichord's cordon (if any) released
     gates: held? Node Ready, dry run, etcd (CP) -> closed: Blocked, retried

@@ -1,4 +1,4 @@
-"""Workers up to ``maxUnavailable`` at once (ADR 0080 "Order and concurrency"): one roll marker per worker.
+"""Workers up to ``maxUnavailable`` at once (docs/decisions.md#config-rollout): one roll marker per worker.
 
 Each worker under way has its own marker in ``status.workerRolls.<machine>`` (the roll's fields: rebooting,
 rebootBootID, requestedAt, done), written before its cordon, so the set of disrupted workers is persisted

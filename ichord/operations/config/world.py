@@ -25,7 +25,7 @@ from ichord.talos.errors import TalosError
 
 Obj = dict[str, Any]
 
-#: The reboot roll's marker lives in status.roll (api.md, the CRD): machine, its boot ID, when, the ones done.
+#: The reboot roll's marker lives in status.roll (the CRD): machine, its boot ID, when, the ones done.
 ROLL_FIELDS = MarkerFields(section="roll", rebooting="rebooting", boot_id="rebootBootID",
                            requested_at="requestedAt", done="done")
 
@@ -65,7 +65,7 @@ class World:
 
     async def node_name(self, m: MachineView) -> str:
         """spec.hostname, else Talos's Nodename (the reconciler's record, or asked), else the Node whose address matches
-        (ADR 0080 observation 1: a missing hostname must not stop a rollout)."""
+        (docs/decisions.md#config-rollout: a missing hostname must not stop a rollout)."""
         if m.hostname:
             return m.hostname
         if m.status.get("nodeName"):  # Talos's Nodename, as the machine reconciler last read it

@@ -1,4 +1,5 @@
-"""Each control plane's own kube-apiserver ``/readyz`` (ADR 0080's API-server-restart amendment).
+"""Each control plane's own kube-apiserver ``/readyz`` (docs/decisions.md#config-rollout's API-server-restart
+amendment).
 
 A real control plane serves its local API server on ``<node IP>:<localAPIServerPort>``; anonymous ``/readyz``
 answers 200 only while that node's kube-apiserver runs and is ready. The simulated managed API is one server

@@ -1,4 +1,4 @@
-"""A Kubernetes API server simulator speaking the real REST wire over HTTPS (see simulators.md)."""
+"""A Kubernetes API server simulator speaking the real REST wire over HTTPS (README.md, test tiers)."""
 
 from ichord.sim.kube.behaviours import BehaviourSettings
 from ichord.sim.kube.rest import WatchSettings

@@ -1,4 +1,4 @@
-"""What a real cluster's own components do that the daemon depends on (simulators.md).
+"""What a real cluster's own components do that the daemon depends on (README.md, test tiers).
 
 kube-controller-manager publishes ``kube-root-ca.crt`` (the issuing CA only) into every namespace
 after its restart, with a lag, and the kubelet refreshes projected ``ca.crt`` files later still;
@@ -132,7 +132,7 @@ class ClusterBehaviours:
     def set_aggregator_cas(self, pems: list[bytes], current: list[bytes] | None = None) -> None:
         """kube-apiserver started accepting ``pems`` (its requestheader-client-ca-file): each merged in, none ever
         removed; a deleted ConfigMap is recreated with ``current`` alone (default ``pems``: what the API server
-        that restarted last accepts; ADR 0120 Amendment 3, as on hardware)."""
+        that restarted last accepts; docs/decisions.md#aggregator-ca, as on hardware)."""
         self.current_aggregator_cas = list(pems if current is None else current)
         changed = False
         for pem in pems:

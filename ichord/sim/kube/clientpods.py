@@ -1,4 +1,5 @@
-"""The pods of Deployments and DaemonSets, and the in-cluster API clients among them (ADR 0063 amendments).
+"""The pods of Deployments and DaemonSets, and the in-cluster API clients among them
+(docs/decisions.md#client-restarts).
 
 What real hardware showed, modelled so a test can reproduce it and show ichord prevents it:
 - A pod starts ``pod_start_delay`` after it is scheduled on a Ready Node and loses Ready while its

@@ -20,16 +20,19 @@ class Faults:
     #: 409 Conflict (as if another writer had won the race).
     error_code: int = 500
     #: The message of an injected failure (None: "injected fault: <verb> failed"); e.g. the 500 a webhook that
-    #: timed out gives (ADR 0120 lane E 1): 'Internal error occurred: failed calling webhook "x": ... context
-    #: deadline exceeded'.
+    #: timed out gives (docs/decisions.md#ca-rotation-passes): 'Internal error occurred: failed calling webhook "x": ...
+    #: context deadline exceeded'.
     error_message: str | None = None
     #: After the server comes back up, requests for a CustomResourceDefinition's group answer 404 with no name
-    #: for this long: the group is not served yet ("no matches for kind", ADR 0120 lane F).
+    #: for this long: the group is not served yet ("no matches for kind", docs/decisions.md#ca-rotation-passes).
     discovery_lag: float = 0.0
     #: Probability (0..1) that a request of a verb has its connection reset instead of an answer;
     #: ``reset_after`` resets it after the request was served (a write that happened, its answer lost).
     reset_rate: dict[str, float] = field(default_factory=dict)
     reset_after: bool = False
+    #: Requests an RBAC authorizer would refuse, as (verb, resource[/subresource], namespace) with "*" for any
+    #: verb or namespace: answered 403 Forbidden in kube-apiserver's words (the simulator has no authorizer).
+    denied: set[tuple[str, str, str]] = field(default_factory=set)
     seed: int | None = None
     _rng: random.Random = field(default_factory=random.Random, repr=False)
 
@@ -45,6 +48,9 @@ class Faults:
     def should_fail(self, verb: str, resource: str = "") -> bool:
         rate = self.error_rate.get(f"{verb}:{resource}", self.error_rate.get(verb, 0.0))
         return rate > 0 and self._rng.random() < rate
+
+    def denies(self, verb: str, resource: str, namespace: str) -> bool:
+        return any(v in ("*", verb) and r == resource and n in ("*", namespace) for v, r, n in self.denied)
 
     def should_reset(self, verb: str) -> bool:
         rate = self.reset_rate.get(verb, 0.0)

@@ -1,4 +1,12 @@
-"""The resource types the simulator serves: built-ins and CRD-defined custom resources."""
+"""The resource types the simulator serves: built-ins and CRD-defined custom resources.
+
+No admission plugin runs here, ValidatingAdmissionPolicy included, and admissionregistration.k8s.io is not
+served: a policy sent to the simulator is refused (404 NotFound, as by an API server without that API), never
+stored and silently left unenforced. The simulator therefore answers as kube-apiserver does without the chart's
+policy (helm/ichord/templates/validatingadmissionpolicy.yaml): a TalosOperation's spec changed after its start is
+accepted, and ichord itself keeps the accepted intent (ichord/operations/intent.py). Implementing CEL admission
+here would be a second CEL engine to keep equal to the real one; the real tier proves the policy on kube-apiserver
+(tests/real/test_operation_intent_real.py) and tests/integration/test_operation_intent.py pins the 404."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The scheduler's and the ReplicaSet controller's part of a drain (ADR 0080, simulators.md).
+"""The scheduler's and the ReplicaSet controller's part of a drain (docs/decisions.md#config-rollout).
 
 - ``schedulable``: the scheduler places no new pod on a Node with ``spec.unschedulable`` (a cordon).
 - ``Replacer``: a Deployment pod deleted by anyone but a rollout (an eviction, ``kubectl delete``) is

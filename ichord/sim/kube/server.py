@@ -258,6 +258,8 @@ class KubeSimulator:
                     user=user, verb=verb, group=route.group, resource=resource, subresource=route.subresource or "",
                     namespace=route.namespace or "",
                     name=route.name or _selected_name(route.verb, request.query.get("fieldSelector", ""))))
+            if route is not None and self.faults.denied:
+                _refuse_if_denied(self.faults, user, verb, route)
             if self.faults.should_fail(verb, resource):
                 code = self.faults.error_code
                 reason = {503: "ServiceUnavailable", 429: "TooManyRequests", 409: "Conflict"}.get(code, "InternalError")
@@ -334,6 +336,21 @@ def _selected_name(verb: str, field_selector: str) -> str:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+def _refuse_if_denied(faults: Faults, user: str, verb: str, route: routes.Route) -> None:
+    """403 for a request ``faults.denied`` lists, worded as kube-apiserver's RBAC refusal (NewForbidden around
+    forbiddenMessage), which is what ichord.kube.forbidden reads back."""
+    resource = f"{route.plural}/{route.subresource}" if route.subresource else route.plural
+    namespace = route.namespace or ""
+    if not faults.denies(verb, resource, namespace):
+        return
+    where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
+    qualified = f"{route.plural}.{route.group}" if route.group else route.plural
+    subject = f'{qualified} "{route.name}"' if route.name else qualified
+    raise ApiError(403, "Forbidden", f'{subject} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
+                                     f'in API group "{route.group}"{where}',
+                   {"name": route.name or "", "group": route.group, "kind": route.plural})
 
 
 def _reset(request: web.Request) -> NoReturn:

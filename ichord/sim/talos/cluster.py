@@ -17,6 +17,7 @@ from ichord.render.config import MachineConfig
 from ichord.sim.talos import cosi
 from ichord.sim.talos.config_view import CAView
 from ichord.sim.talos.etcd import EtcdCluster
+from ichord.sim.talos.etcd_snapshot import EtcdSnapshotService, SnapshotSource
 from ichord.sim.talos.history import History
 from ichord.sim.talos.node import SimNode, Timings
 from ichord.sim.talos.server import NodeServer
@@ -46,6 +47,8 @@ class SimCluster:
         self._ports: dict[str, int] = {}
         #: The API server URL the Kubeconfig RPC names; None: the configuration's cluster endpoint.
         self.kubeconfig_server: str | None = None
+        #: What EtcdSnapshot streams (etcd_snapshot.py); None: a database written from the simulated etcd.
+        self.etcd_snapshot_source: SnapshotSource | None = None
 
     def version_tag(self, contract: VersionContract) -> str:
         return VERSION_TAGS.get((contract.major, contract.minor), f"{contract}.0")
@@ -105,7 +108,8 @@ class SimCluster:
             self.history.record("handshake_refused", node.name, peer=peer, reason=reason,
                                 config_hash=node.running.hash())
 
-        server = NodeServer([MachineService(self, node), StateService(self, node)], context,
+        server = NodeServer([MachineService(self, node), StateService(self, node),
+                             EtcdSnapshotService(self, node)], context,
                             check_client_certificate, refused)
         await server.listen(node.ip, self._ports.get(node.name, node.port))
         self._ports[node.name] = node.port = server.port

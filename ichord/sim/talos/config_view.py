@@ -4,7 +4,7 @@ Both Kubernetes CA layouts are read as Talos does: the ``KubeAPIServerCAConfig``
 present (raw PEM, ``cert``/``key``), otherwise the legacy v1alpha1 ``cluster.ca`` +
 ``cluster.acceptedCAs`` (base64 of PEM, ``crt``/``key``); the issuing certificate is always part of
 the accepted set. ``cluster.etcd.ca.crt`` may hold a bundle: its first block signs, every block is
-trusted (ADR 0120 §2).
+trusted (docs/decisions.md#ca-rotation-passes).
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 
 A member loads its CA bundle when etcd starts (boot), never on a configuration change: it presents
 a peer certificate signed by the bundle's first certificate and trusts every certificate in the
-bundle (ADR 0120 §2). Two members talk only if each trusts the other's signer. A member is healthy
-when it runs and reaches a majority of the cluster (itself included); the cluster has quorum when
+bundle (docs/decisions.md#etcd-reboot-roll). Two members talk only if each trusts the other's signer. A member is
+healthy when it runs and reaches a majority of the cluster (itself included); the cluster has quorum when
 some member is healthy. Every change of health, leader or quorum goes to the history.
 
 Faults: ``trust_first_only`` makes a member that starts trust only its bundle's first certificate (the
-open question of ADR 0120 §2: is the second certificate of ``cluster.etcd.ca.crt`` trusted?); alarms
-(NOSPACE, CORRUPT) are raised per member and listed by EtcdAlarmList.
+open question of docs/decisions.md#ca-rotation-passes: is the second certificate of ``cluster.etcd.ca.crt`` trusted?);
+alarms (NOSPACE, CORRUPT) are raised per member and listed by EtcdAlarmList.
 """
 
 from __future__ import annotations

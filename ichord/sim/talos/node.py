@@ -1,6 +1,6 @@
 """One simulated Talos node: running and staged configuration, boot ID, services, apply and reboot.
 
-Behaviour follows the node's Talos version (talos-api-facts.md §1.5): v1.14 refuses ApplyConfiguration
+Behaviour follows the node's Talos version (Talos's API definitions): v1.14 refuses ApplyConfiguration
 mode REBOOT (Unimplemented) and applies AUTO as NO_REBOOT; v1.13 reboots for REBOOT (and for AUTO
 when the change needs it) and refuses NO_REBOOT/TRY for a change outside ``CanApplyImmediate``.
 Every delay comes from ``Timings`` so tests run in milliseconds.
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 REBOOT, AUTO, NO_REBOOT, STAGED, TRY = 0, 1, 2, 3, 4
 MODE_NAMES = {REBOOT: "REBOOT", AUTO: "AUTO", NO_REBOOT: "NO_REBOOT", STAGED: "STAGED", TRY: "TRY"}
 CONFIG_TRY_TIMEOUT = 60.0
-#: v1alpha1 ``machine.*`` keys <= 1.13 applies without a reboot (CanApplyImmediate, facts §1.5).
+#: v1alpha1 ``machine.*`` keys <= 1.13 applies without a reboot (Talos's CanApplyImmediate list).
 IMMEDIATE_MACHINE_KEYS = frozenset({
     "ca", "acceptedCAs", "certSANs", "install", "network", "time", "sysfs", "sysctls", "logging",
     "controlPlane", "kubelet", "kernel", "registries", "pods", "seccompProfiles", "nodeLabels",
@@ -502,7 +502,7 @@ class SimNode:
 
     def restart_service(self, service: str) -> None:
         if service != "kubelet":
-            # Only kubelet and extension services restart through the API (facts §1.9).
+            # Only kubelet and extension services restart through the API (Talos's ServiceRestart).
             raise GRPCError(Status.UNKNOWN, f'service "{service}" doesn\'t support restart operation via API')
         self._spawn(self._restart_kubelet("ServiceRestart"))
 

@@ -1,0 +1,189 @@
+"""The etcd snapshot an operation takes before it reboots control planes, when its TalosCluster names where.
+
+    spec.etcdSnapshots: {path: /var/lib/ichord/snapshots, retain: 5}
+
+``path`` is a directory the daemon can write (the chart mounts a volume there: values ``etcdSnapshots``); each
+snapshot is ``<namespace>_<cluster>_<UTC time>_<operation>.db`` in it, and after each one only the newest
+``retain`` of that cluster are kept (files of other clusters, and files named otherwise, are never touched). The
+operations that take one: a ca-rotation of the etcd CA (its roll reboots every control plane) and a config
+rollout that reboots a control plane, at their start, before anything is changed (``status.plan.etcdSnapshot``
+names the directory, then the file).
+
+Kill-safe, by a record in the operation's status written around the one irreversible step (the file)::
+
+    status.etcdSnapshot {state: Taking, path}        written before EtcdSnapshot is asked for
+    the file at path (temporary file, then a hard link: it appears whole or not at all)
+    status.etcdSnapshot {state: Taken, path, size, sha256, machine, takenAt}
+
+A step that finds ``Taking`` looks at ``path``: the file is there -> it is recorded (read back), never a second
+snapshot; it is not -> the earlier attempt died before the link: its temporary file is removed and the snapshot
+taken again to the same path. ``Taken`` -> nothing more. Failpoints: ``etcd-snapshot.marker.after`` (marker
+written, nothing asked), ``etcd-snapshot.taken.before`` (the file there, not recorded).
+
+No healthy control plane, an unwritable directory or a damaged stream block the operation (condition, one
+Warning) before anything else happens; it retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ichord.api import names
+from ichord.api.conditions import now_rfc3339
+from ichord.errors import IchordError
+from ichord.etcd_snapshot.file import (
+    SnapshotDestinationError,
+    SnapshotIntegrityError,
+    SnapshotWriteError,
+    describe,
+    partial_files,
+)
+from ichord.etcd_snapshot.take import BACKUP_ROLE, ControlPlane, NoHealthyControlPlane, take
+from ichord.failpoints import failpoint
+from ichord.operations import backbone
+from ichord.operations.backbone import OperationKind
+from ichord.operations.outcome import Blocked
+from ichord.pki.bundle import SecretsBundle
+from ichord.talos.client import TalosClient
+from ichord.talos.dial import DialBundle
+
+Obj = dict[str, Any]
+
+STATUS_KEY = "etcdSnapshot"
+TAKING = "Taking"
+TAKEN = "Taken"
+DEFAULT_RETAIN = 5
+SUFFIX = ".db"
+#: What follows "<namespace>_<cluster>_" in a snapshot's name: its UTC time and the operation.
+_STAMPED = re.compile(r"\d{8}T\d{6}Z_[^_/]+\.db")
+
+
+@dataclass(frozen=True)
+class Destination:
+    directory: Path
+    retain: int
+
+    @classmethod
+    def of(cls, cluster_spec: Obj) -> Destination | None:
+        """The TalosCluster's spec.etcdSnapshots, or None when it names no destination."""
+        raw = cluster_spec.get("etcdSnapshots") or {}
+        path = str(raw.get("path") or "")
+        if not path:
+            return None
+        return cls(Path(path), max(1, int(raw.get("retain") or DEFAULT_RETAIN)))
+
+    def prefix(self, namespace: str, cluster: str) -> str:
+        # "_" is in no Kubernetes name: "ns_demo_" never matches a cluster "demo.prod" (names may hold dots).
+        return f"{namespace}_{cluster}_"
+
+    def file_for(self, namespace: str, cluster: str, operation: str, now: dt.datetime) -> Path:
+        return self.directory / f"{self.prefix(namespace, cluster)}{now:%Y%m%dT%H%M%SZ}_{operation}{SUFFIX}"
+
+    def problem(self) -> str | None:
+        """Why the daemon cannot write snapshots there, or None."""
+        where = f"spec.etcdSnapshots.path {self.directory}"
+        if not self.directory.is_absolute():
+            return f"{where} is not an absolute path"
+        if not self.directory.is_dir():
+            return (f"{where} is not a directory the daemon sees: mount a volume there (the chart's "
+                    "etcdSnapshots.volume) or change the TalosCluster's spec.etcdSnapshots.path")
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            return f"{where} is not writable by the daemon (uid {os.getuid()}): fix the volume's permissions"
+        return None
+
+    def prune(self, namespace: str, cluster: str) -> list[Path]:
+        """Remove this cluster's snapshots beyond the newest ``retain`` (names sort by time); the removed."""
+        prefix = self.prefix(namespace, cluster)
+        mine = sorted(p for p in self.directory.iterdir()
+                      if p.name.startswith(prefix) and _STAMPED.fullmatch(p.name[len(prefix):]) and p.is_file())
+        gone = mine[:-self.retain] if len(mine) > self.retain else []
+        for path in gone:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        return gone
+
+
+def plan_entry(destination: Destination | None, status: Obj) -> Obj | None:
+    """status.plan.etcdSnapshot: the directory and retention, and the file once taken."""
+    if destination is None:
+        return None
+    entry: Obj = {"directory": str(destination.directory), "retain": destination.retain}
+    record = status.get(STATUS_KEY) or {}
+    if record.get("state") == TAKEN and record.get("path"):
+        entry["file"] = str(record["path"])
+    return entry
+
+
+def hint(cluster: str, namespace: str) -> str:
+    """The plan's warning when no destination is named: the command that takes one by hand."""
+    return (f"take an etcd snapshot before starting: ichord cluster etcd-snapshot {cluster} -n {namespace} -f FILE; "
+            "or set the TalosCluster's spec.etcdSnapshots.path so ichord takes one before the first reboot")
+
+
+def dial(bundle: SecretsBundle) -> DialBundle:
+    """The client certificate a snapshot is taken with: os:etcd:backup, nothing more (before anything rotated)."""
+    return DialBundle.from_bundle(bundle, roles=(BACKUP_ROLE,))
+
+
+def _record(**fields: Any) -> backbone.Mutation:
+    def m(status: Obj) -> None:
+        status[STATUS_KEY] = {k: v for k, v in fields.items() if v not in (None, "")}
+        plan = status.get("plan")
+        if isinstance(plan, dict) and isinstance(plan.get(STATUS_KEY), dict) and fields.get("state") == TAKEN:
+            plan[STATUS_KEY] = {**plan[STATUS_KEY], "file": fields["path"]}
+
+    return m
+
+
+async def ensure_taken(ctx: backbone.Context, kind: OperationKind, subject: backbone.Subject,
+                       destination: Destination, talos: TalosClient, control_planes: list[ControlPlane],
+                       *, namespace: str) -> Blocked | None:
+    """One snapshot for this operation, in ``destination``, exactly once across kills; Blocked when it cannot."""
+    record = subject.status.get(STATUS_KEY) or {}
+    if record.get("state") == TAKEN:
+        return None
+    why = destination.problem()
+    if why is not None:
+        return await backbone.blocked(ctx, kind, subject, f"etcd snapshot before the first reboot: {why}")
+    started = str(record.get("startedAt") or "")
+    if record.get("state") == TAKING and record.get("path"):
+        path = Path(str(record["path"]))
+    else:
+        now = ctx.now()
+        path = destination.file_for(namespace, subject.cluster_name, subject.name, now)
+        started = now_rfc3339(now)
+        await backbone.write(ctx, subject, _record(state=TAKING, path=str(path), startedAt=started))
+        failpoint("etcd-snapshot.marker.after")
+    machine = ""
+    try:
+        if path.exists():  # a killed step's snapshot, complete (it appears only whole): recorded, not taken again
+            file = await anyio.to_thread.run_sync(describe, path)  # reads it whole: off the event loop
+        else:
+            for leftover in partial_files(path):
+                leftover.unlink(missing_ok=True)
+            taken = await take(talos, control_planes, path)
+            file, machine = taken.file, taken.machine
+            failpoint("etcd-snapshot.taken.before")
+    except (NoHealthyControlPlane, SnapshotIntegrityError, SnapshotDestinationError, SnapshotWriteError,
+            OSError) as exc:
+        detail = str(exc) if isinstance(exc, IchordError) else f"{path}: {exc.strerror or exc}"
+        return await backbone.blocked(ctx, kind, subject, f"etcd snapshot before the first reboot: {detail}")
+    await backbone.write(ctx, subject, _record(state=TAKEN, path=str(file.path), size=file.size, sha256=file.sha256,
+                                               machine=machine, startedAt=started, takenAt=now_rfc3339(ctx.now())))
+    source = f" from {machine}" if machine else ""
+    backbone.event(ctx, subject, "Normal", names.EventReason.ETCD_SNAPSHOT_TAKEN,
+                   f"etcd snapshot {file.path} ({file.size} bytes, sha256 {file.sha256}){source}, taken before the "
+                   "first control-plane reboot")
+    removed = await anyio.to_thread.run_sync(destination.prune, namespace, subject.cluster_name)
+    if removed:
+        backbone.log_transition(kind, subject, "old etcd snapshots removed", kept=destination.retain,
+                                removed=[p.name for p in removed])
+    return None
