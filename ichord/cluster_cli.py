@@ -44,7 +44,7 @@ from ichord.pki.scrub import SCRUBBER
 
 #: Where ``ichor init`` keeps a cluster's bundle (docs/decisions.md#bundle-backup-stale); ``{name}`` is the
 #: TalosCluster.
-DEFAULT_EXPORT_PATH = "~/.ichor/clusters/{name}/secrets.yaml"
+DEFAULT_EXPORT_PATH = "~/.ichord/clusters/{name}/secrets.yaml"
 
 
 class ClusterCommandError(IchordError):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from ichord.kube.errors import KubeError
 from ichord.kube.events import EventRecorder
 from ichord.kube.kubeconfig_ca import kubeconfig_ca
 from ichord.leader import LeaderElector, default_identity
+from ichord.metrics import REGISTRY
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, forget_cluster
 from ichord.operations.scope import TrustHooks
 from ichord.server import HealthServer
@@ -57,8 +59,10 @@ from ichord.settings import Timing
 from ichord.trust import SharedTrust
 from ichord.trust.pool import DEFAULT_TRUST_FILE, TrustPool, describe
 from ichord.trust.sync import TrustSync
+from ichord.watchers import leader_status
 from ichord.watchers.informer import Informer, Resource
 from ichord.watchers.routing import Router
+from ichord.watchers.state_metrics import StateCollector
 
 log = structlog.get_logger("ichord.daemon")
 
@@ -103,14 +107,32 @@ class DaemonSettings:
         return DEFAULT_TRUST_FILE
 
 
-def default_trust_file(kubeconfig: str | Path) -> Path:
-    """Where a run with ``kubeconfig`` keeps the extra CAs: one file per kubeconfig, under ~/.ichor/trust.
+def default_trust_file(kubeconfig: str | Path, *, root: str = "~/.ichord/trust") -> Path:
+    """Where a run with ``kubeconfig`` keeps the extra CAs: one file per kubeconfig, under ~/.ichord/trust.
 
     It must outlive the process: once a rotation of the cluster ichord talks to has completed, the API server
     serves only the new CA, which the kubeconfig does not hold, so a restarted process needs the file.
     """
     digest = hashlib.sha256(str(Path(kubeconfig).expanduser().resolve()).encode()).hexdigest()[:16]
-    return Path("~/.ichor/trust").expanduser() / digest / "kubernetes-ca.crt"
+    return Path(root).expanduser() / digest / "kubernetes-ca.crt"
+
+
+#: Where versions before the ``ichord`` name kept the per-kubeconfig trust file.
+LEGACY_TRUST_ROOT = "~/.ichor/trust"
+
+
+def adopt_legacy_trust_file(settings: DaemonSettings, trust_file: Path) -> None:
+    """A per-kubeconfig trust file an earlier version wrote under ~/.ichor/trust is copied to the new place once:
+    after a completed rotation it holds the only CA the API server is served by, so dropping it locks ichord out."""
+    if settings.trust_file or not settings.kubeconfig or trust_file.exists():
+        return
+    legacy = default_trust_file(settings.kubeconfig, root=LEGACY_TRUST_ROOT)
+    if not legacy.is_file():
+        return
+    trust_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    shutil.copy2(legacy, trust_file)
+    log.info("trust file moved to ichord's directory (the old one is left in place)", old=str(legacy),
+             new=str(trust_file))
 
 
 class APIUnavailableError(IchordError):
@@ -322,6 +344,15 @@ class Daemon:
     async def run(self) -> None:
         elector = LeaderElector(self.kube, namespace=self.settings.namespace, name=LEADER_LEASE,
                                 identity=self.settings.identity, timing=self.settings.timing)
+        # The per-object series, from the informers at each scrape, on every replica (watchers/state_metrics.py).
+        state = StateCollector(self.clusters, self.operations)
+        REGISTRY.register(state)
+        try:
+            await self._run(elector)
+        finally:
+            REGISTRY.unregister(state)
+
+    async def _run(self, elector: LeaderElector) -> None:
         async with anyio.create_task_group() as tg:
             port = await tg.start(self.server.serve, self.settings.metrics_host, self.settings.metrics_port)
             if self.settings.port_file:
@@ -337,6 +368,9 @@ class Daemon:
                 tg.start_soon(inf.run)
             if self.trust_sync is not None:
                 tg.start_soon(self.trust_sync.run)
+            # Every replica: LeaderElected=False/NoLeader on the clusters once none has led for longer than the Lease.
+            tg.start_soon(leader_status.watch, self.kube, self.clusters, elector,
+                          f"{self.settings.namespace}/{LEADER_LEASE}", t.retry_period)
             tg.start_soon(probe_api, self.kube, t.api_unready_grace / 3)
             await elector.run(self.lead)
             tg.cancel_scope.cancel()
@@ -382,6 +416,7 @@ async def run_daemon(settings: DaemonSettings) -> None:
     trust_file = settings.resolved_trust_file()
     if settings.trust_pool:
         if trust_file is not None:
+            adopt_legacy_trust_file(settings, trust_file)
             pool.load(trust_file)  # before the API wait: a restarted container trusts the new CA at once
         log_trust(pool, trust_file)
     else:

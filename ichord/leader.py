@@ -28,7 +28,7 @@ from ichord.errors import IchordError
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import AlreadyExists, Conflict, KubeError
 from ichord.kube.leases import LeaseRecord, create_lease, get_lease, update_lease
-from ichord.metrics import LEADER
+from ichord.metrics import LEADER, LEADERLESS_SECONDS, NO_LEADER
 from ichord.settings import Timing
 
 log = structlog.get_logger(__name__)
@@ -92,11 +92,25 @@ class LeaderElector:
         self._rng = rng or random.Random()  # noqa: S311  (jitter, not security)
         self._observed: LeaseRecord | None = None
         self._observed_at = 0.0
+        #: When this replica last saw a replica lead (a holder renewing, or its own renewal); from the start on.
+        self._led_seen_at = monotonic()
         self.is_leader = False
+        LEADERLESS_SECONDS.set_function(self.leaderless_for)
+        NO_LEADER.set_function(lambda: 1.0 if self.no_leader() else 0.0)
 
     @property
     def observed_holder(self) -> str | None:
         return self._observed.holder if self._observed else None
+
+    def leaderless_for(self) -> float:
+        """Seconds since this replica last saw a replica lead: about 0 on the leader, up to the retry period (plus
+        its jitter) on a follower while a leader renews; it grows only while nobody renews the Lease."""
+        return 0.0 if self.is_leader else max(0.0, self._monotonic() - self._led_seen_at)
+
+    def no_leader(self) -> bool:
+        """No replica has led for longer than the Lease lasts: a takeover should have happened by now and did not
+        (every replica is failing to reach the API or to write the Lease). ``ichord_no_leader`` and /readyz say it."""
+        return self.leaderless_for() > self.timing.lease_duration
 
     # -- the loop ----------------------------------------------------------------------------
     async def run(self, on_started_leading: Callable[[], Awaitable[None]],
@@ -186,6 +200,8 @@ class LeaderElector:
             return True
         if self._observed is None or _content(current) != _content(self._observed):
             self._observed_at = self._monotonic()
+            if current.holder:
+                self._led_seen_at = self._observed_at  # a holder renewed (or took) it: someone leads
         self._observed = current
         held_by_other = bool(current.holder) and current.holder != self.identity
         if held_by_other and self._observed_at + current.duration_seconds * self._scale() > self._monotonic():
@@ -210,6 +226,7 @@ class LeaderElector:
 
     def _observe(self, record: LeaseRecord) -> None:
         self._observed, self._observed_at = record, self._monotonic()
+        self._led_seen_at = self._observed_at  # this replica holds it
 
     def _set_leader(self, leading: bool) -> None:
         if leading != self.is_leader:

@@ -13,17 +13,21 @@ PlatformCollector(registry=REGISTRY)
 GCCollector(registry=REGISTRY)
 
 CERTIFICATE_EXPIRY = Gauge(
-    "ichor_certificate_expiry_timestamp_seconds",
-    "notAfter of each cluster CA, as a Unix timestamp (docs/decisions.md#rotation-state name kept).",
+    "ichord_certificate_expiry_timestamp_seconds",
+    "notAfter of each cluster CA, as a Unix timestamp.",
     ["namespace", "name", "certificate"],
     registry=REGISTRY,
 )
-OPERATION_INFO = Gauge(
-    "ichord_operation_info",
-    "One series per TalosOperation with its phase and stage.",
-    ["namespace", "cluster", "operation", "kind", "phase", "stage"],
+#: The name before ichord's metrics took one prefix, the same series under it: deprecated, removed in the next
+#: release (README "Metrics"). Always set and removed together with CERTIFICATE_EXPIRY.
+CERTIFICATE_EXPIRY_DEPRECATED = Gauge(
+    "ichor_certificate_expiry_timestamp_seconds",
+    "Deprecated: use ichord_certificate_expiry_timestamp_seconds (the same value); removed in the next release.",
+    ["namespace", "name", "certificate"],
     registry=REGISTRY,
 )
+# ichord_operation_info and ichord_cluster_condition are read from the informers at each scrape
+# (watchers/state_metrics.py): a series lives exactly as long as its object, on every replica.
 OPERATION_STAGE_DURATION = Histogram(
     "ichord_operation_stage_duration_seconds",
     "How long each stage of an operation took.",
@@ -57,17 +61,20 @@ RECONCILE_OUTCOMES = Counter(
 )
 ACTOR_RESTARTS = Counter("ichord_actor_restarts_total", "Crashed cluster actors restarted.", registry=REGISTRY)
 LEADER = Gauge("ichord_leader", "1 while this replica leads.", registry=REGISTRY)
+LEADERLESS_SECONDS = Gauge(
+    "ichord_leaderless_seconds",
+    "Seconds since this replica last saw a replica hold the leader Lease (renewing it, or this one's own renewal).",
+    registry=REGISTRY,
+)
+NO_LEADER = Gauge(
+    "ichord_no_leader",
+    "1 when this replica has seen no replica lead for longer than the leader Lease lasts (no takeover happened).",
+    registry=REGISTRY,
+)
 TRUST_EXTRA_CAS = Gauge("ichord_trust_extra_cas", "Extra Kubernetes CAs in the trust pool.", registry=REGISTRY)
 WATCH_RESTARTS = Counter(
     "ichord_watch_restarts_total",
     "Watch streams restarted, by resource and reason.",
     ["resource", "reason"],
-    registry=REGISTRY,
-)
-CLUSTER_CONDITION = Gauge(
-    "ichord_cluster_condition",
-    "1 per TalosCluster condition with its current status and reason (the chart's alerts on BundleBackupStale "
-    "and CAClientsNotRestarted read it).",
-    ["namespace", "name", "condition", "status", "reason"],
     registry=REGISTRY,
 )

@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
                    "keep it equal to the chart's prometheus.rules.certificateExpiryDays)")
     p.add_argument("--trust-file", default=None,
                    help="where the trust pool publishes the extra Kubernetes CAs (an emptyDir file; default "
-                   "/var/run/ichor/trust/kubernetes-ca.crt in-cluster, ~/.ichor/trust/<kubeconfig digest>/"
+                   "/var/run/ichord/trust/kubernetes-ca.crt in-cluster, ~/.ichord/trust/<kubeconfig digest>/"
                    "kubernetes-ca.crt with --kubeconfig)")
     p.add_argument("--ca-file", default=None,
                    help="with --kubeconfig: the trust pool's base CA file (re-read per request) instead of the "

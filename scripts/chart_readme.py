@@ -46,7 +46,7 @@ planes issue, never with this service account.
 ## Namespaces
 
 A TalosCluster's bundle Secret is, by default, in the cluster's own namespace (`spec.secretsRef`
-without `namespace`), and each operation's cluster lock (Lease `ichor-lock-<cluster>`) is in the
+without `namespace`), and each operation's cluster lock (Lease `ichord-lock-<cluster>`) is in the
 cluster's namespace too. So the chart grants, per namespace ichord serves:
 
 - every namespace (the ClusterRole, `rbac.create`): get/list/watch TalosClusters, TalosMachines and

@@ -72,6 +72,9 @@ compat_v1_14_key=$(key "$tools"/talos-compat/go.v1.14.{mod,sum} "$tools"/talos-c
 keys="kube-apiserver=$kube_key kubectl=$kube_key etcd=$etcd_key etcdutl=$etcdutl_key helm=$helm_key"
 keys+=" talos-oracle-v1.13=$oracle_v1_13_key talos-oracle-v1.14=$oracle_v1_14_key"
 keys+=" talos-compat-v1.13=$compat_v1_13_key talos-compat-v1.14=$compat_v1_14_key"
+# promrules: Prometheus's own rule-file checks (tools/promrules) for the chart's PrometheusRule.
+promrules_key=$(key "$tools"/promrules/go.{mod,sum} "$tools"/promrules/*.go --)
+keys+=" promrules=$promrules_key"
 cache=${ICHORD_TOOLS_DIR:-$HOME/.cache/ichord/tools}
 pins=$(echo "$keys" | sha256sum | cut -c1-16)
 bin=$cache/$pins/bin
@@ -124,6 +127,8 @@ if [[ ! -x $bin/kubectl ]] && machine_kubectl_ok; then
 else
     build kubectl "$kube_key" "$tools" k8s.io/kubernetes/cmd/kubectl "$kube_x"
 fi
+build promrules "$promrules_key" "$tools/promrules" ichord.local/tools/promrules \
+    || echo "promrules: failed to build; the chart's rule-file check skips" >&2
 # Last: a failure here leaves the API server tier's binaries built (only that oracle's tests skip).
 oracle_failed=()
 build talos-oracle-v1.13 "$oracle_v1_13_key" "$tools/talos-oracle" ichord.local/tools/talos-oracle || oracle_failed+=(talos-oracle-v1.13)

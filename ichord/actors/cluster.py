@@ -13,7 +13,6 @@ The outcome of each phase is logged and counted here, in one place. Steps are sh
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from ichord.kube.reads import label_secret
 from ichord.kube.status import update_status
 from ichord.machines.memo import ConfigMemo
 from ichord.machines.reconciler import OWNED_FIELDS, MachineResult, reconcile_machine
-from ichord.metrics import CLUSTER_CONDITION, RECONCILE_OUTCOMES
+from ichord.metrics import RECONCILE_OUTCOMES
 from ichord.operations import guard
 from ichord.operations.backbone import OperationKind
 from ichord.operations.bundle_source import BundleSourceError
@@ -91,20 +90,6 @@ class Runtime:
         self.machine_index = MachinesByCluster(self.machines)
 
 
-def publish_conditions(namespace: str, name: str, cluster: Obj | None,
-                       published: set[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
-    """``ichord_cluster_condition``: one series per condition of the cluster as last read (the chart's alerts on
-    BundleBackupStale and CAClientsNotRestarted read it); series no longer true go. Returns what is published."""
-    now = {(str(c.get("type")), str(c.get("status")), str(c.get("reason") or ""))
-           for c in ((cluster or {}).get("status") or {}).get("conditions") or []}
-    for ctype, status, reason in published - now:
-        with contextlib.suppress(KeyError):
-            CLUSTER_CONDITION.remove(namespace, name, ctype, status, reason)
-    for ctype, status, reason in now - published:
-        CLUSTER_CONDITION.labels(namespace=namespace, name=name, condition=ctype, status=status, reason=reason).set(1)
-    return now
-
-
 def _idle_for(outcome: Outcome) -> float | None:
     """Seconds until the actor steps again on its own (None: only a change wakes it)."""
     if isinstance(outcome, Requeue):
@@ -123,7 +108,6 @@ class ClusterReconciler:
         self._talos: TalosClient | None = None
         self._expiry_due: float | None = None
         self._last: dict[str, tuple[str, str]] = {}  # phase -> (outcome type, reason) last logged
-        self._conditions: set[tuple[str, str, str]] = set()  # ichord_cluster_condition series published
         #: Configuration hashes by content, shared by this cluster's machines (ichord.machines.memo).
         self._memo = ConfigMemo()
         #: The TalosCluster as this step last wrote it: the next status write starts from it, not from a GET.
@@ -168,8 +152,6 @@ class ClusterReconciler:
         operations = self._record("operations", await self.rt.registry.advance_all(scope))
         held = self._record("guard", await self._guard(scope))
         machines = self._record("machines", await self._machines_phase(scope))
-        self._conditions = publish_conditions(self.namespace, self.name,
-                                              self.rt.clusters.get(self.namespace, self.name), self._conditions)
         return soonest(expiry, operations, held, machines)
 
     async def _scope(self) -> ClusterScope:
@@ -270,6 +252,8 @@ class ClusterReconciler:
             await self._expiry(scope, {})
         talos = self._client(bundle)
         rotating = scope.rotation_under_way  # as the operations phase left it in this step
+        planned = self.rt.registry.planned(scope)  # reboots/restarts ichord asked for: a loss that is no fault
+        now = scope.now()
 
         results: dict[tuple[str, str], MachineResult] = {}
         limiter = anyio.CapacityLimiter(MAX_PARALLEL_MACHINES)
@@ -285,6 +269,8 @@ class ClusterReconciler:
                     retry_after=self.rt.timing.retry,
                     resync_after=self.rt.resync,
                     memo=self._memo,
+                    planned=planned.get(m.name),
+                    now=now,
                 )
 
         self._memo.bound(len(machines))  # an entry per machine at most: what deleted machines left goes
@@ -360,7 +346,6 @@ class ClusterReconciler:
 
     async def _cluster_missing(self, scope: ClusterScope) -> None:
         forget_cluster(self.namespace, self.name)
-        self._conditions = publish_conditions(self.namespace, self.name, None, self._conditions)
         self._expiry_due = None
         message = f"TalosCluster {self.key} does not exist; create it or fix spec.clusterRef.name"
         try:

@@ -40,7 +40,10 @@ ROTATION_KEY = "rotation.yaml"
 
 # Leases.
 LEADER_LEASE = "ichord-leader"
-CLUSTER_LOCK_PREFIX = "ichor-lock-"
+CLUSTER_LOCK_PREFIX = "ichord-lock-"
+#: The cluster lock's name before ichord took one name everywhere: still read (and honoured) when the new Lease is
+#: first created, so an operation an older version left holding it keeps the cluster fenced (operations/lock.py).
+LEGACY_CLUSTER_LOCK_PREFIX = "ichor-lock-"
 
 # Condition types.
 READY = "Ready"
@@ -54,6 +57,14 @@ DELETION_HELD = "DeletionHeld"
 SUCCEEDED = "Succeeded"
 #: On a TalosOperation: its steps have failed (API or node errors) for longer than the retry bound.
 STEPS_FAILING = "StepsFailing"
+#: On a TalosCluster, only once a leader was missing: no replica has led for longer than the Lease
+#: (watchers/leader_status.py).
+LEADER_ELECTED = "LeaderElected"
+
+
+class LeaderElectedReason:
+    NO_LEADER = "NoLeader"
+    LEADING = "Leading"
 #: On a TalosOperation: its spec changed after it left Pending and ichord keeps the accepted one (operations/intent).
 SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
 
@@ -81,6 +92,9 @@ class ReadyReason:
     BUNDLE_INVALID = "BundleInvalid"
     APPLY_FAILED = "ApplyFailed"
     NOT_APPROVED = "NotApproved"
+    #: An operation rebooting the machine, or restarting its kube-apiserver, within its bound (a planned loss).
+    REBOOTING = "Rebooting"
+    API_SERVER_RESTARTING = "APIServerRestarting"
     #: The management API answered 403 to a request the object needs (ichord.kube.forbidden names the chart value).
     FORBIDDEN = "Forbidden"
 
@@ -112,6 +126,8 @@ class EventReason:
     REBOOT_REQUIRED = "RebootRequired"
     API_SERVER_RESTART_REQUIRED = "APIServerRestartRequired"
     MACHINE_UNREACHABLE = "MachineUnreachable"
+    MACHINE_REBOOTING = "MachineRebooting"  # Normal: an operation rebooted the machine (planned)
+    MACHINE_API_SERVER_RESTARTING = "MachineAPIServerRestarting"  # Normal: an operation restarts its kube-apiserver
     RENDER_FAILED = "RenderFailed"
     INVALID_CONFIG = "InvalidConfig"  # what Talos's decoder refuses (an unknown field, a wrong type): nothing applied
     #: On the cluster: a deleted rotation was abandoned (docs/decisions.md#abandon-or-hold).

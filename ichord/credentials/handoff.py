@@ -45,7 +45,7 @@ T = TypeVar("T")
 Obj = dict[str, Any]
 
 #: Where the files go by default, next to ``ichor init``'s secrets.yaml (docs/decisions.md#bundle-backup-stale).
-DEFAULT_CREDENTIALS_DIR = "~/.ichor/clusters/{name}"
+DEFAULT_CREDENTIALS_DIR = "~/.ichord/clusters/{name}"
 TALOSCONFIG = "talosconfig"
 KUBECONFIG = "kubeconfig"
 _PAST = (Stage.ISSUING, Stage.DROPPING, Stage.FINALIZING, Stage.DONE)

@@ -9,7 +9,11 @@
     unsupported change                     -> never applied                  -> Ready=False/UnsupportedChange
     a patch Talos's decoder refuses        -> never applied (unknown field, wrong type)
                                                                              -> Ready=False/InvalidConfig
-    unreachable / render failure           -> Ready=False with the cause
+    an operation's planned reboot / kube-apiserver restart under way, within its bound
+                                           -> Ready=False/Rebooting (APIServerRestarting), a Normal Event;
+                                              the node is not dialled (the operation watches it)
+    unreachable / render failure           -> Ready=False with the cause (a Warning MachineUnreachable: nobody
+                                              planned it, or a planned one outlasted its bound)
     a ca-rotation under way                -> Ready=Unknown/CARotationInProgress, nothing else
     (docs/decisions.md#rotation-state)
 
@@ -19,6 +23,7 @@ a `config` operation rolls those out. It returns the status it wants; the actor 
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +32,7 @@ import structlog
 
 from ichord.api import names
 from ichord.api.conditions import Condition
+from ichord.api.disruptions import Disruption, PlannedDisruption
 from ichord.api.names import ReadyReason
 from ichord.api.views import MachineView
 from ichord.machines.memo import ConfigMemo
@@ -86,8 +92,16 @@ async def reconcile_machine(
     retry_after: float,
     resync_after: float,
     memo: ConfigMemo | None = None,
+    planned: PlannedDisruption | None = None,
+    now: dt.datetime | None = None,
 ) -> MachineResult:
-    """One step of one machine; ``memo`` (the caller's, per cluster) spares re-deriving unchanged content."""
+    """One step of one machine; ``memo`` (the caller's, per cluster) spares re-deriving unchanged content.
+
+    ``planned``: the reboot or kube-apiserver restart an operation has under way on this machine (from its markers
+    in the API), judged against its bound at ``now``."""
+    now = now if now is not None else dt.datetime.now(dt.UTC)
+    if planned is not None and not planned.overdue(now):
+        return _planned(planned, retry_after)
     if rotation_in_progress:
         # Standing aside: no render, no dial, no apply (docs/decisions.md#rotation-state).
         return MachineResult(
@@ -118,6 +132,10 @@ async def reconcile_machine(
         version = await talos.version(endpoint)
     except (TalosUnreachableError, TalosCertificateError) as exc:
         msg = f"the Talos API at {endpoint} cannot be reached: {_error_message(exc)}"
+        if planned is not None:  # planned, and past its bound: now it needs a person
+            msg = (f"{planned.describe()} has not ended within {planned.bound:g} s; {msg}. The operation pauses "
+                   f"at the same bound: see `kubectl describe talosoperation -n {planned.operation.split('/')[0]} "
+                   f"{planned.operation.split('/', 1)[1]}`")
         return MachineResult(
             _ready("False", ReadyReason.UNREACHABLE, msg),
             event=("Warning", names.EventReason.MACHINE_UNREACHABLE, msg),
@@ -189,6 +207,19 @@ async def reconcile_machine(
         requeue_after=0.0,  # verify on the next step that the node runs it
         applied=True,
     )
+
+
+def _planned(planned: PlannedDisruption, retry_after: float) -> MachineResult:
+    """A disruption ichord asked for: said as such, with a Normal Event; the node is left to the operation."""
+    if planned.what is Disruption.REBOOT:
+        reason, event = ReadyReason.REBOOTING, names.EventReason.MACHINE_REBOOTING
+        msg = (f"rebooting: {planned.describe()}; the machine is reconciled again once the operation has seen it "
+               f"back (a Warning only if it is not back within {planned.bound:g} s)")
+    else:
+        reason, event = ReadyReason.API_SERVER_RESTARTING, names.EventReason.MACHINE_API_SERVER_RESTARTING
+        msg = (f"kube-apiserver restarting: {planned.describe()}; the machine is reconciled again once the operation "
+               f"has seen it Ready (a Warning only if it is not within {planned.bound:g} s)")
+    return MachineResult(_ready("False", reason, msg), event=("Normal", event, msg), requeue_after=retry_after)
 
 
 def _render_failed(exc: RenderError) -> MachineResult:

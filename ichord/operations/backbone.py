@@ -118,6 +118,7 @@ async def write(ctx: Context, subject: Subject, *mutations: Mutation) -> Obj:
         before = stage_of(status)
         for m in mutations:
             m(status)
+        mirror_ca_rotation(status)
         status["observedGeneration"] = int((obj.get("metadata") or {}).get("generation") or 0)
         ended[:] = note_stage_change(obj, status, before)
         return status
@@ -127,6 +128,15 @@ async def write(ctx: Context, subject: Subject, *mutations: Mutation) -> Obj:
     subject.op = obj
     ctx.observe(obj)
     return obj
+
+
+def mirror_ca_rotation(status: Obj) -> None:
+    """A ca-rotation's stage and step also at status.stage/status.step, where every kind keeps them, so the
+    STAGE and STEP printer columns read one path for every kind (the rotation's own record stays caRotation's)."""
+    section = status.get("caRotation")
+    if isinstance(section, dict) and section.get("stage"):
+        status["stage"] = section.get("stage")
+        status["step"] = section.get("step") or None  # None: the merge patch removes a step the stage no longer has
 
 
 def stage_of(status: Obj) -> str:
@@ -323,10 +333,17 @@ async def lock(ctx: Context, kind: OperationKind, subject: Subject, *, approved_
     """Take or renew the cluster lock (a Lease in the cluster's namespace, where the operation is too); the refusal
     as a Blocked outcome (status written) otherwise."""
     # A 403 (the Lease not granted in the cluster's namespace) raises: the registry turns it into Forbidden.
+    listed = getattr(ctx, "operations", None)
+    if other_under_way is not None and other_under_way not in {op.uid for op in listed or []}:
+        # The refusal names the rotation under way: read it once (only on this refusal) when the step did not list it.
+        objs, _ = await crds.operations(ctx.kube).list_objects(subject.op_namespace)
+        listed = [OperationView.of(o) for o in objs]
+    known = {op.uid: f"{op.namespace}/{op.name}" for op in listed or []}
     decision = await acquire_disruptive_lock(
         ctx.kube, subject.op_namespace, subject.cluster_name, subject.uid,
         approved_control_planes=approved_control_planes, rotating_operation_uid=other_under_way,
-        duration=ctx.timing.cluster_lock_duration, now=ctx.now)
+        duration=ctx.timing.cluster_lock_duration, now=ctx.now,
+        name_of=lambda uid: known.get(uid, f"with UID {uid}"))
     if decision.acquired:
         return None
     return await blocked(ctx, kind, subject, decision.message, reason=decision.reason)

@@ -1,7 +1,7 @@
 """The CA expiry pass (docs/decisions.md#expiry-alerting; docs/decisions.md#credentials-handoff).
 
 Per cluster: read the bundle Secret uncached, publish each CA's notAfter in
-``TalosCluster.status.certificates`` and as ``ichor_certificate_expiry_timestamp_seconds``, keep the
+``TalosCluster.status.certificates`` and as ``ichord_certificate_expiry_timestamp_seconds``, keep the
 ``CertificatesExpiring`` condition, and lower ``BundleBackupStale`` once the live bundle was exported.
 Only ``status.certificates`` and those two conditions are written, and only when they change, so an
 idle daemon does not write hourly. An unreadable bundle fails nothing and is retried after
@@ -36,7 +36,7 @@ from ichord.kube.crds import clusters
 from ichord.kube.errors import KubeError, NotFound
 from ichord.kube.events import WARNING, EventRecorder, ObjectRef
 from ichord.kube.status import update_status
-from ichord.metrics import CERTIFICATE_EXPIRY
+from ichord.metrics import CERTIFICATE_EXPIRY, CERTIFICATE_EXPIRY_DEPRECATED
 from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_bundle_secret
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint, export_fingerprint
@@ -169,15 +169,16 @@ def _secret_name(cluster_obj: Obj) -> str | None:
 
 def publish_metrics(namespace: str, name: str, result: ExpiryResult) -> None:
     for cert in result.certificates:
-        CERTIFICATE_EXPIRY.labels(namespace=namespace, name=name, certificate=cert.name).set(
-            cert.not_after.timestamp())
+        for gauge in (CERTIFICATE_EXPIRY, CERTIFICATE_EXPIRY_DEPRECATED):
+            gauge.labels(namespace=namespace, name=name, certificate=cert.name).set(cert.not_after.timestamp())
 
 
 def forget_cluster(namespace: str, name: str) -> None:
     """Drop a deleted cluster's expiry series (docs/decisions.md#expiry-alerting)."""
     for target in CERTIFICATE_ORDER:
-        with contextlib.suppress(KeyError):
-            CERTIFICATE_EXPIRY.remove(namespace, name, target.value)
+        for gauge in (CERTIFICATE_EXPIRY, CERTIFICATE_EXPIRY_DEPRECATED):
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, name, target.value)
 
 
 @dataclass

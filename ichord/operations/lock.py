@@ -1,4 +1,4 @@
-"""The cluster lock: one Lease per cluster (``ichor-lock-<cluster>``) held by the running operation.
+"""The cluster lock: one Lease per cluster (``ichord-lock-<cluster>``) held by the running operation.
 
 Holder = the operation's UID, 5 minutes, renewed every step, released at the end. It is taken only
 through ``acquire_disruptive_lock``, which refuses, with a reason the operation shows:
@@ -10,6 +10,13 @@ only
   one member is down; docs/decisions.md#ca-rotation-passes relies on this for the etcd roll).
 Expiry is judged from the Lease's own renewTime + duration (the lock outlives processes, so a
 process-local clock cannot judge it); a stale lock of a dead operation is taken over.
+
+Upgrades: versions before the ``ichord`` name held ``ichor-lock-<cluster>``. When the new Lease does not exist
+yet (the first lock of the cluster since the upgrade, one extra GET per cluster ever) the old one is read: held
+unexpired by another operation, it refuses exactly as the new one would; held by this same operation (a rotation
+resumed across the upgrade), the new Lease is created and the old one released (best effort: the chart may grant
+only ``get`` on it, and it then expires within its 5 minutes). Holders are named by namespace/name where the caller
+knows the operation (``name_of``), by UID otherwise.
 """
 
 from __future__ import annotations
@@ -18,12 +25,19 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ichord.api.names import CLUSTER_LOCK_PREFIX, LockRefusal
+import structlog
+
+from ichord.api.names import CLUSTER_LOCK_PREFIX, LEGACY_CLUSTER_LOCK_PREFIX, LockRefusal
 from ichord.kube.client import KubeClient
-from ichord.kube.errors import AlreadyExists, Conflict, NotFound
+from ichord.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from ichord.kube.leases import LeaseRecord, create_lease, get_lease, update_lease
 
 Clock = Callable[[], dt.datetime]
+log = structlog.get_logger("ichord.operations.lock")
+
+
+def _uid(uid: str) -> str:
+    return uid
 
 
 def _utcnow() -> dt.datetime:
@@ -32,6 +46,10 @@ def _utcnow() -> dt.datetime:
 
 def lock_name(cluster: str) -> str:
     return f"{CLUSTER_LOCK_PREFIX}{cluster}"
+
+
+def legacy_lock_name(cluster: str) -> str:
+    return f"{LEGACY_CLUSTER_LOCK_PREFIX}{cluster}"
 
 
 @dataclass(frozen=True)
@@ -58,12 +76,14 @@ async def acquire_disruptive_lock(
     rotating_operation_uid: str | None,
     duration: float,
     now: Clock = _utcnow,
+    name_of: Callable[[str], str] = _uid,
 ) -> LockDecision:
-    """Take (or renew) the cluster lock for ``operation_uid``, or say why not."""
+    """Take (or renew) the cluster lock for ``operation_uid``, or say why not (``name_of``: an operation's UID ->
+    how the message names it, namespace/name)."""
     if rotating_operation_uid is not None and rotating_operation_uid != operation_uid:
         return LockDecision(False, LockRefusal.CLUSTER_CA_ROTATING,
-                            f"a CA rotation (operation {rotating_operation_uid}) is under way on cluster {cluster}; "
-                            "this operation waits until it completes")
+                            f"a CA rotation (operation {name_of(rotating_operation_uid)}) is under way on cluster "
+                            f"{cluster}; this operation waits until it completes")
     if approved_control_planes % 2 == 0:
         return LockDecision(False, LockRefusal.CLUSTER_TRANSITIONING,
                             f"cluster {cluster} has {approved_control_planes} approved control planes; etcd keeps "
@@ -73,14 +93,23 @@ async def acquire_disruptive_lock(
     t = now()
     current = await get_lease(kube, namespace, name)
     if current is None:
+        legacy = await get_lease(kube, namespace, legacy_lock_name(cluster))
+        if legacy is not None and legacy.holder not in (None, operation_uid) and not _expired(legacy, t):
+            return LockDecision(False, LockRefusal.HELD,
+                                f"operation {name_of(legacy.holder or '')} holds the cluster lock "
+                                f"{legacy_lock_name(cluster)} (taken by an earlier version of ichord); this one waits "
+                                "for it")
         try:
             await create_lease(kube, namespace, name, LeaseRecord(operation_uid, seconds, t, t))
         except AlreadyExists:
             return LockDecision(False, LockRefusal.HELD, f"the cluster lock {name} was just taken by another operation")
+        if legacy is not None and legacy.holder == operation_uid:
+            await _release_legacy(kube, namespace, cluster, operation_uid)
         return LockDecision(True)
     if current.holder not in (None, operation_uid) and not _expired(current, t):
         return LockDecision(False, LockRefusal.HELD,
-                            f"operation {current.holder} holds the cluster lock {name}; this one waits for it")
+                            f"operation {name_of(current.holder or '')} holds the cluster lock {name}; this one waits "
+                            "for it")
     taking_over = current.holder != operation_uid
     record = current.with_(
         holder=operation_uid,
@@ -107,6 +136,18 @@ async def release_lock(kube: KubeClient, namespace: str, cluster: str, operation
     except (Conflict, NotFound):
         return False
     return True
+
+
+async def _release_legacy(kube: KubeClient, namespace: str, cluster: str, operation_uid: str) -> None:
+    """The old-named lock this operation held before the upgrade: released, or left to expire if that is refused."""
+    name = legacy_lock_name(cluster)
+    try:
+        current = await get_lease(kube, namespace, name)
+        if current is not None and current.holder == operation_uid:
+            await update_lease(kube, namespace, name, current.with_(holder=None, renew_time=None, acquire_time=None))
+    except KubeError as exc:
+        log.info("the old-named cluster lock was not released; it expires on its own", lease=f"{namespace}/{name}",
+                 error=str(exc))
 
 
 async def lock_holder(kube: KubeClient, namespace: str, cluster: str, *, now: Clock = _utcnow) -> str | None:

@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from ichord.api.conditions import Condition, set_condition, set_operation_phase
+from ichord.api.disruptions import PlannedDisruption, by_machine
 from ichord.api.names import Phase
 from ichord.api.views import OperationView
 from ichord.errors import IchordError
@@ -24,23 +25,30 @@ from ichord.kube import crds
 from ichord.kube.errors import Forbidden, NotFound
 from ichord.kube.events import ObjectRef
 from ichord.kube.status import update_status
-from ichord.metrics import OPERATION_INFO
 from ichord.operations import intent
 from ichord.operations.backbone import OperationKind, forbidden
 from ichord.operations.outcome import Done, Outcome, soonest
 from ichord.operations.scope import ClusterScope
 from ichord.operations.step_errors import StepRetries
 from ichord.pki.scrub import SCRUBBER
+from ichord.settings import Timing
 
 log = structlog.get_logger("ichord.operations")
 
 UNSUPPORTED_KIND = "UnsupportedKind"
 
 Advance = Callable[[ClusterScope, OperationView], Awaitable[Outcome]]
+#: The machines an operation disrupts on purpose right now, read from its markers (operations/disruptions.py).
+Disruptions = Callable[[OperationView, Timing], list[PlannedDisruption]]
 
 
 async def _nothing_held() -> None:
     """A kind that keeps nothing between steps has nothing to close."""
+
+
+def _disrupts_nothing(_op: OperationView, _timing: Timing) -> list[PlannedDisruption]:
+    """A kind that never reboots a node nor restarts an API server plans no disruption."""
+    return []
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,8 @@ class Operation:
     advance: Advance
     #: Closes what the kind keeps between steps (connections); called when the process stops leading.
     close: Callable[[], Awaitable[None]] = _nothing_held
+    #: What the kind is disrupting now (a reboot, a kube-apiserver restart), so the machine's loss reads as planned.
+    disruptions: Disruptions = _disrupts_nothing
 
 
 @dataclass
@@ -72,6 +82,16 @@ class Registry:
         for operation in self.kinds.values():
             await operation.close()
 
+    def planned(self, scope: ClusterScope) -> dict[str, PlannedDisruption]:
+        """Machine name -> the disruption an operation of the cluster has under way on it (as the scope's copies of
+        the operations say, after this step's operations phase wrote them)."""
+        found: list[PlannedDisruption] = []
+        for op in scope.operations:
+            impl = self.kinds.get(op.kind)
+            if impl is not None and op.under_way:
+                found.extend(impl.disruptions(op, scope.timing))
+        return by_machine(found)
+
     async def advance_all(self, scope: ClusterScope) -> Outcome:
         """One step of each of the cluster's operations that still has something to do; the soonest outcome."""
         outcomes: list[Outcome] = []
@@ -85,7 +105,6 @@ class Registry:
                 continue
             outcomes.append(await self._step(scope, impl, op))
         self.retries.keep_only(scope)
-        publish_info(scope)
         return soonest(*outcomes) if outcomes else Done()
 
 
@@ -108,22 +127,6 @@ class Registry:
 def _current(scope: ClusterScope, op: OperationView) -> OperationView:
     """The scope's latest copy of ``op`` (the step may have written it)."""
     return next((o for o in scope.operations if o.uid == op.uid), op)
-
-
-def publish_info(scope: ClusterScope) -> None:
-    """``ichord_operation_info``: one series per operation of the cluster, with its current phase and stage."""
-    for op in scope.operations:
-        labels = {"namespace": op.namespace, "cluster": op.cluster or "", "operation": op.name, "kind": op.kind}
-        _forget_series(labels)
-        OPERATION_INFO.labels(**labels, phase=op.phase or Phase.PENDING, stage=op.stage).set(1)
-
-
-def _forget_series(labels: dict[str, str]) -> None:
-    """Drop the operation's earlier series (another phase or stage): one live series per operation."""
-    stale = [key for key in list(OPERATION_INFO._metrics)  # prometheus-client keeps children by label tuple
-             if key[:4] == (labels["namespace"], labels["cluster"], labels["operation"], labels["kind"])]
-    for key in stale:
-        OPERATION_INFO.remove(*key)
 
 
 async def _unknown_kind(scope: ClusterScope, op: OperationView, known: list[str]) -> None:

@@ -29,7 +29,7 @@ from ichord.pki import pem as _pem
 log = structlog.get_logger("ichord.trust")
 
 #: Where the extras are published in the pod: an emptyDir, so the file outlives a container restart.
-DEFAULT_TRUST_FILE = Path("/var/run/ichor/trust/kubernetes-ca.crt")
+DEFAULT_TRUST_FILE = Path("/var/run/ichord/trust/kubernetes-ca.crt")
 
 
 class TrustPoolError(IchordError):

@@ -32,7 +32,7 @@ class Daemon:
         self.log_path = workdir / f"{name}.log"
         self.port_file = workdir / f"{name}.port"
         self._log = self.log_path.open("wb")
-        # HOME: the trust pool's per-kubeconfig file (~/.ichor/trust) stays inside the test's directory.
+        # HOME: the trust pool's per-kubeconfig file (~/.ichord/trust) stays inside the test's directory.
         environ = {**os.environ, "ICHORD_TIME_SCALE": DAEMON_TIME_SCALE, "HOME": str(workdir), **(extra_env or {})}
         environ.pop("KUBECONFIG", None)
         self.proc = subprocess.Popen(

@@ -30,6 +30,7 @@ from ichord.pki.fingerprint import ca_fingerprint
 from ichord.sim.combined import SimEnvironment
 from tests._etcd_history import ca_fp, etcd_violations, final_trust
 from tests.e2e._daemon import Daemon
+from tests.e2e._signals import Signals
 from tests.e2e.conftest import MakeSimEnv
 from tests.e2e.test_ca_rotation_aggregator_daemon import _apiservers_on, _ext_auth
 from tests.integration._apiserver_history import overlapping_restarts
@@ -122,12 +123,34 @@ async def test_the_daemon_rotates_the_etcd_ca_of_three_control_planes(make_sim_e
     assert old is not None
     daemon = Daemon(env, tmp_path, "replica-0")
     seen: list[str] = []
+    signals = Signals(env)
     try:
         await _start(kube, env, ["etcd"])
         with anyio.fail_after(90):
             op = await _follow(kube, env, seen)
         assert op["status"]["phase"] == "Completed", (op["status"], daemon.log()[-4000:])
         assert "AwaitingCredentials" not in seen and "reason:RebootingEtcd" in seen
+        # Every reboot of the roll was ichord's own: no Warning, no Unreachable anywhere, each said as planned.
+        # The one Warning is the person's task the rotation leaves: export the bundle backup again.
+        signals.close()
+        assert [e.reason for e in signals.warnings()] == [names.EventReason.BUNDLE_BACKUP_STALE], signals.warnings()
+        assert signals.with_reason("Unreachable") == [], signals.with_reason("Unreachable")
+        unreachable = [e for e in signals.machine_states if e[2] == "Unreachable"]
+        assert unreachable == [], unreachable
+        cps = {m for m in env.machine_names if "cp" in m}
+        rebooting = {t.name for t in signals.with_reason("Rebooting") if t.condition == "Ready"}
+        assert rebooting == cps, signals.transitions
+        normal = {e.name for e in signals.events if e.type == "Normal" and e.reason == "MachineRebooting"}
+        assert normal == cps, signals.events
+        # Only what was rotated is named: no kube-root-ca.crt wait, no Kubernetes-CA client warning.
+        said = [t.message for t in signals.transitions] + [e.message for e in signals.events]
+        assert not [m for m in said if "kube-root-ca.crt" in m], said
+        assert not [w for w in op["status"]["plan"].get("warnings") or [] if "Kubernetes CA" in w], op["status"]["plan"]
+        # kubectl get talosoperations: STAGE is the rotation's stage at every write, STEP only where the stage has
+        # steps (none at Done).
+        rows = [r for r in signals.columns if r[0] == "rotate"]
+        assert rows and all(stage == recorded for _, _, stage, _, recorded in rows), rows
+        assert [r for r in rows if r[2] == "Done"] and all(not r[3] for r in rows if r[2] == "Done"), rows
         new = _check_etcd_end_state(env, old)
         assert ca_fingerprint(new.os) == ca_fingerprint(old.os) and ca_fingerprint(new.k8s) == ca_fingerprint(old.k8s)
         assert op["status"]["plan"]["machines"][0]["reboots"] is True
@@ -165,11 +188,17 @@ async def test_the_daemon_rotates_all_four_cas_of_three_control_planes(make_sim_
     assert old is not None
     daemon = Daemon(env, tmp_path, "replica-0")
     seen: list[str] = []
+    signals = Signals(env)
     try:
         await _start(kube, env, ["talos", "kubernetes", "etcd", "kubernetes-aggregator"])
         with anyio.fail_after(180):
             op = await _follow(kube, env, seen)
         assert op["status"]["phase"] == "Completed", (op["status"], daemon.log()[-4000:])
+        signals.close()  # kubectl get: STAGE follows the rotation; AwaitingCredentials and Done have no STEP
+        rows = [r for r in signals.columns if r[0] == "rotate"]
+        assert rows and all(stage == recorded for _, _, stage, _, recorded in rows), rows
+        held = [r for r in rows if r[2] in ("AwaitingCredentials", "Done")]
+        assert {r[2] for r in held} == {"AwaitingCredentials", "Done"} and not [r for r in held if r[3]], held
         assert "AwaitingCredentials" in seen and "reason:RebootingEtcd" in seen
         new = _check_etcd_end_state(env, old)
         for kind in ("os", "k8s", "k8s_aggregator"):

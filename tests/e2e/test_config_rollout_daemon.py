@@ -24,6 +24,7 @@ from ichord.kube.nodes import CORDONED_BY_ICHORD_ANNOTATION
 from ichord.sim.combined import SimEnvironment
 from ichord.sim.kube.eviction import pod_ready
 from tests.e2e._daemon import Daemon, all_ready, eventually
+from tests.e2e._signals import Signals
 from tests.e2e.conftest import MakeSimEnv
 from tests.integration._config_world import API_SERVER_PATCH, REBOOT_PATCH, most_down_at_once, reboots
 
@@ -143,6 +144,7 @@ async def test_the_daemon_killed_at_the_roll_failpoints_reboots_each_node_once(
     finally:
         assert await daemon.stop() == 0
     since = len(env.talos.history.events)
+    signals = Signals(env)
     await _create(env, kube, "roll")
     kills = ["roll.cordon.after", "config.stage.after", "roll.marker.after", "roll.reboot.after:2",
              "roll.uncordon.before", "roll.done.before"]
@@ -164,6 +166,11 @@ async def test_the_daemon_killed_at_the_roll_failpoints_reboots_each_node_once(
         assert most_down_at_once(env, f"{env.cluster_name}-cp-", since) == 1
         assert _cordoned(env) == []
         await _converged_after(env, kube)
+        # Killed between the marker and the Reboot, and after it: each new process read the marker, so the reboot
+        # was still a planned one (nothing kept in memory).
+        signals.close()
+        unreachable = [e for e in signals.warnings() if e.reason == "MachineUnreachable"]
+        assert unreachable == [] and signals.with_reason("Unreachable") == [], (unreachable, signals.transitions)
     finally:
         assert await daemon.stop() == 0
 
@@ -174,10 +181,15 @@ async def test_the_daemon_restarts_each_api_server_once_without_a_reboot(env: Si
     try:
         await _prepare(env, kube, API_SERVER_PATCH, "apiServerRestartPaths", 3)
         since = len(env.talos.history.events)
+        signals = Signals(env)
         await _create(env, kube, "restart")
         with anyio.fail_after(60):
             op = await _finished(env, kube, "restart")
         assert op["status"]["phase"] == "Completed", (op["status"], daemon.log()[-4000:])
+        signals.close()  # each restart was ichord's own: said as planned, no Warning
+        assert signals.warnings() == [], signals.warnings()
+        restarting = {e.name for e in signals.events if e.reason == "MachineAPIServerRestarting" and e.type == "Normal"}
+        assert restarting == {m for m in env.machine_names if "-cp-" in m}, signals.events
         assert sum(reboots(env, since).values()) == 0
         kinds = [e["kind"] for e in env.talos.history.events[since:]
                  if e["kind"] in ("apiserver_restart", "apiserver_ready")]
@@ -210,5 +222,36 @@ async def test_the_daemon_killed_around_an_api_server_restart_restarts_each_once
         assert sorted(restarts) == sorted(m for m in env.machine_names if "-cp-" in m)  # each once
         assert sum(reboots(env, since).values()) == 0
         await _converged_after(env, kube)
+    finally:
+        assert await daemon.stop() == 0
+
+
+async def test_a_planned_rollout_raises_no_warning_and_no_unreachable(env: SimEnvironment, kube: KubeClient,
+                                                                    tmp_path: Path) -> None:
+    """Every reboot and API-server restart of the rollout was ichord's own: each shows as planned (Rebooting,
+    a Normal Event), never as a lost node (Unreachable, a Warning MachineUnreachable)."""
+    daemon = Daemon(env, tmp_path, "replica-0")
+    try:
+        await _prepare(env, kube, REBOOT_PATCH, "rebootPaths", 6)
+        signals = Signals(env)  # from the operation's creation on: the RebootRequired report came before it
+        since = len(env.talos.history.events)
+        await _create(env, kube, "roll")
+        with anyio.fail_after(90):
+            op = await _finished(env, kube, "roll")
+        assert op["status"]["phase"] == "Completed", (op["status"], daemon.log()[-4000:])
+        await _converged_after(env, kube)
+        signals.close()
+        assert reboots(env, since) == {m: 1 for m in env.machine_names}
+        assert signals.warnings() == [], signals.warnings()
+        assert signals.with_reason("Unreachable") == [], signals.with_reason("Unreachable")
+        # The planned loss was said: each machine's Ready went to Rebooting, with a Normal Event.
+        rebooting = {t.name for t in signals.with_reason("Rebooting") if t.condition == "Ready"}
+        assert rebooting == set(env.machine_names), signals.transitions
+        normal = {e.name for e in signals.events if e.type == "Normal" and e.reason == "MachineRebooting"}
+        assert normal == set(env.machine_names), signals.events
+        # kubectl get talosoperations: STAGE shows the rollout's stage (Rolling, then Done) at every write.
+        rows = [r for r in signals.columns if r[0] == "roll"]
+        assert rows and all(stage == recorded for _, _, stage, _, recorded in rows), rows
+        assert {r[2] for r in rows} >= {"Rolling", "Done"}, rows
     finally:
         assert await daemon.stop() == 0

@@ -109,7 +109,7 @@ async def test_the_chart_grants_exactly_what_the_daemon_uses_and_no_key_stays_on
         assert not missing, f"the chart ({values}) does not allow: {_rbac.describe(missing)}"
         assert not unused, f"the chart ({values}) grants what the daemon never used: {sorted(map(str, unused))}"
     # Limited to the listed clusters' locks, another cluster's lock is refused.
-    other = Access(user, "update", "coordination.k8s.io", "leases", "", env.namespace, "ichor-lock-other")
+    other = Access(user, "update", "coordination.k8s.io", "leases", "", env.namespace, "ichord-lock-other")
     assert _rbac.compare(granted, [other])[0] == {other}
 
     # The comparison fails both ways: an extra grant is reported unused, a missing one as a refused request.

@@ -13,7 +13,7 @@ moment it is shown. Each must exit 0. The commands run, in order:
 - ``ichord cluster rotate demo -n NS``'s "start it with: kubectl ... patch ..." starts it;
 - AwaitingCredentials (Event and condition): ``ichord cluster credentials demo -n NS --acknowledge``;
 - RotationCompleted, BundleBackupStale: ``ichord cluster bundle-export demo -n NS --kubeconfig
-  ~/.ichor/clusters/demo/kubeconfig``, which then lowers BundleBackupStale;
+  ~/.ichord/clusters/demo/kubeconfig``, which then lowers BundleBackupStale;
 - ``ichord cluster status`` with that kubeconfig: its Next lines, if any.
 """
 
@@ -187,7 +187,7 @@ async def test_every_hint_works_pasted_as_printed(env: SimEnvironment, kube: Kub
         for command in await new_commands(kube, env, seen):  # RotationCompleted, BundleBackupStale
             await op.paste(command)
 
-        kubeconfig = f"~/.ichor/clusters/{name}/kubeconfig"
+        kubeconfig = f"~/.ichord/clusters/{name}/kubeconfig"
         exports = [c for c in op.ran if c.startswith("ichord cluster bundle-export")]
         assert f"ichord cluster bundle-export {name} -n {ns} --kubeconfig {kubeconfig}" in exports, list(op.ran)
         assert any(c.startswith(f"ichord cluster credentials {name} -n {ns}") for c in op.ran), list(op.ran)

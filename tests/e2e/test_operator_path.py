@@ -183,8 +183,8 @@ async def test_the_readme_recipe_survives_a_rotation_with_no_trust_flag(
                     in metrics), stage
         assert 'ichord_talos_rpc_duration_seconds_count{code="OK",method="ApplyConfiguration"}' in metrics
         assert "ichord_reconcile_outcomes_total" in metrics and "process_resident_memory_bytes" in metrics
-        # The new CA outlives the processes: the trust file under ~/.ichor/trust holds it for a restart.
-        assert list((tmp_path / ".ichor" / "trust").glob("*/kubernetes-ca.crt"))
+        # The new CA outlives the processes: the trust file under ~/.ichord/trust holds it for a restart.
+        assert list((tmp_path / ".ichord" / "trust").glob("*/kubernetes-ca.crt"))
     finally:
         for r in replicas:
             await r.stop()

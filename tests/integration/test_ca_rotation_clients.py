@@ -68,6 +68,8 @@ async def test_cilium_first_one_at_a_time_and_a_client_not_back_is_named(
             "clusterRef": {"name": env.cluster_name}, "kind": "ca-rotation"}})
         outcome = await advance(driver.context(), second)
         assert isinstance(outcome, Blocked) and outcome.reason == "ClusterCARotating", outcome
+        first = (await crds.operations(kube).get(env.namespace, driver.op_name))["metadata"]
+        assert f"{env.namespace}/{driver.op_name}" in outcome.message and first["uid"] not in outcome.message  # by name
         second = await crds.operations(kube).get(env.namespace, "second")
         assert second["status"]["phase"] == "Paused" and "caRotation" not in second["status"]
         after = live_rotation(env)

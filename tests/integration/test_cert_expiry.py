@@ -43,7 +43,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 NS = "clusters"
 TIMING = Timing().scaled(0.01)
-METRIC = "ichor_certificate_expiry_timestamp_seconds"
+METRIC = "ichord_certificate_expiry_timestamp_seconds"
 CERTS = ("talos", "kubernetes", "kubernetes-aggregator", "etcd")
 MERGE = "application/merge-patch+json"
 

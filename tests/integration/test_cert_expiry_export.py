@@ -144,10 +144,10 @@ async def test_the_command_line(env: Env, bundle: SecretsBundle, tmp_path: Path)
     await env.make_cluster("busy", {"secrets.yaml": bundle.to_yaml().encode(), "rotation.yaml": rotation_yaml(bundle)})
     code, _out, err = await run_cli(env, home, "cluster", "bundle-export", "busy", "-n", NS)
     assert code == 2 and "rotation" in err and "Nothing was written" in err
-    assert not (home / ".ichor").exists()
+    assert not (home / ".ichord").exists()
 
     await env.make_cluster("c1", {"secrets.yaml": bundle.to_yaml().encode()})
-    target = home / ".ichor" / "clusters" / "c1" / "secrets.yaml"
+    target = home / ".ichord" / "clusters" / "c1" / "secrets.yaml"
     target.parent.mkdir(parents=True)
     target.write_text("an older export\n")
     target.chmod(0o644)

@@ -10,6 +10,7 @@ import pytest
 
 from ichord.api.names import LockRefusal
 from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.leases import LeaseRecord, create_lease, get_lease
 from ichord.operations.lock import acquire_disruptive_lock, lock_holder, release_lock
 from ichord.sim.kube import KubeSimulator
 
@@ -72,3 +73,35 @@ async def test_refusals_before_anything_is_written(kube: KubeClient) -> None:
     own = await acquire_disruptive_lock(kube, NS, "demo", "op-rot", approved_control_planes=3,
                                         rotating_operation_uid="op-rot", duration=300)
     assert own.acquired
+
+
+async def test_an_old_named_lock_still_fences_after_the_upgrade(kube: KubeClient) -> None:
+    """An earlier version's ``ichor-lock-<cluster>`` held by a running operation refuses every other operation
+    until it expires; the operation that holds it moves to ``ichord-lock-<cluster>`` and lets the old one go."""
+    clock = Clock()
+    t = clock()
+    await create_lease(kube, NS, "ichor-lock-demo", LeaseRecord("op-old", 300, t, t))
+
+    async def take(uid: str):  # type: ignore[no-untyped-def]
+        return await acquire_disruptive_lock(kube, NS, "demo", uid, approved_control_planes=3,
+                                             rotating_operation_uid=None, duration=300, now=clock,
+                                             name_of=lambda u: {"op-old": "ns/rotate"}.get(u, u))
+
+    refused = await take("op-new")
+    assert not refused.acquired and refused.reason == LockRefusal.HELD
+    assert "ns/rotate" in refused.message and "ichor-lock-demo" in refused.message  # named by namespace/name
+    assert await get_lease(kube, NS, "ichord-lock-demo") is None  # nothing written on refusal
+    # The old holder resumes under the new version: it takes the new Lease and releases the old one.
+    assert (await take("op-old")).acquired
+    assert await lock_holder(kube, NS, "demo", now=clock) == "op-old"
+    old = await get_lease(kube, NS, "ichor-lock-demo")
+    assert old is not None and old.holder is None
+    assert not (await take("op-new")).acquired  # fenced by the new Lease now
+    # An expired old lock fences nothing.
+    await release_lock(kube, NS, "demo", "op-old")
+    other = await get_lease(kube, NS, "ichord-lock-demo")
+    assert other is not None
+    await create_lease(kube, NS, "ichor-lock-other", LeaseRecord("op-gone", 300, t, t))
+    clock.t += dt.timedelta(seconds=301)
+    assert (await acquire_disruptive_lock(kube, NS, "other", "op-new", approved_control_planes=3,
+                                          rotating_operation_uid=None, duration=300, now=clock)).acquired

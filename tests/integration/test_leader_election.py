@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -16,9 +17,10 @@ import pytest
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.crds import GROUP, VERSION
 from ichord.leader import LeaderElector, LeadershipLost
+from ichord.metrics import REGISTRY
 from ichord.settings import Timing
 from ichord.sim.kube import KubeSimulator, SimSettings
-from ichord.watchers import Informer, Resource
+from ichord.watchers import Informer, Resource, leader_status
 from tests.integration._kube_helpers import eventually as eventually_every
 from tests.integration._kube_helpers import fast_bookmarks
 
@@ -180,3 +182,69 @@ async def test_outage_past_renew_deadline_loses_leadership(sim: KubeSimulator, c
     assert work_cancelled == [True] and stopped == [True]
     assert "could not be renewed" in str(lost.value)
     assert holder(sim)[0] == "a"  # not released: the lease runs out for the next replica
+
+
+async def test_no_leader_is_said_only_past_the_lease(sim: KubeSimulator, clients: list[KubeClient]) -> None:
+    """A follower beside a renewing leader never says no leader; once nobody can take the Lease (the API down for
+    both), ``ichord_no_leader`` turns 1 only after a whole lease duration, and ``ichord_leaderless_seconds`` counts."""
+    a = LeaderElector(clients[0], namespace=NS, identity="a", timing=FAST)
+    b = LeaderElector(clients[1], namespace=NS, identity="b", timing=FAST)
+    async with anyio.create_task_group() as tg:
+        crash = anyio.CancelScope()
+
+        async def run_a() -> None:
+            with crash:
+                await a.run(forever, release_on_stop=lambda: False)
+        tg.start_soon(run_a)
+        await eventually(lambda: a.is_leader)
+        tg.start_soon(b.run, forever)
+        for _ in range(40):  # several lease periods of a renewing leader: the follower never says no leader
+            assert not b.no_leader() and not a.no_leader()
+            await anyio.sleep(FAST.lease_duration / 10)
+        assert b.leaderless_for() < FAST.lease_duration
+        crash.cancel()
+        await sim.go_down()  # nobody can take the Lease now
+        down = time.monotonic()
+        await eventually(b.no_leader)
+        assert time.monotonic() - down >= FAST.lease_duration - 4 * FAST.retry_period  # not before the lease ran out
+        assert REGISTRY.get_sample_value("ichord_no_leader") == 1.0  # the last elector made serves the metric
+        assert (REGISTRY.get_sample_value("ichord_leaderless_seconds") or 0.0) > FAST.lease_duration
+        await sim.come_up()
+        await eventually(lambda: b.is_leader)
+        assert not b.no_leader() and REGISTRY.get_sample_value("ichord_no_leader") == 0.0
+        tg.cancel_scope.cancel()
+
+
+async def test_the_clusters_say_when_no_replica_leads(sim: KubeSimulator, clients: list[KubeClient]) -> None:
+    """LeaderElected=False/NoLeader on each TalosCluster once this replica has seen no leader for longer than the
+    Lease (written once), True/Leading once it leads again; nothing at all while a leader was never missed."""
+    clusters = sim.store.resolve(GROUP, VERSION, "talosclusters")
+    spec = {"clusterName": "c", "endpoint": "https://c:6443", "kubernetesVersion": "1.34.1",
+            "secretsRef": {"name": "s"}}
+    sim.store.create(clusters, "default", {"metadata": {"name": "c"}, "spec": spec})
+    informer = Informer(clients[1], Resource(GROUP, VERSION, "talosclusters"), timing=FAST)
+    b = LeaderElector(clients[1], namespace=NS, identity="b", timing=FAST)  # its Lease attempts not started yet
+
+    def condition() -> dict[str, Any] | None:
+        obj = sim.store.get(clusters, "default", "c")
+        return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "LeaderElected"),
+                    None)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(informer.run)
+        await informer.wait_synced()
+        assert await leader_status.report(clients[1], informer, b, "kube-system/ichord-leader") == 0
+        assert condition() is None  # not yet past the Lease: nothing said, nothing written
+        await eventually(b.no_leader)
+        assert await leader_status.report(clients[1], informer, b, "kube-system/ichord-leader") == 1
+        said = condition()
+        assert said is not None and (said["status"], said["reason"]) == ("False", "NoLeader")
+        assert "kube-system/ichord-leader" in said["message"]
+        await eventually(lambda: "LeaderElected" in str(informer.get("default", "c")))  # the informer saw the write
+        assert await leader_status.report(clients[1], informer, b, "kube-system/ichord-leader") == 0  # once
+        tg.start_soon(b.run, forever)
+        await eventually(lambda: b.is_leader)
+        assert await leader_status.report(clients[1], informer, b, "kube-system/ichord-leader") == 1
+        said = condition()
+        assert said is not None and (said["status"], said["reason"]) == ("True", "Leading")
+        tg.cancel_scope.cancel()

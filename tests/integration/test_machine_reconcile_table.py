@@ -9,12 +9,14 @@ rolls them out.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from ichord.api.disruptions import Disruption, PlannedDisruption
 from ichord.api.views import MachineView
 from ichord.machines.reconciler import reconcile_machine
 from ichord.pki.bundle import SecretsBundle, generate_bundle
@@ -192,3 +194,54 @@ async def test_a_memo_spares_the_unchanged_and_never_hides_a_change(
         assert await step(changed) == ("Applied", 1, 1)
         assert len(env.applies(name)) == applies + 2  # the drift, then ichord's own apply (the node's history)
         assert (await step(changed))[0] == "Converged"
+
+
+NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
+
+
+def _planned(what: Disruption, seconds_ago: float) -> PlannedDisruption:
+    return PlannedDisruption("m", what, "ns/roll", NOW - dt.timedelta(seconds=seconds_ago), bound=1200.0)
+
+
+# planned disruption, rotation under way, node unreachable -> Ready status, reason, Event type and reason
+PLANNED = {
+    "a planned reboot: Rebooting, Normal": (_planned(Disruption.REBOOT, 5), False, True,
+                                            "False", "Rebooting", "Normal", "MachineRebooting"),
+    "a planned reboot during a rotation: Rebooting": (_planned(Disruption.REBOOT, 5), True, True,
+                                                       "False", "Rebooting", "Normal", "MachineRebooting"),
+    "a planned kube-apiserver restart: APIServerRestarting, Normal": (
+        _planned(Disruption.API_SERVER_RESTART, 5), False, False,
+        "False", "APIServerRestarting", "Normal", "MachineAPIServerRestarting"),
+    "a planned reboot past its bound: Unreachable, Warning": (_planned(Disruption.REBOOT, 1200), False, True,
+                                                               "False", "Unreachable", "Warning", "MachineUnreachable"),
+    "nothing planned: Unreachable, Warning": (None, False, True,
+                                              "False", "Unreachable", "Warning", "MachineUnreachable"),
+}
+
+
+@pytest.mark.parametrize("case", list(PLANNED))
+async def test_a_planned_loss_is_no_fault(env: SimEnvironment, bundle: SecretsBundle, case: str) -> None:
+    """A loss an operation's markers plan is said as planned and the node is left alone; one nobody planned, or one
+    past its bound, is a Warning that names the operation."""
+    planned, rotating_, down, status, reason, event_type, event_reason = PLANNED[case]
+    name = next(m.name for m in env.machines if m.role == "controlplane")
+    spec = {"clusterRef": {"name": env.cluster_name}, "role": "controlplane", "address": env.endpoints[name],
+            "approved": True}
+    machine = MachineView.of({"metadata": {"namespace": env.namespace, "name": name}, "spec": spec})
+    if down:
+        await env.set_unreachable(name)
+    async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=1, rpc_timeout=5) as real:
+        # Within its bound the node is left to the operation: a client that fails on any use proves no call.
+        talos = cast(TalosClient, _NoCalls()) if event_type == "Normal" else real
+        result = await reconcile_machine(talos, bundle, env.cluster_inputs(), machine, rotation_in_progress=rotating_,
+                                         retry_after=30.0, resync_after=300.0, planned=planned, now=NOW)
+    assert (result.ready.status, result.ready.reason) == (status, reason), result.ready.message
+    assert result.event is not None and result.event[:2] == (event_type, event_reason), result.event
+    assert result.requeue_after == 30.0
+    if planned is not None:
+        assert "ns/roll" in result.ready.message  # the operation is named, by namespace/name
+
+
+class _NoCalls:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the reconciler used the Talos client ({name}) for a machine under a planned loss")

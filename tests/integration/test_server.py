@@ -31,7 +31,8 @@ async def test_endpoints() -> None:
                 text = await r.text()
                 assert r.status == 200
                 assert "ichord_leader 1.0" in text
-                assert "ichor_certificate_expiry_timestamp_seconds" in text
+                assert "ichord_certificate_expiry_timestamp_seconds" in text
+                assert "ichor_certificate_expiry_timestamp_seconds" in text  # the deprecated alias, one release
         tg.cancel_scope.cancel()
 
 

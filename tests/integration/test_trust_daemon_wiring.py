@@ -10,7 +10,16 @@ import anyio
 import pytest
 import structlog
 
-from ichord.daemon import APIUnavailableError, DaemonSettings, build_pool, make_client, wait_for_api
+from ichord.daemon import (
+    LEGACY_TRUST_ROOT,
+    APIUnavailableError,
+    DaemonSettings,
+    adopt_legacy_trust_file,
+    build_pool,
+    default_trust_file,
+    make_client,
+    wait_for_api,
+)
 from ichord.kube.client import from_kubeconfig
 from ichord.kube.errors import TLSVerificationError
 from ichord.kube.reads import read_config_map
@@ -35,7 +44,7 @@ async def _root_ca(kube: object) -> bool:
 
 async def test_the_pool_is_the_clients_trust_with_a_kubeconfig_and_only_no_trust_pool_turns_it_off(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))  # the per-kubeconfig trust file lives under ~/.ichor
+    monkeypatch.setenv("HOME", str(tmp_path))  # the per-kubeconfig trust file lives under ~/.ichord
     async with KubeSimulator(SimSettings(token="t")) as sim:
         kubeconfig = str(sim.write_kubeconfig(tmp_path / "kubeconfig"))
         projected = tmp_path / "ca.crt"
@@ -68,7 +77,7 @@ async def test_the_pool_is_the_clients_trust_with_a_kubeconfig_and_only_no_trust
     assert pools["plain"].has_base and pools["plain"].base is None
     assert pools["plain"].base_certificates()[0].subject == pools["pool"].base_certificates()[0].subject
     trust_file = plain.resolved_trust_file()
-    assert trust_file is not None and trust_file.is_relative_to(tmp_path / ".ichor" / "trust")
+    assert trust_file is not None and trust_file.is_relative_to(tmp_path / ".ichord" / "trust")
     assert trust_file == DaemonSettings(kubeconfig=str(tmp_path / "." / "kubeconfig")).resolved_trust_file()
     assert DaemonSettings(kubeconfig=None).resolved_trust_file() == DEFAULT_TRUST_FILE
     assert DaemonSettings(kubeconfig="k", trust_file=str(tmp_path / "t")).resolved_trust_file() == tmp_path / "t"
@@ -112,3 +121,23 @@ def test_flags(monkeypatch: pytest.MonkeyPatch) -> None:
         settings_from_args(_args("--ca-file", "ca.crt"))
     with pytest.raises(SettingsError, match="positive"):
         settings_from_args(_args("--kubeconfig", "k", "--trust-sync-tick", "0"))
+
+
+def test_a_trust_file_an_earlier_version_left_is_adopted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a completed rotation the file under ~/.ichor/trust holds the only CA the API server serves: an upgrade
+    that moved the directory must carry it over, never start without it."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    kubeconfig = str(tmp_path / "kubeconfig")
+    legacy = default_trust_file(kubeconfig, root=LEGACY_TRUST_ROOT)
+    legacy.parent.mkdir(parents=True)
+    ca = generate_ca(CAKind.KUBERNETES)
+    legacy.write_bytes(ca.cert_pem)
+    settings = DaemonSettings(kubeconfig=kubeconfig)
+    trust_file = settings.resolved_trust_file()
+    assert trust_file is not None and not trust_file.exists() and trust_file != legacy
+    adopt_legacy_trust_file(settings, trust_file)
+    assert trust_file.read_bytes() == ca.cert_pem and legacy.exists()
+    newer = generate_ca(CAKind.KUBERNETES)
+    trust_file.write_bytes(newer.cert_pem)
+    adopt_legacy_trust_file(settings, trust_file)  # once the new file exists, the old one never overwrites it
+    assert trust_file.read_bytes() == newer.cert_pem

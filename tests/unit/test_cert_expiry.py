@@ -25,7 +25,7 @@ from ichord.settings import SettingsError
 
 GEN = dt.datetime(2026, 1, 10, 8, 30, tzinfo=dt.UTC)
 NOT_AFTER = GEN + CA_VALIDITY  # every CA of BUNDLE
-METRIC = "ichor_certificate_expiry_timestamp_seconds"
+METRIC = "ichord_certificate_expiry_timestamp_seconds"
 
 
 @pytest.fixture(scope="module")

@@ -24,11 +24,13 @@ import pytest
 from ichord import yamlio
 from ichord.kube import crds as kube_crds
 from ichord.metrics import REGISTRY
+from ichord.watchers.state_metrics import StateCollector
 from tests._helm import find_helm, render
+from tests.real import tools
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "ichord"
 TEMPLATES = [*sorted((CHART / "templates").glob("*.yaml")), CHART / "templates" / "_helpers.tpl"]
-METRIC = "ichor_certificate_expiry_timestamp_seconds"
+METRIC = "ichord_certificate_expiry_timestamp_seconds"
 
 _COMMENT = re.compile(r"\{\{-?\s*/\*.*?\*/\s*-?\}\}", re.DOTALL)
 _RAW_STRING_ACTION = re.compile(r"\{\{-?\s*`[^`]*`\s*-?\}\}")
@@ -166,6 +168,7 @@ def test_every_value_is_documented_and_the_readme_is_generated_from_them() -> No
 def test_the_alert_rules_read_metrics_the_daemon_registers() -> None:
     text = template("prometheusrule.yaml")
     registered = {m.name for m in REGISTRY.collect()} | {f"{m.name}_total" for m in REGISTRY.collect()}
+    registered |= {m.name for m in StateCollector.families()}  # registered by each running daemon (its informers)
     used = set(re.findall(r"\b(ichord?_[a-z_]+)\{", text)) | set(re.findall(r"\b(ichord?_[a-z_]+) ", text))
     assert used and used <= registered, used - registered
 
@@ -253,7 +256,7 @@ def test_the_deployment_runs_ichord_safely_on_separate_nodes() -> None:
         assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}
         assert container[probe]["timeoutSeconds"] >= 1
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts == {"trust": "/var/run/ichor/trust", "tmp": "/tmp"}
+    assert mounts == {"trust": "/var/run/ichord/trust", "tmp": "/tmp"}
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
     assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "NODE_NAME": "spec.nodeName"}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -272,15 +275,39 @@ def test_the_service_monitor_and_the_alerts() -> None:
     assert monitor["spec"]["endpoints"][0]["scrapeTimeout"] == "10s"
     (rule,) = kinds["PrometheusRule"]
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert set(alerts) == {"IchorCertificateExpiring", "IchordBundleBackupStale", "IchordCAClientsNotRestarted",
+    assert set(alerts) == {"IchordCertificateExpiring", "IchordBundleBackupStale", "IchordCAClientsNotRestarted",
                            "IchordOperationPaused", "IchordOperationFailed", "IchordNoLeader"}
-    assert alerts["IchorCertificateExpiring"]["expr"] == (
-        "ichor_certificate_expiry_timestamp_seconds - time() < 90 * 86400")
-    assert "{{ $labels.certificate }}" in alerts["IchorCertificateExpiring"]["annotations"]["summary"]
+    assert alerts["IchordCertificateExpiring"]["expr"] == (
+        "min by (namespace, name, certificate) (ichord_certificate_expiry_timestamp_seconds) - time() < 90 * 86400")
+    assert "{{ $labels.certificate }}" in alerts["IchordCertificateExpiring"]["annotations"]["summary"]
     assert alerts["IchordBundleBackupStale"]["for"] == "24h"
     assert 'phase="Paused"' in alerts["IchordOperationPaused"]["expr"] and alerts["IchordOperationPaused"]["for"]
     assert 'phase="Failed"' in alerts["IchordOperationFailed"]["expr"]
-    assert 'namespace="ichord-system"' in alerts["IchordNoLeader"]["expr"] and alerts["IchordNoLeader"]["for"] == "2m"
+    assert 'namespace="ichord-system"' in alerts["IchordNoLeader"]["expr"] and alerts["IchordNoLeader"]["for"] == "4m"
+    assert all(a.get("for") for a in alerts.values()), [n for n, a in alerts.items() if not a.get("for")]
+
+
+@needs_helm
+@pytest.mark.skipif(tools.tool("promrules") is None,
+                    reason="promrules is not built (scripts/tools.sh builds it from tools/promrules)")
+def test_the_alert_rules_pass_prometheus_own_checks(tmp_path: Path) -> None:
+    """The rendered PrometheusRule's groups through Prometheus's rule-file code (what `promtool check rules` runs:
+    strict YAML, every expr parsed as PromQL, durations and templates checked) and every alert with a `for:`."""
+    (rule,) = by_kind(render(*VALUE_SETS["everything-on"]))["PrometheusRule"]
+    path = tmp_path / "rules.yaml"
+    path.write_text(yamlio.dump(rule["spec"]))
+    promrules = tools.tool("promrules")
+    assert promrules is not None
+    out = subprocess.run([str(promrules), str(path)], capture_output=True, text=True, check=False, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "3 group(s), 6 alert(s)" in out.stdout, out.stdout
+    # And it can fail: an alert without for: and an expression that does not parse are both refused.
+    broken = yamlio.load(yamlio.dump(rule["spec"]))
+    broken["groups"][0]["rules"][0].pop("for")
+    broken["groups"][1]["rules"][0]["expr"] = "max by (namespace (ichord_operation_info"
+    path.write_text(yamlio.dump(broken))
+    out = subprocess.run([str(promrules), str(path)], capture_output=True, text=True, check=False, timeout=60)
+    assert out.returncode == 1 and "no for: clause" in out.stdout and "parse error" in out.stdout, out.stdout
 
 
 @needs_helm
@@ -321,7 +348,7 @@ def test_watch_namespaces_grant_secrets_and_leases_per_namespace_and_the_daemon_
     locked = render("--set", "watchNamespaces={team-a}", "--set", "rbac.clusterLockNames={demo}")
     team_a = next(d for d in locked if d["kind"] == "Role" and d["metadata"]["namespace"] == "team-a")
     locks = [r.get("resourceNames") for r in _rules_for(team_a, "leases") if "get" in r["verbs"]]
-    assert locks == [["ichor-lock-demo"]]
+    assert locks == [["ichord-lock-demo"], ["ichor-lock-demo"]]  # the name before the rename: get only
 
 
 @needs_helm

@@ -118,7 +118,7 @@ the bundle Secrets and the cluster locks of the TalosClusters there.
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
   verbs: [create]
-# The cluster locks ichor-lock-<cluster>, in each cluster's own namespace: their names follow the
+# The cluster locks ichord-lock-<cluster>, in each cluster's own namespace: their names follow the
 # TalosClusters, so by default every Lease of the namespace; rbac.clusterLockNames limits them to the
 # clusters listed.
 - apiGroups: [coordination.k8s.io]
@@ -126,8 +126,19 @@ the bundle Secrets and the cluster locks of the TalosClusters there.
   {{- with .Values.rbac.clusterLockNames }}
   resourceNames:
     {{- range . }}
-    - {{ printf "ichor-lock-%s" . | quote }}
+    - {{ printf "ichord-lock-%s" . | quote }}
     {{- end }}
   {{- end }}
   verbs: [get, update]
+{{- with .Values.rbac.clusterLockNames }}
+# The locks' name before the rename (ichor-lock-<cluster>), read once per cluster so an operation an
+# older version left holding one still fences the cluster (ichord/operations/lock.py).
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  resourceNames:
+    {{- range . }}
+    - {{ printf "ichor-lock-%s" . | quote }}
+    {{- end }}
+  verbs: [get]
+{{- end }}
 {{- end }}

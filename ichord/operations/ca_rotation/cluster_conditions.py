@@ -19,7 +19,7 @@ from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
 
 #: Where ``ichord cluster credentials`` writes the kubeconfig by default (ichord.credentials.DEFAULT_CREDENTIALS_DIR).
-MINTED_KUBECONFIG = "~/.ichor/clusters/{name}/kubeconfig"
+MINTED_KUBECONFIG = "~/.ichord/clusters/{name}/kubeconfig"
 
 
 def export_command(ctx: RotationContext, inputs: Inputs) -> str:

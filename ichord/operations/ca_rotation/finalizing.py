@@ -195,7 +195,9 @@ async def complete(ctx: RotationContext, inputs: Inputs, not_back: list[str]) ->
     stamp = now_rfc3339(ctx.now())
 
     def done(s: Obj) -> None:
-        s.setdefault("caRotation", {})["stage"] = Stage.DONE.value
+        ca = s.setdefault("caRotation", {})
+        ca["stage"] = Stage.DONE.value
+        ca["step"] = None  # Done has no step (merge patch: removed); restart-clients ended with Finalizing
         s["machines"] = []
         s["completedAt"] = stamp
 

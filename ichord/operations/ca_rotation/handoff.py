@@ -44,8 +44,18 @@ async def enter(ctx: RotationContext, inputs: Inputs, *mutations: Mutation) -> b
     before = backbone.stage_of(status)
     for m in mutations:
         m(status)
+    backbone.mirror_ca_rotation(status)
     status["observedGeneration"] = int((patched.get("metadata") or {}).get("generation") or 0)
     ended = backbone.note_stage_change(patched, status, before)
+    # A merge patch keeps what it does not name: what the mutations removed (the previous stage's step, its
+    # apiServerInstances) is sent as null, or AwaitingCredentials would carry Accepting's step on.
+    old_status = patched.get("status") or {}
+    for key in set(old_status) - set(status):
+        status[key] = None
+    old_ca, new_ca = old_status.get("caRotation") or {}, status.get("caRotation")
+    if isinstance(new_ca, dict):
+        for key in set(old_ca) - set(new_ca):
+            new_ca[key] = None
     body = {"metadata": {"resourceVersion": patched["metadata"]["resourceVersion"]}, "status": status}
     try:
         inputs.op = await ops.patch_status(inputs.op_namespace, inputs.name, body)

@@ -65,6 +65,8 @@ def stage_mutations(ctx: RotationContext, inputs: Inputs, rotation: Rotation, st
             ca.pop("etcdRebooting", None)
             ca.pop("etcdRebootBootID", None)
 
+    if stage is Stage.AWAITING_CREDENTIALS:
+        return [m]  # a hold for the operator, no pass: no step (the STEP column shows none)
     return [m, step(APPLY_STEP, ctx.now())]
 
 

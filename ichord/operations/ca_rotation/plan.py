@@ -131,8 +131,10 @@ def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine],
     reboot; without a destination the warning is ``snapshot_hint``, the command that takes one by hand."""
     ordered = machine_order(machines)
     cps = [m for m in ordered if m.role == "controlplane"]
-    warnings = ["in-cluster clients that load the Kubernetes CA once may need a restart; ichord restarts the CNI, "
-                "kube-proxy and coredns in kube-system after the rotation"]
+    warnings = []
+    if Target.KUBERNETES in targets:  # only a rotation of the Kubernetes CA leaves clients holding an old one
+        warnings.append("in-cluster clients that load the Kubernetes CA once may need a restart; ichord restarts the "
+                        "CNI, kube-proxy and coredns in kube-system after the rotation")
     if hands_off(targets):
         warnings.append("the rotation waits in AwaitingCredentials until the operator holds a talosconfig and a "
                         "kubeconfig from the new CAs (ichord cluster credentials NAME --acknowledge)")

@@ -372,8 +372,10 @@ async def _issuing_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotation
     delay = ctx.timing.ca_client_settle_delay
     elapsed = since_transition(inputs.status, CARotationReason.SETTLING_CLIENTS, ctx.now())
     if elapsed is None:
-        message = (f"Issuing verified and {names.ROOT_CA_CONFIGMAP} holds the new CA; letting in-cluster clients "
-                   f"settle for {delay:g} s")
+        # Only a rotation of the Kubernetes CA waits for kube-root-ca.crt: say so only then (an etcd or aggregator
+        # rotation's message names nothing it did not rotate).
+        held = f" and {names.ROOT_CA_CONFIGMAP} holds the new CA" if new_k8s is not None else ""
+        message = f"Issuing verified{held}; letting in-cluster clients settle for {delay:g} s"
         await write(ctx, inputs, *in_progress(ctx, CARotationReason.SETTLING_CLIENTS, message, timed=True))
         return Requeue(delay, "settling clients")
     if elapsed < delay:

@@ -27,12 +27,14 @@ then the plan's last machine alone (ichord's own node when it is in the plan).
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import structlog
 
 from ichord.api import names
 from ichord.api.conditions import find, now_rfc3339
+from ichord.api.disruptions import PlannedDisruption
 from ichord.api.names import Phase
 from ichord.api.views import MachineView, OperationView
 from ichord.errors import IchordError
@@ -45,6 +47,7 @@ from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, Rota
 from ichord.operations.ca_rotation.managed import ManagedAPIError, ManagedClients
 from ichord.operations.ca_rotation.operation import context_of
 from ichord.operations.config import workers
+from ichord.operations.config.apiserver import SECTION as RESTART_SECTION
 from ichord.operations.config.apiserver import RestartMarker, advance_restart
 from ichord.operations.config.machine_status import RolloutReason, set_rollout_condition
 from ichord.operations.config.plan import (
@@ -61,16 +64,18 @@ from ichord.operations.config.plan import (
 from ichord.operations.config.reboot import advance_reboot
 from ichord.operations.config.release import release_cordons
 from ichord.operations.config.world import ROLL_FIELDS, NodeNameUnknown, World
+from ichord.operations.disruptions import reboot_of, restart_of
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, soonest
 from ichord.operations.registry import Operation
 from ichord.operations.roll import RollReason
-from ichord.operations.roll_store import marker_from_status
+from ichord.operations.roll_store import MarkerFormatError, marker_from_status
 from ichord.operations.scope import ClusterScope
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.errors import RenderError
 from ichord.render.generate import render
 from ichord.render.inputs import MachineInputs
 from ichord.render.strict import InvalidConfigError
+from ichord.settings import Timing
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 
@@ -110,7 +115,22 @@ def config_operation() -> Operation:
     async def advance(scope: ClusterScope, op: OperationView) -> Outcome:
         return await advance_in_scope(scope, op, clients)
 
-    return Operation(CONFIG, advance, close=clients.close_all)
+    return Operation(CONFIG, advance, close=clients.close_all, disruptions=disruptions)
+
+
+def disruptions(op: OperationView, timing: Timing) -> list[PlannedDisruption]:
+    """The reboots and kube-apiserver restarts the rollout has asked for and not yet seen through, from its markers:
+    the machine going alone (status.roll), the workers under way (status.workerRolls), the restart marker."""
+    status = op.status
+    rolls = workers.markers(status)
+    # An unreadable marker plans nothing: the loss is reported as one (the step itself says what is wrong with it).
+    with contextlib.suppress(MarkerFormatError):
+        rolls.append(marker_from_status(status, ROLL_FIELDS))
+    found = [reboot_of(op, m, timing.node_action_timeout) for m in rolls]
+    restart = status.get(RESTART_SECTION) or {}
+    found.append(restart_of(op, str(restart.get("machine") or ""), restart.get("appliedAt"),
+                            timing.apiserver_restart_bound))
+    return [d for d in found if d is not None]
 
 
 async def advance_in_scope(scope: ClusterScope, op: OperationView, clients: ManagedClients) -> Outcome:

@@ -171,11 +171,11 @@ def refusal(planned: Sequence[PlannedMachine], operations: Sequence[OperationVie
             continue
         if other.is_ca_rotation:
             return (Refusal.CLUSTER_CA_ROTATING,
-                    f"a CA rotation ({other.name}) of the cluster is unfinished; a config rollout waits for no "
-                    "rotation: create it again once that one completed")
+                    f"a CA rotation ({other.namespace}/{other.name}) of the cluster is unfinished; a config rollout "
+                    "waits for no rotation: create it again once that one completed")
         return (Refusal.OPERATION_UNFINISHED,
-                f"operation {other.name} (kind {other.kind}) of the cluster is unfinished; create this one again "
-                "once it completed")
+                f"operation {other.namespace}/{other.name} (kind {other.kind}) of the cluster is unfinished; create "
+                "this one again once it completed")
     if not planned:
         return (Refusal.NOTHING_TO_DO,
                 "no machine waits for a reboot or an API server restart (no TalosMachine reports rebootPaths, "

@@ -17,7 +17,7 @@ from ichord.kube.status import update_status
 from ichord.operations.config.plan import PlannedMachine
 from ichord.operations.config.world import ROLL_FIELDS
 from ichord.operations.roll_state import RollMarker
-from ichord.operations.roll_store import format_time, marker_from_status, parse_time
+from ichord.operations.roll_store import MarkerFormatError, format_time, marker_from_status, parse_time
 
 SLOTS = "workerRolls"
 Obj = dict[str, Any]
@@ -63,6 +63,18 @@ class WorkerMarkerStore:
 
 def in_flight(status: Obj) -> list[str]:
     return sorted(k for k, v in (status.get(SLOTS) or {}).items() if v is not None)
+
+
+def markers(status: Obj) -> list[RollMarker]:
+    """The roll marker of every worker under way (a marker that cannot be read is left out)."""
+    out = []
+    for name, entry in sorted((status.get(SLOTS) or {}).items()):
+        if isinstance(entry, dict):
+            try:
+                out.append(_marker(entry, f"status.{SLOTS}.{name}"))
+            except MarkerFormatError:
+                continue
+    return out
 
 
 def slot_done(status: Obj, machine: str) -> bool:
