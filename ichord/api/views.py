@@ -244,20 +244,9 @@ class OperationView(_ObjectView):
         return self.is_ca_rotation and self.under_way
 
     @property
-    def deleting(self) -> bool:
-        return bool(_meta(self.obj).get("deletionTimestamp"))
-
-    @property
-    def finalizers(self) -> list[str]:
-        return list(_meta(self.obj).get("finalizers") or [])
-
-    @property
     def created(self) -> str:
         return str(_meta(self.obj).get("creationTimestamp") or "")
 
-    @property
-    def resource_version(self) -> str:
-        return str(_meta(self.obj).get("resourceVersion") or "")
 
     def condition(self, ctype: str | None = None) -> Obj | None:
         return find(self.status.get("conditions"), ctype or self.condition_type)
