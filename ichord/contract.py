@@ -25,11 +25,6 @@ class VersionContract:
         """``MultidocKubernetesConfigSupported``: contracts greater than 1.13 use the 1.14 documents."""
         return (self.major, self.minor) > (1, 13)
 
-    @property
-    def reboot_apply_mode_removed(self) -> bool:
-        """v1.14 dropped ApplyConfiguration mode REBOOT outside maintenance."""
-        return (self.major, self.minor) >= (1, 14)
-
 
 V1_13 = VersionContract(1, 13)
 V1_14 = VersionContract(1, 14)

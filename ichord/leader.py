@@ -98,10 +98,6 @@ class LeaderElector:
         LEADERLESS_SECONDS.set_function(self.leaderless_for)
         NO_LEADER.set_function(lambda: 1.0 if self.no_leader() else 0.0)
 
-    @property
-    def observed_holder(self) -> str | None:
-        return self._observed.holder if self._observed else None
-
     def leaderless_for(self) -> float:
         """Seconds since this replica last saw a replica lead: about 0 on the leader, up to the retry period (plus
         its jitter) on a follower while a leader renews; it grows only while nobody renews the Lease."""

@@ -52,8 +52,6 @@ class Timing:
     step_retry_max: float = 10.0
     step_retry_bound: float = 300.0
     settle: float = 120.0
-    kubelet_settle: float = 90.0
-    client_restart_bound: float = 300.0
     reboot_retry: float = 300.0
     node_action_timeout: float = 1200.0
     # How often a reboot roll looks again at a node it asked to reboot (a Requeue, never a sleep).

@@ -39,7 +39,6 @@ class ClusterActor:
         self._step = step
         self._clock = clock
         self._requested: float | None = None
-        self.last_outcome: Outcome | None = None
         self.steps = 0
 
     def tell(self, obj: Hashable, reason: str) -> None:
@@ -73,7 +72,6 @@ class ClusterActor:
             if self._on_idle is not None and (self._limiter is None or self._limiter.borrowed_tokens == 0):
                 self._on_idle()  # the burst is over: e.g. give freed memory back (ichord.malloc.IdleTrim)
             self.steps += 1
-            self.last_outcome = outcome
             delay = earliest(next_delay(outcome), self._requested)
             wake_at = None if delay is None else self._clock() + delay
 

@@ -48,7 +48,6 @@ LEGACY_CLUSTER_LOCK_PREFIX = "ichor-lock-"
 # Condition types.
 READY = "Ready"
 CONFIG_ROLLOUT = "ConfigRollout"
-STORAGE_EVACUATION = "StorageEvacuation"
 BUNDLE_BACKUP_STALE = "BundleBackupStale"
 CERTIFICATES_EXPIRING = "CertificatesExpiring"
 CA_CLIENTS_NOT_RESTARTED = "CAClientsNotRestarted"

@@ -251,9 +251,6 @@ class OperationView(_ObjectView):
     def condition(self, ctype: str | None = None) -> Obj | None:
         return find(self.status.get("conditions"), ctype or self.condition_type)
 
-    def is_kind(self, kind: str) -> bool:
-        return self.kind == kind
-
     def of_cluster(self, namespace: str, cluster: str) -> bool:
         return self.namespace == namespace and self.cluster == cluster
 

@@ -91,12 +91,6 @@ class CustomObjects:
         obj: Obj = await self._client.raw("PATCH", path, body=patch, content_type=ctype)
         return obj
 
-    async def replace_status(self, namespace: str, name: str, body: Obj) -> Obj:
-        with translate():
-            obj: Obj = await self._api.replace_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, self.kind.plural, name, body)
-        return obj
-
     async def delete(self, namespace: str, name: str, *, uid: str | None = None,
                      resource_version: str | None = None) -> Obj:
         """Delete, optionally only if the object is still the one with ``uid``/``resource_version``."""

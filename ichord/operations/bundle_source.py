@@ -59,10 +59,6 @@ class BundleSourceError(IchordError):
         self.reason = reason
         self.message = message
 
-    @property
-    def transient(self) -> bool:
-        return self.reason == self.UNAVAILABLE
-
 
 # ---- parse memos (by the bytes' digest: same bytes, same result; nothing decided is kept) ---------------
 

@@ -93,7 +93,3 @@ class ClusterScope:
         if isinstance(self._bundle, BundleSourceError):
             raise self._bundle
         return self._bundle
-
-    def forget_bundle(self) -> None:
-        """The step wrote the Secret: the next reader reads it again."""
-        self._bundle = None

@@ -47,8 +47,6 @@ class BundleExistsError(IchordError):
     pass
 
 
-#: CA entries in bundle order; each needs crt and key.
-CA_ENTRIES: tuple[CAKind, ...] = (CAKind.ETCD, CAKind.KUBERNETES, CAKind.AGGREGATOR)
 _TOKEN_ALPHABET = string.ascii_lowercase + string.digits
 
 

@@ -36,9 +36,6 @@ SUPPORTED_TARGETS = frozenset({Target.TALOS, Target.KUBERNETES, Target.ETCD, Tar
 #: Targets whose passes restart or reboot kube-apiserver: with one control plane the API is away meanwhile.
 API_DISRUPTING_TARGETS = frozenset({Target.KUBERNETES, Target.ETCD, Target.KUBERNETES_AGGREGATOR})
 
-#: The stages that apply a configuration to every machine and verify it.
-PASS_STAGES = (Stage.ACCEPTING, Stage.ISSUING, Stage.DROPPING)
-
 #: Status name of each target's certificate entry (the names status.certificates already uses).
 CERT_NAMES = {t: t.value for t in Target}
 

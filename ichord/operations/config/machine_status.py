@@ -25,7 +25,6 @@ class RolloutReason:
     DRAINING = "Draining"
     REBOOTING = "Rebooting"
     API_SERVER_RESTARTING = "APIServerRestarting"
-    API_SERVER_NOT_READY = "APIServerNotReady"
     ROLLED_OUT = "RolledOut"
     FAILED = "Failed"
 

@@ -77,11 +77,6 @@ def markers(status: Obj) -> list[RollMarker]:
     return out
 
 
-def slot_done(status: Obj, machine: str) -> bool:
-    entry = (status.get(SLOTS) or {}).get(machine) or {}
-    return machine in (entry.get("done") or ())
-
-
 def to_start(planned: list[PlannedMachine], status: Obj, max_unavailable: int) -> list[PlannedMachine]:
     """The workers to take now: next in order, not done, not under way, within the bound; never the last."""
     roll = marker_from_status(status, ROLL_FIELDS)

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import tempfile
 import time
@@ -355,9 +354,6 @@ class SimEnvironment(Started):
         if self.management is not self.kube:
             doc["kubernetes"]["management"] = self._kube_state(self.management)
         return doc
-
-    def history_json(self) -> str:
-        return json.dumps(self.state(), default=str)
 
     def summary(self) -> list[dict[str, Any]]:
         """What `ichord sim` prints: one JSON-ready line per thing to find."""

@@ -83,7 +83,7 @@ class EventLog:
             self._changes.popleft()
         self.compacted_rv = max(self.compacted_rv, upto_rv)
 
-    def subscribe(self, watcher: Watcher, since_rv: int, current_rv: int) -> None:
+    def subscribe(self, watcher: Watcher, since_rv: int) -> None:
         """Replay the retained changes after ``since_rv`` into the watcher, then follow new ones."""
         if since_rv < self.compacted_rv:
             raise gone(f"too old resource version: {since_rv} ({self.compacted_rv + 1})")

@@ -127,7 +127,7 @@ class Store:
             since_rv = int(since or "0")
         except ValueError:
             raise bad_request(f"invalid resource version {since!r}") from None
-        self.log.subscribe(watcher, since_rv, self.rv)
+        self.log.subscribe(watcher, since_rv)
         return watcher
 
     # -- writes ------------------------------------------------------------------------------

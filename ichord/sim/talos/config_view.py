@@ -107,7 +107,6 @@ class ConfigView:
     token: str = field(repr=False)
     os_ca: CAView
     os_accepted: tuple[bytes, ...]
-    cert_sans: tuple[str, ...]
     k8s_issuing: CAView | None
     k8s_accepted: tuple[bytes, ...]
     aggregator_issuing: CAView | None
@@ -275,7 +274,6 @@ def read_config(cfg: MachineConfig) -> ConfigView:
         raise ConfigInvalidError(problems)
     assert crt is not None  # narrowed: a missing machine.ca.crt is a problem above
     hostname = _get(cfg.find("HostnameConfig"), "hostname") or _get(v1, "machine", "network", "hostname")
-    sans = tuple(str(s) for s in (_get(v1, "machine", "certSANs") or []))
-    return ConfigView(cfg, str(mtype), str(token), CAView(crt, key), tuple(accepted), sans,
+    return ConfigView(cfg, str(mtype), str(token), CAView(crt, key), tuple(accepted),
                       k8s_issuing, k8s_accepted, agg_issuing, agg_accepted, etcd, endpoint, name,
                       str(hostname) if hostname else None)
