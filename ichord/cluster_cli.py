@@ -21,6 +21,7 @@ from typing import Any
 
 from ichord import operation_cli
 from ichord.api import views
+from ichord.api.carotation import Stage
 from ichord.api.names import (
     BUNDLE_CUSTODY_FINALIZER,
     BUNDLE_EXPORTED_ANNOTATION,
@@ -230,7 +231,7 @@ def _credentials_main(args: argparse.Namespace) -> int:
     if result.acknowledged:
         print(f"acknowledged TalosOperation {result.operation} ({CREDENTIALS_HANDOFF_ANNOTATION}); "
               "the rotation goes on to Issuing")
-    elif result.stage == "AwaitingCredentials":
+    elif result.stage == Stage.AWAITING_CREDENTIALS.value:
         print(f"not acknowledged: TalosOperation {result.operation} keeps waiting in AwaitingCredentials; "
               f"run again with --acknowledge once you have checked the files")
     print(f"use them: talosctl --talosconfig {result.talosconfig} ...; kubectl --kubeconfig {result.kubeconfig} ...")

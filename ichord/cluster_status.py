@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ichord.api import names
+from ichord.api.carotation import Stage
 from ichord.api.conditions import find, parse_time
 from ichord.api.names import CARotationReason, Phase
 from ichord.errors import IchordError
@@ -141,7 +142,7 @@ def next_step(op: Obj, cluster: str, namespace: str, flags: str = "") -> str:
         return (f"kubectl{flags} -n {namespace} patch top {_name(op)} --type merge "
                 "-p '{\"spec\":{\"paused\":false}}'")
     if _kind(op) == "ca-rotation" and (reason == CARotationReason.AWAITING_CREDENTIALS
-                                       or _ca_rotation(op).get("stage") == "AwaitingCredentials"):
+                                       or _ca_rotation(op).get("stage") == Stage.AWAITING_CREDENTIALS.value):
         return f"ichord cluster credentials {cluster} -n {namespace}{flags} --acknowledge"
     if reason == CARotationReason.BLOCKED:
         return "read the message above and fix the cause it names; the daemon retries by itself"

@@ -132,7 +132,7 @@ def operation_name(cluster: str, kind: str, now: dt.datetime | None = None) -> s
 
 #: Reasons the daemon gives when it refuses an operation before it ran anything (its kind's condition).
 REFUSAL_REASONS = frozenset({
-    "NothingToDo", "ClusterCARotating", "OperationUnfinished",
+    "NothingToDo", names.LockRefusal.CLUSTER_CA_ROTATING, "OperationUnfinished",
     names.CARotationReason.UNSUPPORTED_TARGET, names.CARotationReason.INVALID_SPEC,
 })
 

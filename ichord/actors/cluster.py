@@ -237,7 +237,8 @@ class ClusterReconciler:
         try:
             inputs = ClusterInputs.from_spec(cluster.cluster_name, cluster.spec)
         except RenderError as exc:
-            await self._blocked(cluster, machines, "InvalidSpec", f"the TalosCluster spec is invalid: {exc}")
+            await self._blocked(cluster, machines, ReadyReason.INVALID_SPEC,
+                                f"the TalosCluster spec is invalid: {exc}")
             return Done()  # only a spec change can fix it
         bundle = await self._bundle(scope)
         if bundle is None:
@@ -381,7 +382,7 @@ class ClusterReconciler:
 
             def mutate(st: Obj, _obj: Obj, cond: Condition = cond,
                        op: OperationView = op) -> Obj:
-                set_operation_phase(st, "Paused" if op.stage else "Pending", cond.message,
+                set_operation_phase(st, names.Phase.PAUSED if op.stage else names.Phase.PENDING, cond.message,
                                     observed_generation=op.generation)
                 st["conditions"] = set_condition(st.get("conditions"), cond,
                                                  observed_generation=op.generation)
@@ -413,7 +414,8 @@ class ClusterReconciler:
                             names.READY,
                             "False",
                             reason if reason in _MACHINE_REASON_AS_CLUSTER else
-                            ReadyReason.BUNDLE_INVALID if reason != "InvalidSpec" else ReadyReason.RENDER_FAILED,
+                            ReadyReason.BUNDLE_INVALID if reason != ReadyReason.INVALID_SPEC
+                            else ReadyReason.RENDER_FAILED,
                             f"cluster {self.name}: {message}",
                         )
                     ),

@@ -88,6 +88,7 @@ class ReadyReason:
     INVALID_CONFIG = "InvalidConfig"  # a patch or the render holds what Talos's decoder refuses: nothing applied
     UNSUPPORTED_CHANGE = "UnsupportedChange"
     CLUSTER_NOT_FOUND = "ClusterNotFound"
+    INVALID_SPEC = "InvalidSpec"  # the TalosCluster's: its spec cannot be rendered from
     BUNDLE_INVALID = "BundleInvalid"
     APPLY_FAILED = "ApplyFailed"
     NOT_APPROVED = "NotApproved"

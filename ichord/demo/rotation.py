@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ichord.api import names
+from ichord.api.carotation import Stage
 from ichord.api.conditions import find
 from ichord.kube import crds
 from ichord.operations.ca_rotation.clients import available
@@ -39,10 +40,10 @@ OPERATION = "demo-ca-rotation"
 TARGETS = ("talos", "kubernetes")
 #: The in-cluster clients the rotation restarts (Talos's default CNI, flannel): the simulated cluster has them.
 CLIENTS = (("daemonsets", "kube-flannel"), ("daemonsets", "kube-proxy"), ("deployments", "coredns"))
-STAGES = ("Accepting", "AwaitingCredentials", "Issuing", "Dropping", "Finalizing", "Done")
+STAGES = tuple(s.value for s in Stage)
 WHAT = {
     "Accepting": "every node trusts the new CAs too, still signs with the old",
-    "AwaitingCredentials": "the operator takes a talosconfig and a kubeconfig from the new CAs",
+    Stage.AWAITING_CREDENTIALS.value: "the operator takes a talosconfig and a kubeconfig from the new CAs",
     "Issuing": "every node signs with the new CAs, still trusts the old; then kube-root-ca.crt and the clients "
                "settle",
     "Dropping": "every node trusts only the new CAs; then the one update of the bundle Secret",
@@ -267,7 +268,7 @@ async def follow(watch: Watch, step_timeout: float, timing: Timing,
         bound = stage_bound(stage, step_timeout, timing)
         with anyio.move_on_after(bound) as scope:
             while watch.stage == stage and watch.phase not in ("Completed", "Failed"):
-                if stage == "AwaitingCredentials" and not handed:
+                if stage == Stage.AWAITING_CREDENTIALS.value and not handed:
                     handed = True
                     await on_awaiting()
                     continue
@@ -331,7 +332,7 @@ class RotationDemo:
             self.obs.stage = ""
             self.elapsed = anyio.current_time() - t0
         _status, reason, message = self.watch.condition
-        if reason != "Rotated":
+        if reason != names.CARotationReason.ROTATED:
             raise RotationFailed(f"the rotation completed with {names.CA_ROTATION} reason {reason}, not Rotated: "
                                  f"{message}")
         # ichord's own machine reconciler agrees afterwards: every machine Converged, nothing more applied.
@@ -339,7 +340,8 @@ class RotationDemo:
         cluster = replace(self.env.cluster_inputs(), patches=tuple(patches))
         want = {m: render(new, cluster, self.env.machine_inputs(m)).hash() for m in self.env.machine_names}
         counts = {r.name: len(r.applies) for r in self.obs.rows.values()}
-        await self.obs.until(lambda r: r.reason == "Converged" and r.config_hash == want[r.name], self.timeout,
+        await self.obs.until(lambda r: r.reason == names.ReadyReason.CONVERGED and r.config_hash == want[r.name],
+                             self.timeout,
                              "every machine Converged on the rotated bundle's render")
         again = [r.name for r in self.obs.rows.values() if len(r.applies) != counts[r.name]]
         if again:

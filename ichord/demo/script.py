@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import anyio
 
+from ichord.api.names import ReadyReason
 from ichord.contract import VersionContract
 from ichord.demo.observe import DemoFailed, Observer, _expect_applies
 from ichord.errors import IchordError
@@ -166,7 +167,7 @@ class Demo:
         number = iter(f"{i}/{total}" for i in range(1, total + 1))
         self.step(next(number), "converge: the daemon reads every node's running configuration and compares it with "
                   "its render")
-        await obs.until(lambda r: r.reason == "Converged" and r.config_hash == initial[r.name], t,
+        await obs.until(lambda r: r.reason == ReadyReason.CONVERGED and r.config_hash == initial[r.name], t,
                         "every machine Ready=True/Converged")
         _expect_applies(obs, lambda _r: [], "before any change")
         self.ok(f"{n}/{n} machines Ready=True/Converged, nothing applied (the nodes already run the render)")
@@ -183,15 +184,17 @@ class Demo:
         safe = _rendered(env, bundle, [SAFE_PATCH])
         self.step(next(number), "safe patch on the TalosCluster: machine.sysctls net.core.somaxconn=65535")
         await _patch(client, env, [SAFE_PATCH])
-        await obs.until(lambda r: bool(r.applies) and r.reason == "Converged" and r.config_hash == safe[r.name],
-                        t, "the safe patch applied and every machine Converged again")
+        await obs.until(lambda r: (bool(r.applies) and r.reason == ReadyReason.CONVERGED
+                                   and r.config_hash == safe[r.name]), t,
+                        "the safe patch applied and every machine Converged again")
         _expect_applies(obs, lambda r: [(safe[r.name], "NO_REBOOT")], "after the safe patch")
         self.ok(f"{n}/{n} nodes took exactly one apply (NO_REBOOT) of their new render and run it")
 
         self.step(next(number), "reboot-requiring patch: kernel module br_netfilter (a kernel module loads at boot)")
         reboot_patch = REBOOT_PATCH if self.contract.multidoc_kubernetes else REBOOT_PATCH_V1_13
         await _patch(client, env, [SAFE_PATCH, reboot_patch])
-        await obs.until(lambda r: r.ready == "False" and r.reason == "RebootRequired" and bool(r.reboot_paths), t,
+        await obs.until(lambda r: (r.ready == "False" and r.reason == ReadyReason.REBOOT_REQUIRED
+                                   and bool(r.reboot_paths)), t,
                         "every machine reporting Ready=False/RebootRequired with its rebootPaths")
         _expect_applies(obs, lambda r: [(safe[r.name], "NO_REBOOT")], "after the reboot-requiring patch")
         first = next(iter(obs.rows.values()))
@@ -200,7 +203,7 @@ class Demo:
 
         self.step(next(number), "remove the reboot-requiring patch")
         await _patch(client, env, [SAFE_PATCH])
-        await obs.until(lambda r: r.reason == "Converged" and r.config_hash == safe[r.name], t,
+        await obs.until(lambda r: r.reason == ReadyReason.CONVERGED and r.config_hash == safe[r.name], t,
                         "every machine Converged again")
         _expect_applies(obs, lambda r: [(safe[r.name], "NO_REBOOT")], "after removing the patch")
         self.ok(f"{n}/{n} machines Converged again, nothing applied")

@@ -8,6 +8,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
+from ichord.api.names import ReadyReason
+
 if TYPE_CHECKING:
     from ichord.demo.observe import Row
 
@@ -49,7 +51,7 @@ class Lines(View):
     """Without a terminal: one line per transition, nothing redrawn."""
 
     def transition(self, row: Row) -> None:
-        extra = f"  rebootPaths: {', '.join(row.reboot_paths)}" if row.reason == "RebootRequired" else ""
+        extra = f"  rebootPaths: {', '.join(row.reboot_paths)}" if row.reason == ReadyReason.REBOOT_REQUIRED else ""
         self.say(f"{self.stamp()}   {row.name:<16} {row.role:<13} Ready={row.ready:<7} {row.reason}{extra}")
 
     def applied(self, row: Row) -> None:

@@ -27,7 +27,7 @@ import anyio
 import structlog
 
 from ichord.api.carotation import Stage
-from ichord.api.names import CARotationReason
+from ichord.api.names import CARotationReason, ReadyReason
 from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.operations.ca_rotation import apiserver_instances, ca_view
@@ -120,7 +120,7 @@ async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: 
         desired = stage_render(inputs, rotation, stage, m)
     except (RenderError, StageRenderError) as exc:
         problem = f"machine {m.name} cannot be rendered for {stage.value}: {SCRUBBER.exception(exc)}"
-        return _Visit({"name": m.name, "state": "RenderFailed", "message": problem}, problem)
+        return _Visit({"name": m.name, "state": ReadyReason.RENDER_FAILED, "message": problem}, problem)
     render = desired.hash()
     carried = {k: seen[k] for k in ("cas", APISERVER_KEY) if seen and k in seen}
     if seen is not None and _runs(seen, stage, render):
@@ -133,7 +133,7 @@ async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: 
         return _Visit({"name": m.name, "state": UNREACHABLE, "message": problem, **carried}, problem)
     except TalosError as exc:
         problem = f"machine {m.name} refused the {stage.value} configuration: {SCRUBBER.exception(exc)}"
-        return _Visit({"name": m.name, "state": "ApplyFailed", "message": problem, **carried}, problem)
+        return _Visit({"name": m.name, "state": ReadyReason.APPLY_FAILED, "message": problem, **carried}, problem)
     entry = {"name": m.name, "state": stage.value, RENDER_KEY: render, **carried}
     if no_changes(dry.mode_details):
         return _Visit({**entry, "message": f"runs {stage.value}"})
@@ -144,7 +144,7 @@ async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: 
         await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT)
     except TalosError as exc:
         problem = f"machine {m.name} refused the {stage.value} configuration: {SCRUBBER.exception(exc)}"
-        return _Visit({"name": m.name, "state": "ApplyFailed", "message": problem, **carried}, problem)
+        return _Visit({"name": m.name, "state": ReadyReason.APPLY_FAILED, "message": problem, **carried}, problem)
     failpoint(f"ca-rotation.apply.after.{stage.value.lower()}")
     log.info("ca-rotation stage applied", cluster=f"{inputs.op_namespace}/{inputs.cluster_name}", operation=inputs.name,
              stage=stage.value, machine=m.name)

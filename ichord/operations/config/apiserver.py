@@ -23,6 +23,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from ichord.api.names import ReadyReason
 from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.kube import crds
@@ -96,7 +97,7 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
             converged = await checks.runs_rendered(world.talos, m.address, rendered)
             if converged:
                 await _write(world, RestartMarker(done=(*marker.done, m.name)))
-                return RestartOutcome(Requeue(0.0, "converged"), "Converged",
+                return RestartOutcome(Requeue(0.0, "converged"), ReadyReason.CONVERGED,
                                       f"{m.name} already runs the rendered configuration; nothing done")
             await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.NO_REBOOT, dry_run=True)
             container, _ = await apiserver_container(world.talos, m.address)
@@ -111,10 +112,12 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
         except TalosError as exc:
             # The marker stays: the next step applies again (or waits, if it did land).
             message = f"applying {m.name}'s configuration: {SCRUBBER.exception(exc)}; trying again"
-            return RestartOutcome(Requeue(timing.reboot_poll, "APIServerRestarting"), "APIServerRestarting", message)
+            return RestartOutcome(Requeue(timing.reboot_poll, ReadyReason.API_SERVER_RESTARTING),
+                                  ReadyReason.API_SERVER_RESTARTING, message)
         failpoint("config.apiserver.apply.after")
         return RestartOutcome(Requeue(min(timing.reboot_poll, timing.apiserver_restart_unchanged), "applied"),
-                              "APIServerRestarting", f"applied {m.name}'s configuration; waiting for kube-apiserver "
+                              ReadyReason.API_SERVER_RESTARTING,
+                              f"applied {m.name}'s configuration; waiting for kube-apiserver "
                               f"to restart (was {marker_text(container)})")
     since = marker.applied_at or now
     spent = (now - since).total_seconds()
@@ -149,7 +152,7 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
         return RestartOutcome(Blocked("APIServerNotReady", message, timing.retry), "APIServerNotReady", message,
                               pause=True)
     return RestartOutcome(Requeue(min(timing.reboot_poll, timing.apiserver_restart_bound - spent), "waiting"),
-                          "APIServerRestarting", f"waiting for {m.name}: {waiting}")
+                          ReadyReason.API_SERVER_RESTARTING, f"waiting for {m.name}: {waiting}")
 
 
 def marker_text(container: str) -> str:

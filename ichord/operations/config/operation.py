@@ -295,7 +295,7 @@ async def _rolling(ctx: RotationContext, inputs: Inputs, objects: dict[str, Obj]
                 restarted = await advance_restart(world, m)
                 return await _report(ctx, inputs, [current], restarted.outcome, restarted.reason, restarted.message,
                                      pause=restarted.pause, done=restarted.reason in ("APIServerRestarted",
-                                                                                      "Converged"))
+                                                                                      names.ReadyReason.CONVERGED))
         except RenderError as exc:
             # The inputs changed under the rollout (a patch now invalid): nothing is applied to the machine.
             return await backbone.blocked(ctx, CONFIG, inputs, f"cannot render {current.name}'s configuration, "
