@@ -219,3 +219,33 @@ async def test_an_unreachable_machine_is_a_wait_first_and_blocked_past_the_bound
         assert [e["reason"] for e in warnings] == ["OperationBlocked"] and worker in warnings[0]["message"]
         await env.set_unreachable(worker, False)
         assert isinstance(await driver.run(), Done)
+
+
+async def test_a_machine_slow_to_answer_the_replaced_bundle_is_a_wait_in_finalizing(env: SimEnvironment) -> None:
+    """Finalizing verifies every machine on the replaced bundle: one that does not answer (busy, its kubelet
+    restarting) is waited for, InProgress and no Warning, as in a pass; Paused only past the bound. It was Blocked
+    at the first dial that took longer than the timeout (a loaded CI machine)."""
+    from dataclasses import replace
+
+    from tests.integration._ca_rotation_driver import TIMING
+
+    worker = env.machine_names[-1]
+    async with driving(env, timing=replace(TIMING, ca_pass_wait_bound=60.0)) as driver:
+        await driver.create()
+        await driver.run(until=at("Finalizing"))
+        await env.set_unreachable(worker)
+
+        def waiting(o: dict[str, Any]) -> bool:
+            cond = find((o.get("status") or {}).get("conditions"), names.CA_ROTATION)
+            return bool(cond and cond["reason"] == "VerifyingPass" and worker in cond["message"])
+
+        await driver.run(until=waiting)
+        op = await driver.get()
+        assert op["status"]["phase"] == "InProgress" and op["status"]["caRotation"]["step"] == "verify-replaced"
+        assert "replaced bundle" in find(op["status"]["conditions"], names.CA_ROTATION)["message"]
+        await env.set_unreachable(worker, False)
+        assert isinstance(await driver.run(), Done)
+    assert "Paused" not in {(s.get("status") or {}).get("phase") for s in driver.snapshots}
+    await driver.recorder.drain()
+    warnings = [(e["involvedObject"]["kind"], e["reason"]) for e in _events(env) if e.get("type") == "Warning"]
+    assert warnings == [("TalosCluster", "BundleBackupStale")], warnings

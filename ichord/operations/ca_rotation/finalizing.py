@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 from ichord.api.carotation import Stage
 from ichord.api.conditions import now_rfc3339
@@ -36,6 +37,7 @@ from ichord.operations.ca_rotation.status import (
     log_transition,
     phase,
     since_transition,
+    wait_within_bound,
     write,
 )
 from ichord.operations.ca_rotation.status import step as status_step
@@ -47,7 +49,7 @@ from ichord.render.errors import RenderError
 from ichord.render.generate import render
 from ichord.render.inputs import MachineInputs
 from ichord.talos.dial import DialBundle
-from ichord.talos.errors import TalosError
+from ichord.talos.errors import TalosError, TalosUnreachableError
 
 #: An operation a previous version left in Finalizing has no step: its condition's reason said which it was.
 _STEP_OF_REASON = {CARotationReason.AWAITING_NODES: FINALIZING_SETTLE,
@@ -76,6 +78,10 @@ async def step(ctx: RotationContext, inputs: Inputs) -> Outcome:
 async def _verify(ctx: RotationContext, inputs: Inputs) -> Outcome:
     """Verified once, on entry: the steps that follow only read Nodes and workloads."""
     problem = await verify_replaced(ctx, inputs)
+    if isinstance(problem, Unanswered):
+        # A node slow to answer (busy, its kubelet restarting) is a wait, as in a pass: Paused only past the bound.
+        return await wait_within_bound(ctx, inputs, CARotationReason.VERIFYING_PASS, problem.message,
+                                       step_name=FINALIZING_VERIFY)
     if problem is not None:
         return await blocked(ctx, inputs, problem)
     if _rotated_aggregator(inputs):
@@ -208,8 +214,16 @@ async def complete(ctx: RotationContext, inputs: Inputs, not_back: list[str]) ->
     return Done()
 
 
-async def verify_replaced(ctx: RotationContext, inputs: Inputs) -> str | None:
-    """None when every machine answers the replaced bundle's plain dial and runs exactly its render."""
+@dataclass(frozen=True)
+class Unanswered:
+    """A machine did not answer the replaced bundle's dial (unreachable, timed out): waited for, not blocked on."""
+
+    message: str
+
+
+async def verify_replaced(ctx: RotationContext, inputs: Inputs) -> str | Unanswered | None:
+    """None when every machine answers the replaced bundle's plain dial and runs exactly its render; what is wrong
+    otherwise (Unanswered when a machine did not answer at all)."""
     talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
     try:
         for m in inputs.machines:
@@ -219,6 +233,9 @@ async def verify_replaced(ctx: RotationContext, inputs: Inputs) -> str | None:
                 return f"machine {m.name} cannot be rendered from the replaced bundle: {SCRUBBER.exception(exc)}"
             try:
                 running = MachineConfig.plain_of(await talos.machine_config(m.address))
+            except TalosUnreachableError as exc:
+                return Unanswered(f"machine {m.name} ({m.address}) does not answer the replaced bundle yet: "
+                                  f"{SCRUBBER.exception(exc)}")
             except (TalosError, ConfigParseError) as exc:
                 return (f"machine {m.name} ({m.address}) does not answer the replaced bundle: "
                         f"{SCRUBBER.exception(exc)}")

@@ -115,18 +115,19 @@ def step_since(op_status: Obj, name: str) -> dt.datetime | None:
 
 
 async def wait_within_bound(ctx: RotationContext, inputs: Inputs, reason: str, message: str, *,
-                            machines: list[Obj] | None = None) -> Blocked | Requeue:
+                            machines: list[Obj] | None = None, step_name: str = VERIFY_STEP) -> Blocked | Requeue:
     """A normal wait of a pass (machines answering again, Nodes Ready): InProgress naming what it waits for,
-    no Warning; past ``ca_pass_wait_bound`` (timed from the verify step's persisted start) it is Blocked."""
+    no Warning; past ``ca_pass_wait_bound`` (timed from ``step_name``'s persisted start: a pass's verify step,
+    or Finalizing's verify-replaced) it is Blocked."""
     now = ctx.now()
-    since = step_since(inputs.status, VERIFY_STEP)
+    since = step_since(inputs.status, step_name)
     bound = ctx.timing.ca_pass_wait_bound
     elapsed = 0.0 if since is None else (now - since).total_seconds()
     if elapsed >= bound:
         return await blocked(ctx, inputs, f"{message} (waited more than {bound:g} s)", machines=machines)
     cond = find(inputs.status.get("conditions"), names.CA_ROTATION)
     if since is None or cond is None or (cond.get("reason"), cond.get("message")) != (reason, SCRUBBER.text(message)):
-        muts: list[Mutation] = [step(VERIFY_STEP, now), *in_progress(ctx, reason, message)]
+        muts: list[Mutation] = [step(step_name, now), *in_progress(ctx, reason, message)]
         if machines is not None:
             muts.append(lambda s: s.__setitem__("machines", machines))
         await write(ctx, inputs, *muts)
