@@ -17,7 +17,7 @@ import ssl
 import sys
 from collections.abc import Sequence
 
-_VERIFY_MODES = {ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 3}  # SSL_VERIFY_* as OpenSSL has them
+_VERIFY_MODES = {ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 3}  # negative: SSL_VERIFY_* values, nothing set
 
 
 def _libssl() -> ctypes.CDLL | None:
