@@ -17,7 +17,8 @@ import ssl
 import sys
 from collections.abc import Sequence
 
-_VERIFY_MODES = {ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 3}  # negative: SSL_VERIFY_* values, nothing set
+# OpenSSL's SSL_VERIFY_* for each ssl mode (read to keep the context's own mode; nothing is switched off).
+_VERIFY_MODES = {ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 3}  # negative
 
 
 def _libssl() -> ctypes.CDLL | None:
