@@ -21,11 +21,7 @@ import structlog
 from ichord.api import names
 from ichord.api.conditions import Condition, find, set_condition
 from ichord.api.views import OperationView
-from ichord.errors import IchordError
-from ichord.kube import crds
-from ichord.kube.errors import NotFound
 from ichord.kube.events import ObjectRef
-from ichord.kube.status import update_status
 from ichord.operations.scope import ClusterScope
 from ichord.pki.scrub import SCRUBBER
 
@@ -122,12 +118,4 @@ async def _write(scope: ClusterScope, op: OperationView, cond: Condition) -> boo
         status["conditions"] = set_condition(status.get("conditions"), cond, observed_generation=op.generation)
         return status
 
-    try:
-        scope.observe(await update_status(crds.operations(scope.kube), op.namespace, op.name, mutate))
-    except NotFound:
-        return False
-    except IchordError as exc:
-        log.warning("operation status write failed", cluster=scope.key, operation=op.name,
-                    error=SCRUBBER.exception(exc))
-        return False
-    return True
+    return await scope.write_operation_status(op, mutate, from_copy=False)

@@ -21,16 +21,13 @@ from ichord.api.disruptions import PlannedDisruption, by_machine
 from ichord.api.names import Phase
 from ichord.api.views import OperationView
 from ichord.errors import IchordError
-from ichord.kube import crds
-from ichord.kube.errors import Forbidden, NotFound
+from ichord.kube.errors import Forbidden
 from ichord.kube.events import ObjectRef
-from ichord.kube.status import update_status
 from ichord.operations import intent
 from ichord.operations.backbone import OperationKind, forbidden
 from ichord.operations.outcome import Done, Outcome, soonest
 from ichord.operations.scope import ClusterScope
 from ichord.operations.step_errors import StepRetries
-from ichord.pki.scrub import SCRUBBER
 from ichord.settings import Timing
 
 log = structlog.get_logger("ichord.operations")
@@ -144,14 +141,7 @@ async def _unknown_kind(scope: ClusterScope, op: OperationView, known: list[str]
                                              observed_generation=op.generation)
         return status
 
-    try:
-        scope.observe(await update_status(crds.operations(scope.kube), op.namespace, op.name, mutate,
-                                          current=op.obj))
-    except NotFound:
-        return
-    except IchordError as exc:
-        log.warning("operation status write failed", cluster=scope.key, operation=op.name,
-                    error=SCRUBBER.exception(exc))
+    if not await scope.write_operation_status(op, mutate):
         return
     log.warning("operation of an unknown kind", cluster=scope.key, operation=op.name, kind=op.kind)
     scope.recorder.record(ObjectRef.of(op.obj), "Warning", UNSUPPORTED_KIND, message)

@@ -14,11 +14,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 from ichord.api.views import ClusterView, MachineView, OperationView
+from ichord.errors import IchordError
+from ichord.kube import crds
 from ichord.kube.client import KubeClient
+from ichord.kube.errors import NotFound
 from ichord.kube.events import EventRecorder
+from ichord.kube.status import update_status
 from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_cluster_bundle
+from ichord.pki.scrub import SCRUBBER
 from ichord.settings import Timing
+
+log = structlog.get_logger("ichord.operations")
 
 Obj = dict[str, Any]
 Clock = Callable[[], dt.datetime]
@@ -75,6 +84,22 @@ class ClusterScope:
     @property
     def rotation_under_way(self) -> bool:
         return any(op.rotation_under_way for op in self.operations)
+
+    async def write_operation_status(self, op: OperationView, mutate: Callable[[Obj, Obj], Obj | None], *,
+                                     from_copy: bool = True) -> bool:
+        """A best-effort status write of one of the cluster's operations (a condition the step reports beside its
+        work); True when written. ``from_copy``: start from the scope's copy (one 409 if it went stale) rather than a
+        GET. Gone is False; an API error is logged and False: the next step tries again."""
+        try:
+            self.observe(await update_status(crds.operations(self.kube), op.namespace, op.name, mutate,
+                                             current=op.obj if from_copy else None))
+        except NotFound:
+            return False
+        except IchordError as exc:
+            log.warning("operation status write failed", cluster=self.key, operation=f"{op.namespace}/{op.name}",
+                        error=SCRUBBER.exception(exc))
+            return False
+        return True
 
     def observe(self, obj: Obj) -> None:
         """An operation was written: keep the scope's copy current for the phases that follow in this step."""

@@ -20,10 +20,8 @@ from ichord.api.conditions import Condition, set_condition
 from ichord.api.names import STEPS_FAILING, EventReason, StepsFailingReason
 from ichord.api.views import OperationView
 from ichord.errors import IchordError
-from ichord.kube import crds
-from ichord.kube.errors import KubeError, NotFound
+from ichord.kube.errors import KubeError
 from ichord.kube.events import ObjectRef
-from ichord.kube.status import update_status
 from ichord.operations.outcome import Requeue
 from ichord.operations.scope import ClusterScope
 from ichord.pki.scrub import SCRUBBER
@@ -108,13 +106,5 @@ async def _write(scope: ClusterScope, op: OperationView, condition: Condition) -
                                              observed_generation=op.generation)
         return status
 
-    try:
-        scope.observe(await update_status(crds.operations(scope.kube), op.namespace, op.name, mutate,
-                                          current=op.obj))
-    except NotFound:
-        return False
-    except IchordError as exc:  # the API that fails the steps may fail this write too: the next retry tries again
-        log.info("StepsFailing condition not written", operation=f"{op.namespace}/{op.name}",
-                 error=SCRUBBER.exception(exc))
-        return False
-    return True
+    # The API that fails the steps may fail this write too: the next retry tries again.
+    return await scope.write_operation_status(op, mutate)
