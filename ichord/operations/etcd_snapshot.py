@@ -30,9 +30,10 @@ import contextlib
 import datetime as dt
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -141,6 +142,41 @@ def _record(**fields: Any) -> backbone.Mutation:
             plan[STATUS_KEY] = {**plan[STATUS_KEY], "file": fields["path"]}
 
     return m
+
+
+class _Machine(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def address(self) -> str: ...
+
+
+class _Subject(backbone.Subject, Protocol):
+    """What a kind's inputs carry that a snapshot needs (both kinds' step inputs do)."""
+
+    @property
+    def bundle(self) -> SecretsBundle: ...
+    @property
+    def control_planes(self) -> Sequence[_Machine]: ...
+    @property
+    def op_namespace(self) -> str: ...
+
+
+class _Context(backbone.Context, Protocol):
+    @property
+    def talos_factory(self) -> Callable[[DialBundle], TalosClient]: ...
+
+
+async def take_before_reboots(ctx: _Context, kind: OperationKind, subject: _Subject,
+                              destination: Destination) -> Blocked | None:
+    """``ensure_taken`` from the subject's control planes, over a client with only the backup role, closed after."""
+    talos = ctx.talos_factory(dial(subject.bundle))
+    try:
+        return await ensure_taken(ctx, kind, subject, destination, talos,
+                                  [ControlPlane(m.name, m.address) for m in subject.control_planes],
+                                  namespace=subject.op_namespace)
+    finally:
+        talos.close()
 
 
 async def ensure_taken(ctx: backbone.Context, kind: OperationKind, subject: backbone.Subject,

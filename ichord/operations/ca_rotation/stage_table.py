@@ -27,7 +27,6 @@ from ichord.api import names
 from ichord.api.carotation import Stage
 from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.api.views import OperationView
-from ichord.etcd_snapshot.take import ControlPlane
 from ichord.failpoints import failpoint
 from ichord.operations import backbone, etcd_snapshot, guard
 from ichord.operations.bundle_source import BundleSourceError
@@ -184,13 +183,7 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
         return await blocked(ctx, inputs, "preflight: " + "; ".join(problems))
     if Target.ETCD in targets and destination is not None:
         # The etcd roll reboots every control plane: a snapshot first, before anything is changed.
-        talos = ctx.talos_factory(etcd_snapshot.dial(inputs.bundle))
-        try:
-            refused = await etcd_snapshot.ensure_taken(
-                ctx, CA_ROTATION, inputs, destination, talos,
-                [ControlPlane(m.name, m.address) for m in inputs.control_planes], namespace=inputs.op_namespace)
-        finally:
-            talos.close()
+        refused = await etcd_snapshot.take_before_reboots(ctx, CA_ROTATION, inputs, destination)
         if refused is not None:
             return refused
     failpoint("ca-rotation.save.before")

@@ -38,7 +38,6 @@ from ichord.api.disruptions import PlannedDisruption
 from ichord.api.names import Phase
 from ichord.api.views import MachineView, OperationView
 from ichord.errors import IchordError
-from ichord.etcd_snapshot.take import ControlPlane
 from ichord.kube import crds
 from ichord.kube.errors import KubeError
 from ichord.operations import backbone, etcd_snapshot, guard, intent
@@ -204,13 +203,7 @@ async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, i
         # A control plane's reboot restarts its etcd member: a snapshot first, before anything is changed.
         if (inputs.status.get("plan") or {}).get("etcdSnapshot") is None:
             await backbone.write(ctx, inputs, lambda s: s.__setitem__("plan", plan))  # where it goes, for review
-        talos = ctx.talos_factory(etcd_snapshot.dial(inputs.bundle))
-        try:
-            not_taken = await etcd_snapshot.ensure_taken(
-                ctx, CONFIG, inputs, destination, talos,
-                [ControlPlane(m.name, m.address) for m in inputs.control_planes], namespace=inputs.op_namespace)
-        finally:
-            talos.close()
+        not_taken = await etcd_snapshot.take_before_reboots(ctx, CONFIG, inputs, destination)
         if not_taken is not None:
             return not_taken
         plan = {**plan, "etcdSnapshot": etcd_snapshot.plan_entry(destination, inputs.status)}
