@@ -37,7 +37,7 @@ from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import KubeError
 from ichord.sim.combined import SimEnvironment
-from tests.e2e._daemon import DAEMON_TIME_SCALE, all_ready, eventually
+from tests.e2e._daemon import Daemon, all_ready, eventually
 from tests.e2e.conftest import MakeSimEnv
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -69,29 +69,6 @@ class Operator:
         self.ran[command] = proc
         assert proc.returncode == 0, f"`{command}` as printed exited {proc.returncode}: {proc.stderr}{proc.stdout}"
         return proc
-
-
-class Daemon:
-    def __init__(self, env: SimEnvironment, workdir: Path) -> None:
-        self.log_path = workdir / "daemon.log"
-        self._log = self.log_path.open("wb")
-        environ = {**os.environ, "ICHORD_TIME_SCALE": DAEMON_TIME_SCALE, "HOME": str(workdir / "daemon-home")}
-        environ.pop("KUBECONFIG", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ichord.cli", "run", "--kubeconfig", str(env.kubeconfig), "--controller-namespace",
-             env.namespace, "--metrics-addr", "127.0.0.1:0", "--resync", "1",
-             "--certificate-expiry-warning-days", "4000"],  # CAs live 10 years: CertificatesExpiring is True
-            stdout=self._log, stderr=subprocess.STDOUT, env=environ)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
 
 
 @pytest.fixture
@@ -138,7 +115,9 @@ async def test_every_hint_works_pasted_as_printed(env: SimEnvironment, kube: Kub
     ns, name = env.namespace, env.cluster_name
     op = Operator(env, tmp_path / "home")
     op.home.mkdir()
-    daemon = Daemon(env, tmp_path)
+    (tmp_path / "daemon").mkdir()
+    # CAs live 10 years: a warning window longer than that makes CertificatesExpiring True (its hint is pasted too).
+    daemon = Daemon(env, tmp_path / "daemon", "hints", extra_args=("--certificate-expiry-warning-days", "4000"))
     seen: set[str] = set()
     try:
         await eventually(lambda: all_ready(kube, env), within=60, what="every machine converged")
@@ -206,9 +185,8 @@ async def test_every_hint_works_pasted_as_printed(env: SimEnvironment, kube: Kub
                 await op.paste(command)
         assert all(shlex.split(c)[0] in ("ichord", "kubectl") for c in op.ran)
     finally:
-        daemon.stop()
-        if daemon.proc.returncode not in (0, None):
-            print(daemon.log_path.read_text(errors="replace")[-5000:])
+        if await daemon.stop() != 0:
+            print(daemon.log()[-5000:])
 
 
 async def _no_operations(kube: KubeClient, ns: str) -> bool:
