@@ -380,12 +380,21 @@ class ClusterReconciler:
                 continue
             cond = Condition(op.condition_type, "False", names.EventReason.CLUSTER_NOT_FOUND, message)
 
-            def mutate(st: Obj, _obj: Obj, cond: Condition = cond,
-                       op: OperationView = op) -> Obj:
-                set_operation_phase(st, names.Phase.PAUSED if op.stage else names.Phase.PENDING, cond.message,
-                                    observed_generation=op.generation)
+            said_now: list[bool] = []  # the mutation of the write that was sent
+
+            def mutate(st: Obj, latest: Obj, cond: Condition = cond, said_now: list[bool] = said_now) -> Obj | None:
+                # Decided on the object as read for the write, not the informer's copy: a status written in
+                # between (the operation finished, or already says so) is never overwritten by a stale view.
+                fresh = OperationView.of(latest)
+                said = fresh.condition()
+                said_now.clear()
+                if fresh.finished or (said is not None and said.get("reason") == names.EventReason.CLUSTER_NOT_FOUND):
+                    return None
+                said_now.append(True)
+                set_operation_phase(st, names.Phase.PAUSED if fresh.stage else names.Phase.PENDING, cond.message,
+                                    observed_generation=fresh.generation)
                 st["conditions"] = set_condition(st.get("conditions"), cond,
-                                                 observed_generation=op.generation)
+                                                 observed_generation=fresh.generation)
                 return st
 
             try:
@@ -396,6 +405,8 @@ class ClusterReconciler:
                 log.warning("operation status write failed", cluster=self.key, operation=name,
                             error=SCRUBBER.exception(exc))
                 continue
+            if not said_now:
+                continue  # written meanwhile: finished, or already saying so (and its one Warning posted)
             log.warning("operation names a cluster that does not exist", cluster=self.key, operation=name)
             self.rt.recorder.record(ObjectRef.of(obj), "Warning", names.EventReason.CLUSTER_NOT_FOUND, message)
 

@@ -75,16 +75,27 @@ class Healthy:
             self.lowest = n if self.lowest is None else min(self.lowest, n)
 
 
+_WARNED = {"rebootPaths": "RebootRequired", "apiServerRestartPaths": "APIServerRestartRequired"}
+
+
 async def _prepare(env: SimEnvironment, kube: KubeClient, patch: str, field: str, count: int) -> None:
+    """The patch reported by ``count`` machines, each with its one Warning already posted (a change that needs a
+    person, before any operation): a test's Signals started after this hear only what the rollout says."""
     await eventually(lambda: env.workload_available("deployments", "web", "app"), within=30, what="the app Ready")
     await eventually(lambda: all_ready(kube, env), within=60, what="every machine converged")
-    await crds.clusters(kube).patch(env.namespace, env.cluster_name, {"spec": {"patches": [patch]}})
+    before = Signals(env)
+    try:
+        await crds.clusters(kube).patch(env.namespace, env.cluster_name, {"spec": {"patches": [patch]}})
 
-    async def reported() -> bool:
-        objs, _ = await crds.machines(kube).list_objects(env.namespace)
-        return sum(1 for o in objs if (o.get("status") or {}).get(field)) == count
+        async def reported() -> bool:
+            objs, _ = await crds.machines(kube).list_objects(env.namespace)
+            return sum(1 for o in objs if (o.get("status") or {}).get(field)) == count
 
-    await eventually(reported, within=30, what=f"{count} machines reporting {field}")
+        await eventually(reported, within=30, what=f"{count} machines reporting {field}")
+        await eventually(lambda: len({e.name for e in before.warnings() if e.reason == _WARNED[field]}) == count,
+                         within=30, what=f"{count} machines' {_WARNED[field]} Warning")
+    finally:
+        before.close()
 
 
 async def _create(env: SimEnvironment, kube: KubeClient, name: str) -> None:
