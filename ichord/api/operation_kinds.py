@@ -31,6 +31,11 @@ STEP_COLUMN = ".status.step"
 DONE_STAGE = "Done"
 
 
+def _never(_op: OperationView) -> bool:
+    """A kind that says nothing is never abandoned on a delete: it is held (DeletionHeld) and runs on."""
+    return False
+
+
 def _always(_op: OperationView) -> bool:
     return True
 
@@ -61,7 +66,7 @@ class KindDescription:
     #: The stage (or the kind's condition reason) in which the operator runs ``ichord cluster credentials``.
     awaits_credentials: str | None = None
     #: docs/decisions.md#abandon-or-hold: may an operation in this state be abandoned when it is deleted?
-    abandonable: Callable[[OperationView], bool] = _always
+    abandonable: Callable[[OperationView], bool] = _never
 
     def stage_in(self, status: Mapping[str, object]) -> str:
         """The stage under way as ``status`` records it ('' before the start)."""
@@ -85,7 +90,7 @@ CA_ROTATION = KindDescription(
 #: A config rollout may always be abandoned: deleting it gives back its cordons and lets the lock go.
 CONFIG = KindDescription(
     name=names.KIND_CONFIG, condition_type=names.CONFIG_ROLLOUT, finalizer=f"{names.GROUP}/config",
-    title="a config operation")
+    title="a config operation", abandonable=_always)
 
 #: spec.kind -> its description: every kind this version of ichord knows.
 KINDS: dict[str, KindDescription] = {}

@@ -77,6 +77,7 @@ def test_the_view_reads_stage_condition_and_properties_where_the_description_say
     probe = OperationView.of(op("probe", status={"phase": "InProgress", "stage": "Probing", "step": "ping"}))
     assert (probe.condition_type, probe.stage, probe.step) == ("Probed", "Probing", "ping")
     assert probe.under_way and not probe.holds_machines and not probe.excludes_others
+    assert not PROBE.abandonable(probe)  # a description that gives no abandon rule is held on a delete, never guessed
 
 
 def test_the_known_kinds_answer_as_before() -> None:
@@ -87,6 +88,7 @@ def test_the_known_kinds_answer_as_before() -> None:
     config = OperationView.of(op("config", status={"phase": "InProgress", "stage": "Rolling", "step": "drain"}))
     assert (config.condition_type, config.stage, config.step) == ("ConfigRollout", "Rolling", "drain")
     assert config.under_way and not config.holds_machines and not config.excludes_others
+    assert operation_kinds.CONFIG.abandonable(config)  # deleting a rollout gives back its cordons
     unknown = OperationView.of(op("drill", status=drilling()))  # not described outside the fixture
     assert (unknown.description, unknown.condition_type, unknown.stage) == (None, "Succeeded", "")
     assert not unknown.holds_machines and not unknown.excludes_others
