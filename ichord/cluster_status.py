@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ichord.api import names
-from ichord.api.carotation import Stage
 from ichord.api.conditions import find, parse_time
 from ichord.api.names import CARotationReason, Phase
+from ichord.api.views import OperationView
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
@@ -76,7 +76,8 @@ def format_status(view: ClusterView, now: dt.datetime) -> str:
     status = view.cluster.get("status") or {}
     open_ops = sorted((o for o in view.operations if _phase(o) not in FINISHED), key=_created)
     finished = sorted((o for o in view.operations if _phase(o) in FINISHED), key=_finished_at)
-    rotation = next((o for o in open_ops if _kind(o) == "ca-rotation"), None)
+    # The open operation whose section carries the CAs being rotated, and each machine's state in it.
+    rotation = next((o for o in open_ops if _rotates_cas(o)), None)
     out = [f"TalosCluster {view.namespace}/{view.name}"]
     if not status:
         out.append("  no status yet: is the ichord daemon running and electing a leader?")
@@ -97,7 +98,7 @@ def format_status(view: ClusterView, now: dt.datetime) -> str:
         out += _table(["CA", "PREVIOUS", "NEXT", "SIGNING WITH", "NODES TRUST"],
                       [[c.get("name", ""), _short(c.get("previous")), _short(c.get("next")),
                         _short(c.get("issuing")), " ".join(_short(a) for a in c.get("accepted") or [])]
-                       for c in _ca_rotation(rotation).get("certificates") or []], empty="(no new CAs yet)")
+                       for c in _section(rotation).get("certificates") or []], empty="(no new CAs yet)")
 
     out += ["", "Machines:"]
     op_machines = {m.get("name"): m for m in (rotation or {}).get("status", {}).get("machines") or []}
@@ -141,8 +142,9 @@ def next_step(op: Obj, cluster: str, namespace: str, flags: str = "") -> str:
     if spec.get("paused"):
         return (f"kubectl{flags} -n {namespace} patch top {_name(op)} --type merge "
                 "-p '{\"spec\":{\"paused\":false}}'")
-    if _kind(op) == "ca-rotation" and (reason == CARotationReason.AWAITING_CREDENTIALS
-                                       or _ca_rotation(op).get("stage") == Stage.AWAITING_CREDENTIALS.value):
+    view = OperationView.of(op)
+    awaits = view.description.awaits_credentials if view.description is not None else None
+    if awaits is not None and awaits in (reason, view.stage):
         return f"ichord cluster credentials {cluster} -n {namespace}{flags} --acknowledge"
     if reason == CARotationReason.BLOCKED:
         return "read the message above and fix the cause it names; the daemon retries by itself"
@@ -160,12 +162,12 @@ def next_for_cluster(view: ClusterView, open_ops: Sequence[Obj]) -> str | None:
 
 
 def _operation(view: ClusterView, op: Obj) -> list[str]:
-    status, ca = op.get("status") or {}, _ca_rotation(op)
+    status, read = op.get("status") or {}, OperationView.of(op)
     parts = [f"{_name(op)}", _kind(op), f"phase {_phase(op)}"]
-    if ca.get("stage"):
-        parts.append(f"stage {ca['stage']}")
-    if ca.get("step"):
-        parts.append(f"step {ca['step']}")
+    if read.stage:
+        parts.append(f"stage {read.stage}")
+    if read.step:
+        parts.append(f"step {read.step}")
     lines = ["  " + "  ".join(parts)]
     cond = _operation_condition(op)
     if cond:
@@ -180,8 +182,8 @@ def _operation(view: ClusterView, op: Obj) -> list[str]:
 
 
 def _operation_condition(op: Obj) -> Obj:
-    ctype = names.CA_ROTATION if _kind(op) == "ca-rotation" else names.CONFIG_ROLLOUT
-    return find((op.get("status") or {}).get("conditions"), ctype) or {}
+    """The condition the operation's kind reports its progress in (its description's)."""
+    return OperationView.of(op).condition() or {}
 
 
 def _machine_fingerprints(machine: Obj, cluster_certs: Sequence[Obj]) -> str:
@@ -242,9 +244,16 @@ def _phase(op: Obj) -> str:
     return str((op.get("status") or {}).get("phase") or Phase.PENDING)
 
 
-def _ca_rotation(op: Obj) -> Obj:
-    ca: Obj = (op.get("status") or {}).get("caRotation") or {}
-    return ca
+def _rotates_cas(op: Obj) -> bool:
+    kind = OperationView.of(op).description
+    return kind is not None and kind.rotates_cas
+
+
+def _section(op: Obj) -> Obj:
+    """The status section the operation's kind keeps its progress in (api/operation_kinds.py)."""
+    kind = OperationView.of(op).description
+    found: Obj = ((op.get("status") or {}).get(kind.section) or {}) if kind is not None and kind.section else {}
+    return found
 
 
 def _cluster_ref(obj: Obj) -> str:

@@ -102,7 +102,7 @@ async def unfinished_refusal(kube: KubeClient, namespace: str, cluster: str) -> 
     for other in operations_of(objs, namespace, cluster):
         if other.finished:
             continue
-        what = "a CA rotation" if other.is_ca_rotation else f"a {other.kind} operation"
+        what = other.description.title if other.description is not None else f"a {other.kind} operation"
         state = other.phase or "Pending"
         if other.stage:
             state += f", stage {other.stage}"

@@ -252,7 +252,7 @@ class ClusterReconciler:
             self._expiry_due = None
             await self._expiry(scope, {})
         talos = self._client(bundle)
-        rotating = scope.rotation_under_way  # as the operations phase left it in this step
+        rotating = scope.machines_held  # as the operations phase left it in this step
         planned = self.rt.registry.planned(scope)  # reboots/restarts ichord asked for: a loss that is no fault
         now = scope.now()
 

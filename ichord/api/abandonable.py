@@ -17,8 +17,12 @@ Talos and aggregator CAs survive Issuing because the old one is still accepted. 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from ichord.api.carotation import Stage
+
+if TYPE_CHECKING:
+    from ichord.api.views import OperationView
 
 #: stage -> the targets that make it past the point of no return; a stage not listed is never abandonable.
 CA_ROTATION_ABANDONABLE: Mapping[Stage, frozenset[str]] = {
@@ -43,3 +47,10 @@ def rotation_abandonable(stage: str, targets: Iterable[str]) -> bool:
     if forbidding is None:
         return False
     return not (forbidding & set(targets))
+
+
+def ca_rotation_abandonable(op: OperationView) -> bool:
+    """RotationAbandonable for this operation's stage and targets (status once written, else the spec)."""
+    targets = ((op.status.get("caRotation") or {}).get("targets")
+               or (op.spec.get("caRotation") or {}).get("targets") or DEFAULT_TARGETS)
+    return rotation_abandonable(op.stage, [str(t) for t in targets])

@@ -67,10 +67,9 @@ class LeaderElectedReason:
 #: On a TalosOperation: its spec changed after it left Pending and ichord keeps the accepted one (operations/intent).
 SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
 
-#: The TalosOperation kinds (spec.kind) and the condition each one reports its progress in.
+#: The TalosOperation kinds (spec.kind); everything else about each is its description (api/operation_kinds.py).
 KIND_CA_ROTATION = "ca-rotation"
 KIND_CONFIG = "config"
-OPERATION_CONDITION = {KIND_CA_ROTATION: CA_ROTATION, KIND_CONFIG: CONFIG_ROLLOUT}
 
 
 class ReadyReason:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ichord.api import names
-from ichord.api.carotation import Stage
 from ichord.api.conditions import find
+from ichord.api.operation_kinds import DONE_STAGE, KindDescription, describe
 from ichord.errors import IchordError
 
 Obj = dict[str, Any]
@@ -191,9 +191,15 @@ class OperationView(_ObjectView):
         return cluster_ref(self.obj)
 
     @property
+    def description(self) -> KindDescription | None:
+        """What ichord knows of this operation's kind (api/operation_kinds.py); None for a kind it does not know."""
+        return describe(self.kind)
+
+    @property
     def condition_type(self) -> str:
         """The condition this kind reports its progress in (Succeeded for a kind ichord does not know)."""
-        return names.OPERATION_CONDITION.get(self.kind, names.SUCCEEDED)
+        d = self.description
+        return d.condition_type if d is not None else names.SUCCEEDED
 
     @property
     def phase(self) -> str:
@@ -205,14 +211,14 @@ class OperationView(_ObjectView):
 
     @property
     def stage(self) -> str:
-        """The stage under way ('' before the start): ``status.caRotation.stage`` for a ca-rotation."""
-        if self.kind == names.KIND_CA_ROTATION:
-            return str((self.status.get("caRotation") or {}).get("stage") or "")
-        return str(self.status.get("stage") or "")
+        """The stage under way ('' before the start), where the kind keeps it (status.<section>.stage)."""
+        d = self.description
+        return d.stage_in(self.status) if d is not None else str(self.status.get("stage") or "")
 
     @property
     def step(self) -> str:
-        return str((self.status.get("caRotation") or {}).get("step") or self.status.get("step") or "")
+        d = self.description
+        return (d.step_in(self.status) if d is not None else "") or str(self.status.get("step") or "")
 
     @property
     def finished(self) -> bool:
@@ -230,18 +236,20 @@ class OperationView(_ObjectView):
         A Failed operation with a stage set still counts: it failed mid-way, so its nodes may run a mixed
         state (for a ca-rotation the new CA may be serving); only Completed (or Done) lets go.
         """
-        return bool(self.stage) and self.phase != names.Phase.COMPLETED and self.stage != Stage.DONE.value
+        return bool(self.stage) and self.phase != names.Phase.COMPLETED and self.stage != DONE_STAGE
 
     @property
-    def is_ca_rotation(self) -> bool:
-        return self.kind == names.KIND_CA_ROTATION
+    def holds_machines(self) -> bool:
+        """Under way, of a kind that holds the machine reconciler off the cluster's nodes
+        (docs/decisions.md#rotation-state: for a ca-rotation the stage is the only record of which CAs nodes accept)."""
+        d = self.description
+        return d is not None and d.holds_machines and self.under_way
 
     @property
-    def rotation_under_way(self) -> bool:
-        """A ca-rotation under way: the machine reconciler stands aside, the trust pool trusts the new CA, no
-        other disruptive operation may start (docs/decisions.md#rotation-state: the stage is the only record of which
-        CAs nodes accept)."""
-        return self.is_ca_rotation and self.under_way
+    def excludes_others(self) -> bool:
+        """Under way, of a kind beside which no other disruptive operation of the cluster may start."""
+        d = self.description
+        return d is not None and d.excludes_others and self.under_way
 
     @property
     def created(self) -> str:

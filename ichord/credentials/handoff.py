@@ -132,7 +132,7 @@ def _targets(op: Obj) -> tuple[Target, ...] | None:
 def _unfinished_rotation(op: Obj, cluster: str) -> bool:
     """A ca-rotation of ``cluster`` neither Completed nor Failed (started or not: the hand-off waits for it)."""
     view = OperationView.of(op)
-    return view.is_ca_rotation and view.cluster == cluster and view.unfinished
+    return view.kind == names.KIND_CA_ROTATION and view.cluster == cluster and view.unfinished
 
 
 async def _find_operation(kube: KubeClient, retry: Retrier, namespace: str, cluster: str) -> Obj:

@@ -29,6 +29,7 @@ import structlog
 from ichord.api import names
 from ichord.api.conditions import Condition, find, now_rfc3339, parse_time, set_condition, set_operation_phase
 from ichord.api.names import Phase
+from ichord.api.operation_kinds import KindDescription, describe, sections
 from ichord.api.views import MachineView, OperationView
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
@@ -56,15 +57,28 @@ IN_PROGRESS = "InProgress"
 
 @dataclass(frozen=True)
 class OperationKind:
-    """What the backbone needs to know of a kind: its name, the condition it reports in, its finalizer."""
+    """What the backbone needs to know of a kind: its description (name, condition, finalizer, abandon rules: one
+    table in api/operation_kinds.py) and the behaviour only the kind can compute."""
 
-    kind: str
-    condition_type: str
-    finalizer: str
-    #: docs/decisions.md#abandon-or-hold: may an operation in this state be abandoned when deleted? Kinds fill it in.
-    abandonable: Callable[[OperationView], bool] = lambda _op: False
+    description: KindDescription
     #: The TalosMachines (names) a running operation covers: their deletion waits for it (operations/guard.py).
     covers: Callable[[OperationView, list[MachineView]], set[str]] = lambda _op, machines: approved(machines)
+
+    @property
+    def kind(self) -> str:
+        return self.description.name
+
+    @property
+    def condition_type(self) -> str:
+        return self.description.condition_type
+
+    @property
+    def finalizer(self) -> str:
+        return self.description.finalizer
+
+    def abandonable(self, op: OperationView) -> bool:
+        """docs/decisions.md#abandon-or-hold: may ``op`` in its state be abandoned when deleted?"""
+        return self.description.abandonable(op)
 
 
 def approved(machines: list[MachineView]) -> set[str]:
@@ -118,7 +132,7 @@ async def write(ctx: Context, subject: Subject, *mutations: Mutation) -> Obj:
         before = stage_of(status)
         for m in mutations:
             m(status)
-        mirror_ca_rotation(status)
+        mirror_stage(status, obj)
         status["observedGeneration"] = int((obj.get("metadata") or {}).get("generation") or 0)
         ended[:] = note_stage_change(obj, status, before)
         return status
@@ -130,17 +144,26 @@ async def write(ctx: Context, subject: Subject, *mutations: Mutation) -> Obj:
     return obj
 
 
-def mirror_ca_rotation(status: Obj) -> None:
-    """A ca-rotation's stage and step also at status.stage/status.step, where every kind keeps them, so the
-    STAGE and STEP printer columns read one path for every kind (the rotation's own record stays caRotation's)."""
-    section = status.get("caRotation")
+def mirror_stage(status: Obj, obj: Obj) -> None:
+    """The stage and step of a kind that keeps them in its own section (a ca-rotation's status.caRotation) also at
+    status.stage/status.step, where every kind keeps them, so the STAGE and STEP printer columns read one path for
+    every kind (api/operation_kinds.STAGE_COLUMN; the kind's own record stays its section's)."""
+    kind = describe(str((obj.get("spec") or {}).get("kind") or ""))
+    if kind is None or kind.section is None:
+        return
+    section = status.get(kind.section)
     if isinstance(section, dict) and section.get("stage"):
         status["stage"] = section.get("stage")
         status["step"] = section.get("step") or None  # None: the merge patch removes a step the stage no longer has
 
 
 def stage_of(status: Obj) -> str:
-    return str((status.get("caRotation") or {}).get("stage") or status.get("stage") or "")
+    """The stage a status records: its kind's section's (the one a status has), else status.stage."""
+    for name in sections():
+        stage = (status.get(name) or {}).get("stage")
+        if stage:
+            return str(stage)
+    return str(status.get("stage") or "")
 
 
 @dataclass(frozen=True)
@@ -403,8 +426,9 @@ def step_since(op_status: Obj, name: str, *, section: str | None = None) -> dt.d
 
 
 def other_under_way(operations: list[OperationView], subject_uid: str) -> str | None:
-    """The UID of another ca-rotation of the cluster under way (the lock refuses to start beside it)."""
+    """The UID of another operation of the cluster under way whose kind excludes others (a ca-rotation's does):
+    the lock refuses to start beside it."""
     for op in operations:
-        if op.uid != subject_uid and op.rotation_under_way:
+        if op.uid != subject_uid and op.excludes_others:
             return op.uid
     return None

@@ -1,7 +1,8 @@
 """The operation kinds this version of ichord runs (``spec.kind`` -> operation).
 
-Adding a kind: a package under ``ichord/operations/`` whose ``operation.py`` builds an ``Operation`` (its
-``OperationKind`` and its ``advance``), and one line here.
+Adding a kind (docs/architecture.md#how-to-add-an-operation-kind): its description in ``api/operation_kinds.py``,
+a package under ``ichord/operations/`` whose ``operation.py`` builds an ``Operation`` (an ``OperationKind`` of that
+description and its ``advance``), and one line here.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ The cluster actor has one operations phase and names no kind: it hands the step'
 finalizer), oldest first, and returns the soonest outcome. An operation whose kind is not registered gets a
 condition and a Warning Event saying so (once), never silence.
 
-Adding a kind is a module that builds an ``Operation`` and a line in ``default_registry``.
+Adding a kind is its description (api/operation_kinds.py), a module that builds an ``Operation`` of it and a line
+in ``default_registry``.
 """
 
 from __future__ import annotations

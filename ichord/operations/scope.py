@@ -82,8 +82,9 @@ class ClusterScope:
         return sorted((m for m in self.machines if m.approved), key=lambda m: (not m.is_control_plane, m.name))
 
     @property
-    def rotation_under_way(self) -> bool:
-        return any(op.rotation_under_way for op in self.operations)
+    def machines_held(self) -> bool:
+        """An operation under way holds the machine reconciler off the cluster's nodes (its kind's description)."""
+        return any(op.holds_machines for op in self.operations)
 
     async def write_operation_status(self, op: OperationView, mutate: Callable[[Obj, Obj], Obj | None], *,
                                      from_copy: bool = True) -> bool:

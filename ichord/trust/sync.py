@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 import structlog
 
-from ichord.api.names import Phase
+from ichord.api.names import KIND_CA_ROTATION, Phase
 from ichord.api.views import ClusterView, OperationView
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
@@ -87,9 +87,9 @@ class TrustSync:
     def on_operation(self, event: WatchEvent) -> None:
         """TalosOperation informer handler; returns at once."""
         view = OperationView.of(event.obj)
-        if event.type == "DELETED" or not view.is_ca_rotation:
+        if event.type == "DELETED" or view.kind != KIND_CA_ROTATION:
             return
-        if view.rotation_under_way:
+        if rotation_under_way(view):
             self._evented[(view.namespace, view.name)] = event.obj
             self.request()
         elif view.phase == Phase.COMPLETED and (event.old is None
@@ -127,7 +127,7 @@ class TrustSync:
                         error=str(exc))
             result.failed = True
             return result
-        underway = [op for op in ops if OperationView.of(op).rotation_under_way]
+        underway = [op for op in ops if rotation_under_way(OperationView.of(op))]
         result.underway = len(underway)
         if not underway:
             try:
@@ -193,6 +193,11 @@ class TrustSync:
         if new is None:
             return None
         return new, read.ca_certificate(CAKind.KUBERNETES)
+
+
+def rotation_under_way(view: OperationView) -> bool:
+    """A ca-rotation under way: the trust pool trusts its new Kubernetes CA until it completes."""
+    return view.kind == KIND_CA_ROTATION and view.under_way
 
 
 def _identity(op: Obj) -> tuple[str, str, str]:

@@ -18,6 +18,7 @@ import pytest
 from ichord.actors.cluster import ClusterReconciler, Runtime
 from ichord.api import names
 from ichord.api.conditions import find
+from ichord.api.operation_kinds import KindDescription
 from ichord.api.views import OperationView
 from ichord.contract import V1_14
 from ichord.kube import crds
@@ -42,7 +43,8 @@ from ichord.watchers.informer import Informer, Resource
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 Obj = dict[str, Any]
-TOY = OperationKind("config", names.CONFIG_ROLLOUT, f"{names.GROUP}/toy-roll")
+#: The toy's own description (api/operation_kinds.py's fields): what the backbone reads of it.
+TOY = OperationKind(KindDescription("config", names.CONFIG_ROLLOUT, f"{names.GROUP}/toy-roll", "a toy roll"))
 ROLL_FIELDS = MarkerFields(section="roll", rebooting="rebooting", boot_id="rebootBootID",
                            requested_at="requestedAt", done="done")
 TIMING = Timing().scaled(0.01)

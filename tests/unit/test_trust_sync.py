@@ -14,6 +14,7 @@ from ichord.trust.pool import TrustPool
 from ichord.trust.sync import (
     PassResult,
     TrustSync,
+    rotation_under_way,
 )
 from ichord.watchers.informer import WatchEvent
 
@@ -50,7 +51,7 @@ class Recorder(TrustSync):
 
 
 def ca_rotation_underway(o: dict[str, Any]) -> bool:
-    return OperationView.of(o).rotation_under_way
+    return rotation_under_way(OperationView.of(o))
 
 
 def test_under_way_means_a_stage_set_and_not_completed() -> None:

@@ -44,7 +44,7 @@ async def enter(ctx: RotationContext, inputs: Inputs, *mutations: Mutation) -> b
     before = backbone.stage_of(status)
     for m in mutations:
         m(status)
-    backbone.mirror_ca_rotation(status)
+    backbone.mirror_stage(status, patched)
     status["observedGeneration"] = int((patched.get("metadata") or {}).get("generation") or 0)
     ended = backbone.note_stage_change(patched, status, before)
     # A merge patch keeps what it does not name: what the mutations removed (the previous stage's step, its

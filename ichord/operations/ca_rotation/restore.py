@@ -64,7 +64,7 @@ class Restored:
 async def _rotation_of(kube: KubeClient, namespace: str, cluster: str) -> OperationView:
     objs, _ = await crds.operations(kube).list_objects(namespace)
     under_way = [op for op in operations_of(objs, namespace, cluster)
-                 if op.is_ca_rotation and op.stage and op.phase != names.Phase.COMPLETED]
+                 if op.kind == names.KIND_CA_ROTATION and op.stage and op.phase != names.Phase.COMPLETED]
     if not under_way:
         raise RestoreRefused(f"no ca-rotation of TalosCluster {namespace}/{cluster} is under way: restore-bundle puts "
                              "back the bundle Secret a rotation lost, from the rotation's custody copy. Nothing was "

@@ -104,7 +104,7 @@ def _stage_of(op: Obj) -> Stage | None:
 
 async def advance(ctx: RotationContext, op: Obj) -> Outcome:
     """One step of the ca-rotation ``op`` (a TalosOperation as read)."""
-    if not OperationView.of(op).is_ca_rotation:
+    if OperationView.of(op).kind != names.KIND_CA_ROTATION:
         return Done()
     # An API that does not answer (often the managed cluster's own, restarting for the new CA) raises: the
     # registry's one error policy retries the step with backoff (operations/step_errors.py).

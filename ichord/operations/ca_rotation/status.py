@@ -12,27 +12,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from ichord.api import names
-from ichord.api.abandonable import DEFAULT_TARGETS, rotation_abandonable
+from ichord.api import names, operation_kinds
 from ichord.api.conditions import Condition, find, now_rfc3339, set_operation_phase
-from ichord.api.views import OperationView
 from ichord.operations import backbone, intent
 from ichord.operations.backbone import Mutation, OperationKind
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.outcome import Blocked, Requeue
 from ichord.pki.scrub import SCRUBBER
 
-
-def _abandonable(op: OperationView) -> bool:
-    """RotationAbandonable for this operation's stage and targets (status once written, else the spec)."""
-    targets = ((op.status.get("caRotation") or {}).get("targets")
-               or (op.spec.get("caRotation") or {}).get("targets") or DEFAULT_TARGETS)
-    return rotation_abandonable(op.stage, [str(t) for t in targets])
-
-
-#: What the backbone knows of a ca-rotation.
-CA_ROTATION = OperationKind(names.KIND_CA_ROTATION, names.CA_ROTATION, names.CA_ROTATION_FINALIZER,
-                            abandonable=_abandonable)
+#: What the backbone knows of a ca-rotation (its description: api/operation_kinds.py).
+CA_ROTATION = OperationKind(operation_kinds.CA_ROTATION)
 
 #: The steps of a pass stage (status.caRotation.step): apply where a node differs, then verify.
 APPLY_STEP = "apply"

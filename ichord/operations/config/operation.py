@@ -32,7 +32,7 @@ import os
 
 import structlog
 
-from ichord.api import names
+from ichord.api import names, operation_kinds
 from ichord.api.conditions import find, now_rfc3339
 from ichord.api.disruptions import PlannedDisruption
 from ichord.api.names import Phase
@@ -86,9 +86,9 @@ def _covers(op: OperationView, machines: list[MachineView]) -> set[str]:
     return planned or backbone.approved(machines)
 
 
-#: A config rollout may always be abandoned: deleting it gives back its cordon and lets the lock go (release.py).
-CONFIG = OperationKind(names.KIND_CONFIG, names.CONFIG_ROLLOUT, f"{names.GROUP}/config",
-                       abandonable=lambda _op: True, covers=_covers)
+#: What the backbone knows of a config rollout (its description, always abandonable: api/operation_kinds.py;
+#: deleting it gives back its cordon and lets the lock go, release.py).
+CONFIG = OperationKind(operation_kinds.CONFIG, covers=_covers)
 ROLLING = "Rolling"
 ROLLED_OUT = "RolledOut"
 

@@ -169,7 +169,7 @@ def refusal(planned: Sequence[PlannedMachine], operations: Sequence[OperationVie
     for other in operations:
         if other.uid == uid or other.finished:
             continue
-        if other.is_ca_rotation:
+        if other.description is not None and other.description.rotates_cas:  # the cluster's CAs are rotating
             return (Refusal.CLUSTER_CA_ROTATING,
                     f"a CA rotation ({other.namespace}/{other.name}) of the cluster is unfinished; a config rollout "
                     "waits for no rotation: create it again once that one completed")

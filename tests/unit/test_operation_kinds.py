@@ -1,0 +1,142 @@
+"""Issue 29: a kind is one description (api/operation_kinds.py), and the code that asks about operations reads it.
+
+A made-up kind, ``drill``, is described here and only here: it keeps its stage and step in ``status.drill``,
+reports in a ``Drilled`` condition, holds the machine reconciler off the nodes and excludes other operations while
+under way. The views, the backbone's lock exclusion and stage mirror, the actor's scope and ``ichord cluster status``
+answer for it correctly without a line of them changed; ``ca-rotation`` and ``config`` answer as before.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+
+from ichord.api import operation_kinds
+from ichord.api.operation_kinds import KINDS, KindDescription, describe, register
+from ichord.api.views import OperationView
+from ichord.cluster_status import ClusterView, format_status, next_step
+from ichord.kube.client import KubeClient
+from ichord.kube.events import EventRecorder
+from ichord.operations import backbone
+from ichord.operations.scope import ClusterScope
+from ichord.settings import Timing
+
+Obj = dict[str, Any]
+NS = "ops"
+NOW = dt.datetime(2026, 12, 1, 17, 0, 0, tzinfo=dt.UTC)
+
+DRILL = KindDescription(name="drill", condition_type="Drilled", finalizer="example.test/drill", title="a drill",
+                        section="drill", holds_machines=True, excludes_others=True, awaits_credentials="Surveying",
+                        abandonable=lambda op: op.stage != "Boring")
+#: A kind that keeps its stage at status.stage and neither holds nor excludes (as ``config`` does).
+PROBE = KindDescription(name="probe", condition_type="Probed", finalizer="example.test/probe", title="a probe")
+
+
+@pytest.fixture
+def described() -> Iterator[None]:
+    register(DRILL)
+    register(PROBE)
+    try:
+        yield
+    finally:
+        del KINDS[DRILL.name], KINDS[PROBE.name]
+
+
+def op(kind: str, name: str = "op-1", *, status: Obj | None = None, uid: str = "u1") -> Obj:
+    return {"metadata": {"name": name, "namespace": NS, "uid": uid, "creationTimestamp": "2026-12-01T16:00:00Z"},
+            "spec": {"clusterRef": {"name": "demo"}, "kind": kind}, "status": status or {}}
+
+
+def drilling(stage: str = "Boring", phase: str = "InProgress") -> Obj:
+    cond = {"type": "Drilled", "status": "False", "reason": "AwaitingBit", "message": "the bit is on its way",
+            "lastTransitionTime": "2026-12-01T16:30:00Z"}
+    return {"phase": phase, "drill": {"stage": stage, "step": "bore"}, "conditions": [cond]}
+
+
+def test_a_described_kind_is_registered_once(described: None) -> None:
+    assert describe("drill") is DRILL
+    with pytest.raises(ValueError, match="described twice"):
+        register(DRILL)
+    assert describe("no-such-kind") is None
+
+
+def test_the_view_reads_stage_condition_and_properties_where_the_description_says(described: None) -> None:
+    view = OperationView.of(op("drill", status=drilling()))
+    assert (view.description, view.condition_type, view.stage, view.step) == (DRILL, "Drilled", "Boring", "bore")
+    assert view.condition() is not None and view.condition()["reason"] == "AwaitingBit"  # type: ignore[index]
+    assert view.under_way and view.holds_machines and view.excludes_others
+    assert not DRILL.abandonable(view) and DRILL.abandonable(OperationView.of(op("drill", status=drilling("Digging"))))
+    # Not started, or done: nothing held, nobody excluded.
+    for status in ({}, drilling("Done"), drilling(phase="Completed")):
+        quiet = OperationView.of(op("drill", status=status))
+        assert not quiet.holds_machines and not quiet.excludes_others, status
+    # A kind at status.stage that neither holds nor excludes.
+    probe = OperationView.of(op("probe", status={"phase": "InProgress", "stage": "Probing", "step": "ping"}))
+    assert (probe.condition_type, probe.stage, probe.step) == ("Probed", "Probing", "ping")
+    assert probe.under_way and not probe.holds_machines and not probe.excludes_others
+    assert not PROBE.abandonable(probe)  # a description that gives no abandon rule is held on a delete, never guessed
+
+
+def test_the_known_kinds_answer_as_before() -> None:
+    rotation = OperationView.of(op("ca-rotation", status={"phase": "InProgress", "stage": "stale",
+                                                          "caRotation": {"stage": "Issuing", "step": "verify"}}))
+    assert (rotation.condition_type, rotation.stage, rotation.step) == ("CARotation", "Issuing", "verify")
+    assert rotation.holds_machines and rotation.excludes_others
+    config = OperationView.of(op("config", status={"phase": "InProgress", "stage": "Rolling", "step": "drain"}))
+    assert (config.condition_type, config.stage, config.step) == ("ConfigRollout", "Rolling", "drain")
+    assert config.under_way and not config.holds_machines and not config.excludes_others
+    assert operation_kinds.CONFIG.abandonable(config)  # deleting a rollout gives back its cordons
+    unknown = OperationView.of(op("drill", status=drilling()))  # not described outside the fixture
+    assert (unknown.description, unknown.condition_type, unknown.stage) == (None, "Succeeded", "")
+    assert not unknown.holds_machines and not unknown.excludes_others
+
+
+def test_the_lock_refuses_beside_an_excluding_kind_only(described: None) -> None:
+    drill = OperationView.of(op("drill", "d", status=drilling(), uid="drill-uid"))
+    probe = OperationView.of(op("probe", "p", status={"phase": "InProgress", "stage": "Probing"}, uid="probe-uid"))
+    assert backbone.other_under_way([drill, probe], "probe-uid") == "drill-uid"
+    assert backbone.other_under_way([drill, probe], "drill-uid") is None  # itself, and a probe excludes nobody
+    done = OperationView.of(op("drill", "d", status=drilling("Done"), uid="drill-uid"))
+    assert backbone.other_under_way([done, probe], "probe-uid") is None
+
+
+def test_the_backbone_mirrors_a_sections_stage_to_the_printer_columns(described: None) -> None:
+    obj = op("drill", status=drilling())
+    status = obj["status"]
+    assert backbone.stage_of(status) == "Boring"
+    backbone.mirror_stage(status, obj)
+    assert (status["stage"], status["step"]) == ("Boring", "bore")
+    plain = op("probe", status={"stage": "Probing"})
+    backbone.mirror_stage(plain["status"], plain)
+    assert plain["status"] == {"stage": "Probing"}
+
+
+def test_the_actors_scope_holds_machines_off_for_a_holding_kind(described: None) -> None:
+    def scope(*ops: Obj) -> ClusterScope:
+        return ClusterScope(cast(KubeClient, None), "ichord", NS, "demo", None, [],
+                            [OperationView.of(o) for o in ops], cast(EventRecorder, None), Timing())
+
+    assert scope(op("drill", status=drilling())).machines_held
+    assert not scope(op("probe", status={"phase": "InProgress", "stage": "Probing"})).machines_held
+    assert not scope(op("drill", status=drilling(phase="Completed"))).machines_held
+
+
+def test_cluster_status_reads_the_description(described: None) -> None:
+    cluster = {"metadata": {"name": "demo", "namespace": NS}, "status": {"conditions": []}}
+    view = ClusterView(NS, "demo", cluster, [], [op("drill", "drill-1", status=drilling())])
+    out = format_status(view, NOW)
+    assert "drill-1  drill  phase InProgress  stage Boring  step bore" in out
+    assert "waiting for: AwaitingBit: the bit is on its way" in out
+    assert "Rotating" not in out  # a drill rotates no CA: no CA table, no ROTATION column
+    # The stage in which its description says the operator runs `ichord cluster credentials`.
+    assert next_step(op("drill", status=drilling("Surveying")), "demo", NS) == \
+        f"ichord cluster credentials demo -n {NS} --acknowledge"
+    assert next_step(op("drill", status=drilling()), "demo", NS) == "nothing: the daemon is working on it"
+
+
+def test_the_table_holds_the_known_kinds() -> None:
+    assert set(KINDS) == {"ca-rotation", "config"}
+    assert KINDS["ca-rotation"] is operation_kinds.CA_ROTATION and KINDS["config"] is operation_kinds.CONFIG
