@@ -340,8 +340,9 @@ class RenewalPass:
             failpoint("renewal.created")
         assert decision.condition is not None
         # The one Event goes with the first write naming the planned operation (a kill after the create included).
-        first = (decision.planned and decision.condition.reason in _NAMES_PLANNED
-                 and decision.planned not in str((existing or {}).get("message") or ""))
+        said = existing is not None and existing.get("reason") in _NAMES_PLANNED and decision.planned in str(
+            existing.get("message") or "")
+        first = bool(decision.planned) and decision.condition.reason in _NAMES_PLANNED and not said
         if await self._write(decision.condition) and first:
             message = decision.condition.message
             if policy.approval == AUTOMATIC and decision.create is not None:

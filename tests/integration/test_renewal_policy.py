@@ -292,3 +292,28 @@ async def test_an_operation_made_meanwhile_by_another_leader_is_found_by_name(
 async def _public(env: SimEnvironment) -> SecretsBundle:
     assert env.bundle is not None
     return env.bundle
+
+
+async def test_a_refused_create_is_a_condition_and_one_warning_then_planned_once_granted(
+        env: SimEnvironment, kube: KubeClient, bundle: SecretsBundle) -> None:
+    await set_policy(kube, env, {"renewBefore": "30d"})
+    env.management.faults.denied = {("create", "talosoperations", env.namespace)}
+    async with cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as actor:
+        for _ in range(3):
+            await actor.step({})
+    assert await planned(kube, env) == []
+    cond = await rotation_due(kube, env)
+    assert cond is not None and (cond["status"], cond["reason"]) == ("True",
+                                                                      names.RotationDueReason.OPERATION_NOT_CREATED)
+    assert "create" in cond["message"] and "talosoperations" in cond["message"], cond["message"]
+    (warning,) = await events(kube, env, names.RotationDueReason.OPERATION_NOT_CREATED)
+    assert warning["type"] == "Warning" and warning["count"] == 1
+    assert await events(kube, env, names.EventReason.ROTATION_PLANNED) == []
+
+    env.management.faults.denied = set()
+    async with cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as actor:
+        await actor.step({})
+    assert [o["metadata"]["name"] for o in await planned(kube, env)] == [expected_name(env, bundle)]
+    cond = await rotation_due(kube, env)
+    assert cond is not None and cond["reason"] == names.RotationDueReason.AWAITING_APPROVAL
+    assert len(await events(kube, env, names.EventReason.ROTATION_PLANNED)) == 1
