@@ -1,6 +1,7 @@
 """`ichord run` as a subprocess plans a CA rotation from expiry (docs/decisions.md#renewal-policy), killed at the
 failpoint between the create and the RotationDue write, then restarted and replaced: one TalosOperation, one
-RotationPlanned Event, the condition naming it, whatever the daemon went through."""
+RotationPlanned Event, the condition naming it, whatever the daemon went through; the condition's commands, pasted
+as printed, show the plan and start it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ichord.pki.ca import CA_VALIDITY, CAKind, generate_ca
 from ichord.sim.combined import SimEnvironment
 from tests.e2e._daemon import Daemon, all_ready, eventually
 from tests.e2e.conftest import MakeSimEnv
+from tests.e2e.test_hints_pasted import Operator, commands_in
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -89,8 +91,26 @@ async def test_killed_after_the_create_restarted_and_replaced_there_is_one_opera
         await eventually(lambda: '"phase": "renewal"' in third.log(), within=30,
                          what="replica-2 stepped the cluster")
         await anyio.sleep(1.0)
+        assert [o["metadata"]["name"] for o in await _operations(kube, env)] == [name]
+        assert len(await _planned_events(kube, env)) == 1
+        assert (await _due(kube, env)) == cond
+
+        # The operator pastes the condition's commands as printed: the plan, then the start.
+        operator = Operator(env, tmp_path / "home")
+        operator.home.mkdir()
+        pasted = commands_in(cond["message"])
+        assert [c.split()[3] for c in pasted] == ["get", "patch"], pasted
+        for command in pasted:
+            await operator.paste(command)
+        assert "kind: TalosOperation" in operator.ran[pasted[0]].stdout
+
+        async def under_way() -> bool:
+            now = await _due(kube, env)
+            return now is not None and now["reason"] == names.RotationDueReason.ROTATION_UNDER_WAY
+
+        await eventually(under_way, within=30, what="RotationDue RotationUnderWay after the pasted start")
+        (started,) = await _operations(kube, env)
+        assert started["spec"]["paused"] is False
     finally:
         assert await third.stop() == 0
-    assert [o["metadata"]["name"] for o in await _operations(kube, env)] == [name]
     assert len(await _planned_events(kube, env)) == 1
-    assert (await _due(kube, env)) == cond
