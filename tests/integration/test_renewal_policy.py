@@ -206,6 +206,13 @@ async def test_a_ca_outside_its_period_is_not_planned_and_the_condition_says_whe
     await set_policy(kube, env, {"renewBefore": "10d", "renewBeforeByTarget": {"etcd": "60d"}})
     async with cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as actor:
         await actor.step({})
+        # Later steps cost the policy nothing: no write, and the step's one bundle read is shared with the machines.
+        env.management.requests.clear()
+        await actor.step({})
+        await actor.step({})
+        log = env.management.requests
+        assert log.count("patch", resource="talosclusters") == 0
+        assert log.count("get", resource="secrets") == 2
     assert await planned(kube, env) == []
     cond = await rotation_due(kube, env)
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", names.RotationDueReason.NOT_DUE)
