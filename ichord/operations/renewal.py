@@ -313,7 +313,7 @@ class RenewalPass:
             await self._write(Condition(names.ROTATION_DUE, "False", RotationDueReason.INVALID_RENEW_BEFORE, text))
             return Done()
         if policy is None:
-            if existing is not None and existing.get("status") != "False":
+            if existing is not None:  # the policy was removed: what RotationDue said last no longer holds
                 await self._write(Condition(names.ROTATION_DUE, "False", RotationDueReason.NOT_DUE,
                                             "spec.caRotation sets no renewBefore: ichord plans no rotation."))
             return Done()

@@ -324,3 +324,18 @@ async def test_a_refused_create_is_a_condition_and_one_warning_then_planned_once
     cond = await rotation_due(kube, env)
     assert cond is not None and cond["reason"] == names.RotationDueReason.AWAITING_APPROVAL
     assert len(await events(kube, env, names.EventReason.ROTATION_PLANNED)) == 1
+
+
+async def test_removing_the_policy_lowers_rotation_due(env: SimEnvironment, kube: KubeClient) -> None:
+    await set_policy(kube, env, {"renewBefore": "3650d"})
+    async with cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as actor:
+        await actor.step({})
+        cond = await rotation_due(kube, env)
+        assert cond is not None and cond["reason"] == names.RotationDueReason.INVALID_RENEW_BEFORE
+        await set_policy(kube, env, None)
+        await anyio.sleep(0.2)  # the informer's copy of the cluster
+        await actor.step({})
+    cond = await rotation_due(kube, env)
+    assert cond is not None and (cond["status"], cond["reason"]) == ("False", names.RotationDueReason.NOT_DUE)
+    assert "sets no renewBefore" in cond["message"]
+    assert await planned(kube, env) == []
