@@ -9,6 +9,7 @@ restarted actor), their spec, the cluster's RotationDue condition and the Events
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 from collections.abc import AsyncIterator
 from typing import Any
@@ -339,3 +340,34 @@ async def test_removing_the_policy_lowers_rotation_due(env: SimEnvironment, kube
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", names.RotationDueReason.NOT_DUE)
     assert "sets no renewBefore" in cond["message"]
     assert await planned(kube, env) == []
+
+
+async def test_the_next_renewal_period_of_new_cas_plans_a_new_operation(
+        env: SimEnvironment, kube: KubeClient, bundle: SecretsBundle) -> None:
+    await set_policy(kube, env, {"renewBefore": "30d"})
+    async with cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as actor:
+        await actor.step({})
+    first = expected_name(env, bundle)
+
+    def completed(status: Obj, _obj: Obj) -> Obj:
+        status["phase"] = names.Phase.COMPLETED
+        return status
+
+    await update_status(crds.operations(kube), env.namespace, first, completed)
+    # The rotation's new CAs, themselves (for the test) already inside their period: another name, another plan.
+    made = dt.datetime.now(dt.UTC) - CA_VALIDITY + dt.timedelta(days=5)
+    renewed = bundle.with_cas({CAKind.OS: generate_ca(CAKind.OS, now=made),
+                               CAKind.KUBERNETES: generate_ca(CAKind.KUBERNETES, now=made)})
+    await kube.raw("PATCH", f"/api/v1/namespaces/{env.namespace}/secrets/{env.secret_name}",
+                   body={"data": {names.SECRETS_KEY: base64.b64encode(renewed.to_yaml().encode()).decode()}},
+                   content_type="application/merge-patch+json")
+    async with cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as actor:
+        await actor.step({})
+        await actor.step({})
+    second = expected_name(env, renewed)
+    assert second != first
+    assert sorted(o["metadata"]["name"] for o in await planned(kube, env)) == sorted([first, second])
+    cond = await rotation_due(kube, env)
+    assert cond is not None and cond["reason"] == names.RotationDueReason.AWAITING_APPROVAL
+    assert second in cond["message"]
+    assert len(await events(kube, env, names.EventReason.ROTATION_PLANNED)) == 2
