@@ -50,7 +50,8 @@ without `namespace`), and each operation's cluster lock (Lease `ichord-lock-<clu
 cluster's namespace too. So the chart grants, per namespace ichord serves:
 
 - every namespace (the ClusterRole, `rbac.create`): get/list/watch TalosClusters, TalosMachines and
-  TalosOperations, patch their status and the operations' finalizers, create/patch Events;
+  TalosOperations, patch their status and the operations' finalizers, create TalosOperations (the
+  ca-rotation a TalosCluster's `spec.caRotation.renewBefore` plans), create/patch Events;
 - the release namespace (a Role): the leader Lease `ichord-leader`, and the bundle Secrets
   (get/list/watch/update) and cluster locks (create/get/update Leases) of the TalosClusters there;
 - each namespace in `watchNamespaces` (a Role and RoleBinding there): the bundle Secrets and cluster

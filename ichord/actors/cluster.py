@@ -5,6 +5,7 @@ from one uncached LIST, the bundle Secret at most once) and runs three phases ov
 typed Outcome (cluster-api's phase functions, the soonest requeue wins):
 
     expiry       CA expiry: status.certificates, CertificatesExpiring, the expiry metric
+    renewal      spec.caRotation: one ca-rotation TalosOperation per renewal period of a CA, RotationDue
     (docs/decisions.md#rotation-state) operations   one step of each operation of the cluster, through the registry (the
     actor names no kind) machines     keep every approved machine on its render, apply safe differences, report the rest
 
@@ -44,6 +45,7 @@ from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, expiry_pass, for
 from ichord.operations.kinds import default_registry
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, describe, earliest, soonest
 from ichord.operations.registry import Registry
+from ichord.operations.renewal import RenewalPass
 from ichord.operations.scope import ClusterScope, TrustHooks
 from ichord.operations.step_errors import backoff
 from ichord.pki.bundle import SecretsBundle
@@ -149,10 +151,11 @@ class ClusterReconciler:
             await self._cluster_missing(scope)
             return self._record("cluster", Done())
         expiry = self._record("expiry", await self._expiry(scope, messages))
+        renewal = self._record("renewal", await self._renewal(scope))
         operations = self._record("operations", await self.rt.registry.advance_all(scope))
         held = self._record("guard", await self._guard(scope))
         machines = self._record("machines", await self._machines_phase(scope))
-        return soonest(expiry, operations, held, machines)
+        return soonest(expiry, renewal, operations, held, machines)
 
     async def _scope(self) -> ClusterScope:
         cluster = self.rt.clusters.get(self.namespace, self.name)
@@ -205,6 +208,26 @@ class ClusterReconciler:
             )
             self._expiry_due = now + delay
         return Requeue(max(0.0, self._expiry_due - now), "expiry re-read")
+
+    # ---- rotations planned from expiry ---------------------------------------------------------
+
+    async def _renewal(self, scope: ClusterScope) -> Outcome:
+        """spec.caRotation (operations/renewal.py): after the expiry phase, before the operations phase, so an
+        operation it creates is planned (or started, approval Automatic) in this same step."""
+        assert scope.cluster is not None
+
+        async def public_bundle() -> SecretsBundle | None:
+            try:
+                return (await scope.bundle()).public()
+            except BundleSourceError:
+                return None
+
+        def created(obj: Obj) -> None:
+            scope.operations.append(OperationView.of(obj))
+
+        renewal = RenewalPass(self.rt.kube, self.rt.recorder, ClusterView.of(self._written or scope.cluster.obj),
+                              scope.operations, self.rt.timing.retry, scope.now(), self._wrote, created)
+        return await renewal.run(public_bundle)
 
     # ---- guarded deletes ----------------------------------------------------------------------
 

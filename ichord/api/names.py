@@ -56,6 +56,13 @@ DELETION_HELD = "DeletionHeld"
 SUCCEEDED = "Succeeded"
 #: On a TalosOperation: its steps have failed (API or node errors) for longer than the retry bound.
 STEPS_FAILING = "StepsFailing"
+#: On a TalosCluster with a spec.caRotation policy: a CA is inside its renewal period (operations/renewal.py).
+ROTATION_DUE = "RotationDue"
+#: On a TalosOperation the renewal policy created (``kubectl get top -l ichor.maesh.dev/planned-by=renew-before``).
+PLANNED_BY_LABEL = f"{GROUP}/planned-by"
+PLANNED_BY_RENEWAL = "renew-before"
+#: On that operation: the CAs it renews, as ``target=notAfter`` pairs (for people; the name carries the identity).
+RENEWS_ANNOTATION = f"{GROUP}/renews"
 #: On a TalosCluster, only once a leader was missing: no replica has led for longer than the Lease
 #: (watchers/leader_status.py).
 LEADER_ELECTED = "LeaderElected"
@@ -138,6 +145,7 @@ class EventReason:
     BUNDLE_RESTORE_REQUIRED = "BundleRestoreRequired"  # the bundle Secret lost the rotation's keys: restore-bundle
     SPEC_CHANGE_IGNORED = "SpecChangeIgnored"  # an operation's spec changed after its start; the change is ignored
     ETCD_SNAPSHOT_TAKEN = "EtcdSnapshotTaken"  # before the first control-plane reboot, to spec.etcdSnapshots.path
+    ROTATION_PLANNED = "RotationPlanned"  # Normal: the renewal policy created a ca-rotation (operations/renewal.py)
 
 
 class CertificatesExpiringReason:
@@ -146,6 +154,18 @@ class CertificatesExpiringReason:
     EXPIRING = "CAsExpiring"
     EXPIRED = "CAsExpired"
     NOT_EXPIRING = "NoCAExpiring"
+
+
+class RotationDueReason:
+    """TalosCluster RotationDue reasons (docs/decisions.md#renewal-policy)."""
+
+    NOT_DUE = "NotDue"  # False: no CA is inside its renewal period
+    AWAITING_APPROVAL = "AwaitingApproval"  # True: the planned operation is paused (approval Manual)
+    ROTATION_UNDER_WAY = "RotationUnderWay"  # True: the operation covering the due CAs runs
+    WAITING_FOR_OPERATION = "WaitingForOperation"  # True: another operation of the cluster is unfinished
+    ROTATION_FAILED = "RotationFailed"  # True: the planned operation ended without renewing the CAs
+    INVALID_RENEW_BEFORE = "InvalidRenewBefore"  # False: the policy cannot be followed; nothing planned
+    OPERATION_NOT_CREATED = "OperationNotCreated"  # True: the API refused the create (a Warning: a person's problem)
 
 
 class BundleBackupStaleReason:

@@ -2,32 +2,39 @@
 stays on disk.
 
 `ichord run` runs as a subprocess under its own identity (the chart's service account) against a
-separate management API, converges a 3+1 cluster and runs a default CA rotation, the operator's
-part played by the test. The management API records every request per identity; the chart's
-Role and ClusterRole (rendered with helm) must allow each request the daemon made and grant
-nothing it did not use. While the daemon still runs, every file under its temporary directory and
-every file descriptor it holds is checked for a PEM private key: the rotation loaded admin
-kubeconfigs of the managed cluster many times.
+separate management API, converges a 3+1 cluster and runs a CA rotation of the talos and kubernetes
+CAs, which expire within the TalosCluster's spec.caRotation.renewBefore: the daemon creates that
+TalosOperation itself (approval Automatic), the operator's part played by the test. The management
+API records every request per identity; the chart's Role and ClusterRole (rendered with helm) must
+allow each request the daemon made and grant nothing it did not use. While the daemon still runs,
+every file under its temporary directory and every file descriptor it holds is checked for a PEM
+private key: the rotation loaded admin kubeconfigs of the managed cluster many times.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from ichord.kube import crds
-from ichord.kube.client import from_kubeconfig
+from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.events import WARNING, EventRecorder, ObjectRef
+from ichord.pki.bundle import SecretsBundle
+from ichord.pki.ca import CA_VALIDITY, CAKind, generate_ca
+from ichord.sim.combined import SimEnvironment
 from ichord.sim.kube.faults import Access
 from tests._helm import find_helm, render
 from tests.e2e import _rbac
 from tests.e2e._daemon import Daemon, all_ready, eventually
 from tests.e2e.conftest import MakeSimEnv
-from tests.e2e.test_ca_rotation_daemon import CLIENTS, _follow, _workload
+from tests.e2e.test_ca_rotation_aggregator_daemon import _follow
+from tests.e2e.test_ca_rotation_daemon import CLIENTS, _workload
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.slow]
 
@@ -58,9 +65,16 @@ def key_material(pid: int, tmpdir: Path) -> list[str]:
     return found
 
 
+async def _planned(kube: KubeClient, env: SimEnvironment) -> dict[str, Any] | None:
+    objs, _ = await crds.operations(kube).list_objects(env.namespace)
+    return objs[0] if objs else None
+
+
 async def test_the_chart_grants_exactly_what_the_daemon_uses_and_no_key_stays_on_disk(
-        make_sim_env: MakeSimEnv, tmp_path: Path) -> None:
-    env = await make_sim_env(management_api="separate")
+        make_sim_env: MakeSimEnv, e2e_bundle: SecretsBundle, tmp_path: Path) -> None:
+    made = dt.datetime.now(dt.UTC) - CA_VALIDITY + dt.timedelta(days=20)  # talos and kubernetes expire in 20 days
+    expiring = e2e_bundle.with_cas({kind: generate_ca(kind, now=made) for kind in (CAKind.OS, CAKind.KUBERNETES)})
+    env = await make_sim_env(management_api="separate", bundle=expiring)
     for plural, name in CLIENTS:
         env.kube.store.create(env.kube.store.resolve("apps", "v1", plural), "kube-system", _workload(plural, name))
     user = f"system:serviceaccount:{env.namespace}:{RELEASE}"
@@ -74,10 +88,13 @@ async def test_the_chart_grants_exactly_what_the_daemon_uses_and_no_key_stays_on
     async with await from_kubeconfig(env.kubeconfig) as kube:
         try:
             await eventually(lambda: all_ready(kube, env), within=60, what="every machine converged")
-            await crds.operations(kube).create(env.namespace, {"metadata": {"name": "rotate"}, "spec": {
-                "clusterRef": {"name": env.cluster_name}, "kind": "ca-rotation"}})
+            # The renewal policy plans the rotation: the daemon's own create of the TalosOperation.
+            await crds.clusters(kube).patch(env.namespace, env.cluster_name, {"spec": {"caRotation": {
+                "renewBefore": "30d", "approval": "Automatic"}}})
+            planned = await eventually(lambda: _planned(kube, env), within=60, what="the renewal policy's operation")
+            assert planned["spec"]["caRotation"]["targets"] == ["talos", "kubernetes"]
             with anyio.fail_after(120):
-                op = await _follow(kube, env, [])
+                op = await _follow(kube, env, [], planned["metadata"]["name"])
             assert op["status"]["phase"] == "Completed", (op["status"], daemon.log()[-3000:])
             await eventually(lambda: all_ready(kube, env), within=30, what="machines Converged after the rotation")
             # Every admin kubeconfig of the rotation was loaded by now; kubernetes-asyncio alone would have left
