@@ -253,7 +253,7 @@ def decide(cluster: ClusterView, policy: Policy, plan: Schedule, operations: lis
     busy = [o for o in operations if o.unfinished or o.under_way]
     if busy:
         other = busy[0]
-        if other.is_ca_rotation and other.unfinished and wanted <= _targets_of(other):
+        if other.kind == names.KIND_CA_ROTATION and other.unfinished and wanted <= _targets_of(other):
             return Decision(_covered(cluster, other, head, status_cmd))
         text = (f"{head} TalosOperation {ns}/{other.name} ({other.kind}) of the cluster is unfinished; ichord plans "
                 f"the rotation once it has ended ({status_cmd} shows it).")
