@@ -28,7 +28,7 @@ from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.operations.backbone import Mutation
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
-from ichord.operations.ca_rotation.status import APPLY_STEP, VERIFY_STEP, in_progress, step_since, write
+from ichord.operations.ca_rotation.status import APPLY_STEP, VERIFY_STEP, ca_status, in_progress, step_since, write
 from ichord.operations.outcome import Requeue
 from ichord.pki import pem as _pem
 from ichord.pki.rotation import Target
@@ -125,7 +125,7 @@ async def awaited(ctx: RotationContext, inputs: Inputs, talos: TalosClient, m: M
     """None once ``m``'s kube-apiserver restarted (or was given the minute) and answers /readyz.
 
     ``restarted``: the pass already saw the new container (a restart is not undone), so only /readyz is asked."""
-    inst = recorded(inputs.ca_status).get(m.name)
+    inst = recorded(ca_status(inputs)).get(m.name)
     now = ctx.now()
     # Without a record (an older controller applied it) the bound runs from when the pass's step began.
     since = inst.applied_at if inst is not None else (

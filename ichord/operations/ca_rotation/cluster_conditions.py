@@ -15,6 +15,7 @@ from ichord.kube import crds
 from ichord.kube.events import ObjectRef
 from ichord.kube.status import update_status
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
+from ichord.operations.ca_rotation.status import ca_status
 from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
 
@@ -29,7 +30,7 @@ def export_command(ctx: RotationContext, inputs: Inputs) -> str:
     name = inputs.cluster_name
     command = f"ichord cluster bundle-export {name} -n {inputs.op_namespace}"
     rotation = inputs.rotation
-    rotated = Target.KUBERNETES.value in (inputs.ca_status.get("targets") or []) or (
+    rotated = Target.KUBERNETES.value in (ca_status(inputs).get("targets") or []) or (
         rotation is not None and Target.KUBERNETES in rotation.new)
     if rotated:
         cas = [inputs.bundle.k8s.cert_pem]

@@ -122,10 +122,6 @@ class Inputs:
         return dict(self.op.get("status") or {})
 
     @property
-    def ca_status(self) -> Obj:
-        return dict(self.status.get("caRotation") or {})
-
-    @property
     def control_planes(self) -> list[MachineView]:
         return [m for m in self.machines if m.is_control_plane]
 

@@ -43,7 +43,7 @@ from ichord.operations.bundle_source import full_bundle, parse_rotation
 from ichord.operations.ca_rotation.bundle_secret import BundleSecretError
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.plan import CERT_NAMES, replaced_by
-from ichord.operations.ca_rotation.status import CA_ROTATION
+from ichord.operations.ca_rotation.status import CA_ROTATION, ca_status
 from ichord.operations.outcome import Blocked
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
@@ -309,7 +309,7 @@ async def check(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Blocked |
     """The bundle Secret still holds the rotation's keys (else BundleRestoreRequired); the copy and the finalizer
     are in place (put back when missing)."""
     kept = await read_copy(ctx.kube, inputs.op_namespace, inputs.uid)
-    problem = bundle_problem(inputs.secret, inputs.bundle, inputs.rotation, inputs.ca_status, stage, kept)
+    problem = bundle_problem(inputs.secret, inputs.bundle, inputs.rotation, ca_status(inputs), stage, kept)
     if problem is not None:
         return await restore_required(ctx, inputs.op, restore_message(problem, inputs.op_namespace, inputs.uid,
                                                                       inputs.cluster_name, kept is not None))

@@ -45,6 +45,7 @@ from ichord.operations.ca_rotation.plan import verify_dial
 from ichord.operations.ca_rotation.status import (
     VERIFY_STEP,
     blocked,
+    ca_status,
     event,
     in_progress,
     step,
@@ -84,13 +85,13 @@ def rolls(targets: Iterable[Target]) -> bool:
 
 def rolling(inputs: Inputs) -> bool:
     """The pass is in its roll: the step says so, or a reboot is outstanding (the marker wins over the step)."""
-    ca = inputs.ca_status
+    ca = ca_status(inputs)
     return ca.get("step") == ROLL_STEP or bool(ca.get("etcdRebooting"))
 
 
 def rolled(inputs: Inputs) -> bool:
     """Every approved control plane was rebooted in this pass (the roll's done list, per stage)."""
-    done = set(inputs.ca_status.get("etcdRestarted") or [])
+    done = set(ca_status(inputs).get("etcdRestarted") or [])
     return bool(inputs.control_planes) and all(m.name in done for m in inputs.control_planes)
 
 
@@ -249,7 +250,7 @@ async def roll_step(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outco
 def _since_progress(inputs: Inputs, ctx: RotationContext) -> float:
     """Seconds since the roll last moved: its step began or the last reboot was asked for, whichever is later."""
     marks = [step_since(inputs.status, ROLL_STEP)]
-    raw = inputs.ca_status.get("etcdRestartedAt")
+    raw = ca_status(inputs).get("etcdRestartedAt")
     if raw:
         with contextlib.suppress(ValueError):
             marks.append(parse_time(str(raw)))
@@ -286,6 +287,6 @@ async def _show(ctx: RotationContext, inputs: Inputs, message: str) -> None:
     cond: dict[str, Any] = next((c for c in inputs.status.get("conditions") or []
                                  if c.get("type") == names.CA_ROTATION), {})
     if (cond.get("reason"), cond.get("message")) == (CARotationReason.REBOOTING_ETCD, SCRUBBER.text(message)) \
-            and inputs.ca_status.get("step") == ROLL_STEP:
+            and ca_status(inputs).get("step") == ROLL_STEP:
         return  # nothing new to say: no write per poll
     await write(ctx, inputs, step(ROLL_STEP, ctx.now()), *in_progress(ctx, CARotationReason.REBOOTING_ETCD, message))

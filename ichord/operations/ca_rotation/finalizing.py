@@ -31,6 +31,7 @@ from ichord.operations.ca_rotation.status import (
     FINALIZING_SETTLE,
     FINALIZING_VERIFY,
     blocked,
+    ca_status,
     condition,
     event,
     in_progress,
@@ -58,14 +59,14 @@ _STEP_OF_REASON = {CARotationReason.AWAITING_NODES: FINALIZING_SETTLE,
 
 
 def current_step(inputs: Inputs) -> str:
-    named = str(inputs.ca_status.get("step") or "")
+    named = str(ca_status(inputs).get("step") or "")
     if named in STEPS:
         return named
     return _STEP_OF_REASON.get(ca_reason(inputs) or "", FINALIZING_VERIFY)
 
 
 async def step(ctx: RotationContext, inputs: Inputs) -> Outcome:
-    certs = inputs.ca_status.get("certificates") or []
+    certs = ca_status(inputs).get("certificates") or []
     if inputs.rotation is not None or not replaced_by(inputs.bundle, certs):
         return await blocked(ctx, inputs, "the bundle Secret does not hold the new CAs although the rotation is in "
                                           "Finalizing; restore the Secret from the rotation's backup")
@@ -92,7 +93,7 @@ async def _verify(ctx: RotationContext, inputs: Inputs) -> Outcome:
 
 
 def _rotated_aggregator(inputs: Inputs) -> bool:
-    return Target.KUBERNETES_AGGREGATOR.value in (inputs.ca_status.get("targets") or [])
+    return Target.KUBERNETES_AGGREGATOR.value in (ca_status(inputs).get("targets") or [])
 
 
 async def _reset_aggregator(ctx: RotationContext, inputs: Inputs) -> Outcome:

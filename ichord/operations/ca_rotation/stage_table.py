@@ -75,6 +75,7 @@ from ichord.operations.ca_rotation.status import (
     GATES_STEP,
     VERIFY_STEP,
     blocked,
+    ca_status,
     event,
     in_progress,
     log_transition,
@@ -218,7 +219,7 @@ async def _held_by_spec(ctx: RotationContext, inputs: Inputs, stage: Stage) -> O
 
 async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
     rotation = inputs.rotation
-    certs = inputs.ca_status.get("certificates") or []
+    certs = ca_status(inputs).get("certificates") or []
     if rotation is None:
         if stage is Stage.DROPPING and replaced_by(inputs.bundle, certs):
             # The Secret was replaced but the process died before status learned it (docs/decisions.md#rotation-state).
@@ -259,7 +260,7 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
         # may have set to verify meanwhile.
         await write(ctx, inputs, step(etcd_roll.ROLL_STEP, ctx.now()))
         return Requeue(0.0, f"etcd roll of {stage.value}")
-    if inputs.ca_status.get("step") != GATES_STEP:
+    if ca_status(inputs).get("step") != GATES_STEP:
         verified = await verify_pass(ctx, inputs, rotation, stage)
         if isinstance(verified, PassWait):
             return await wait_within_bound(ctx, inputs, verified.reason, verified.message, machines=result.machines)

@@ -47,11 +47,16 @@ FINALIZING_SETTLE = "settle-nodes"
 FINALIZING_RESTART = "restart-clients"
 
 __all__ = ["APPLY_STEP", "CA_ROTATION", "FINALIZING_AGGREGATOR", "FINALIZING_RESTART", "FINALIZING_SETTLE",
-           "FINALIZING_VERIFY", "GATES_STEP", "VERIFY_STEP", "Mutation", "blocked", "condition", "event", "in_progress",
-           "log_transition", "phase",
+           "FINALIZING_VERIFY", "GATES_STEP", "VERIFY_STEP", "Mutation", "blocked", "ca_status", "condition", "event",
+           "in_progress", "log_transition", "phase",
            "set_ca_condition", "since_transition", "started", "step", "step_since", "wait_within_bound", "write"]
 
 phase = backbone.phase
+
+
+def ca_status(inputs: Inputs) -> Obj:
+    """The operation's ``status.caRotation`` as the step read it (a copy)."""
+    return dict(inputs.status.get("caRotation") or {})
 
 
 def set_ca_condition(status: Obj, cond: Condition, now: dt.datetime, *, timed: bool = False) -> None:
