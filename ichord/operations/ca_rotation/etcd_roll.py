@@ -8,7 +8,7 @@ the backbone's roll (``ichord.operations.roll``). This module binds the roll to 
     marker      status.caRotation.etcdRebooting / etcdRebootBootID / etcdRestartedAt / etcdRestarted
                 (roll_store's default fields); etcdRestarted is emptied on every stage change
     gate        before each reboot and (as the verifier) once the node is back: etcd whole on every
-                control plane (etcd_health), the node's etcd PKI the stage's (etcd_pki), every Node Ready
+                control plane (managed.etcd_health), the node's etcd PKI the stage's (etcd_pki), every Node Ready
     hook        a leader forfeits etcd leadership before its Reboot call (best effort)
     outcome     InProgress RebootingEtcd while a node reboots; Event EtcdMemberRebooted per node; a
                 closed gate waits within ca_pass_wait_bound, a fault (alarm, foreign member, wrong
@@ -37,7 +37,6 @@ from ichord.kube import nodes as kube_nodes
 from ichord.kube.client import KubeClient
 from ichord.kube.nodes import NodeView
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
-from ichord.operations.ca_rotation.etcd_health import Problem, etcd_problems
 from ichord.operations.ca_rotation.etcd_pki import ExpectedPKI, expected_pki, pki_problem
 from ichord.operations.ca_rotation.managed import ManagedAPIError, ManagedClients, cluster_client, not_ready_nodes
 from ichord.operations.ca_rotation.passes import kubernetes_cas
@@ -52,6 +51,7 @@ from ichord.operations.ca_rotation.status import (
     step_since,
     write,
 )
+from ichord.operations.managed.etcd_health import Problem, etcd_problems
 from ichord.operations.outcome import Outcome, Requeue
 from ichord.operations.roll import (
     OPEN,

@@ -3,7 +3,7 @@
 
 Every approved machine answers ichord, runs exactly what ichord renders for it (no unrelated pending
 change is swept into the rotation), and every Kubernetes Node is Ready; an etcd rotation also needs
-etcd whole (etcd_health.py). A machine that is down when
+etcd whole (managed/etcd_health.py). A machine that is down when
 the old CA is dropped could never be reached again.
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Iterable
 
 from ichord.api.views import MachineView
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
-from ichord.operations.ca_rotation.etcd_health import etcd_problems
 from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, not_ready_nodes
 from ichord.operations.ca_rotation.plan import contract_refusal, spec_targets
+from ichord.operations.managed.etcd_health import etcd_problems
 from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.config import ConfigParseError, MachineConfig
