@@ -80,8 +80,8 @@ from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation import RotationContext, advance
-from ichord.operations.ca_rotation.managed import ManagedClients
 from ichord.operations.ca_rotation.plan import handoff_token
+from ichord.operations.managed.clients import ManagedClients
 from ichord.operations.outcome import Blocked, Done, Failed, Requeue
 from ichord.pki.bundle import generate_bundle
 from ichord.settings import Timing

@@ -28,11 +28,11 @@ from ichord.operations.ca_rotation import custody
 from ichord.operations.ca_rotation.bundle_secret import remove_rotation
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
 from ichord.operations.ca_rotation.lifecycle import let_go, other_rotation
-from ichord.operations.ca_rotation.managed import admin_client
 from ichord.operations.ca_rotation.passes import kubernetes_cas
 from ichord.operations.ca_rotation.plan import verify_dial
 from ichord.operations.ca_rotation.status import CA_ROTATION, ca_status, log_transition
 from ichord.operations.lock import lock_holder
+from ichord.operations.managed.clients import admin_client
 from ichord.operations.outcome import Done, Outcome
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.pki.scrub import SCRUBBER

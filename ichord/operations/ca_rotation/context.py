@@ -21,7 +21,7 @@ from ichord.kube.errors import KubeError
 from ichord.kube.events import EventRecorder
 from ichord.kube.reads import SecretData
 from ichord.operations.bundle_source import BundleSourceError, read_cluster_bundle
-from ichord.operations.ca_rotation.managed import ManagedClients
+from ichord.operations.managed.clients import ManagedClients
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.rotation import Rotation
 from ichord.pki.scrub import SCRUBBER

@@ -38,7 +38,7 @@ from ichord.kube.client import KubeClient
 from ichord.kube.nodes import NodeView
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
 from ichord.operations.ca_rotation.etcd_pki import ExpectedPKI, expected_pki, pki_problem
-from ichord.operations.ca_rotation.managed import ManagedAPIError, ManagedClients, cluster_client, not_ready_nodes
+from ichord.operations.ca_rotation.managed_objects import not_ready_nodes
 from ichord.operations.ca_rotation.passes import kubernetes_cas
 from ichord.operations.ca_rotation.plan import verify_dial
 from ichord.operations.ca_rotation.status import (
@@ -51,6 +51,7 @@ from ichord.operations.ca_rotation.status import (
     step_since,
     write,
 )
+from ichord.operations.managed.clients import ManagedAPIError, ManagedClients, cluster_client
 from ichord.operations.managed.etcd_health import Problem, etcd_problems
 from ichord.operations.outcome import Outcome, Requeue
 from ichord.operations.roll import (

@@ -23,7 +23,7 @@ from ichord.kube.client import KubeClient
 from ichord.operations.ca_rotation import aggregator, clients, cluster_conditions, custody
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.lifecycle import ca_reason, let_go, lock
-from ichord.operations.ca_rotation.managed import cluster_client, not_ready_nodes
+from ichord.operations.ca_rotation.managed_objects import not_ready_nodes
 from ichord.operations.ca_rotation.plan import EXTENSION_APISERVERS_NOTE, replaced_by
 from ichord.operations.ca_rotation.status import (
     FINALIZING_AGGREGATOR,
@@ -42,6 +42,7 @@ from ichord.operations.ca_rotation.status import (
     write,
 )
 from ichord.operations.ca_rotation.status import step as status_step
+from ichord.operations.managed.clients import cluster_client
 from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER

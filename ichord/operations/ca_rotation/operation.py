@@ -5,10 +5,10 @@ from __future__ import annotations
 from ichord.api.disruptions import PlannedDisruption
 from ichord.api.views import OperationView
 from ichord.operations.ca_rotation.context import RotationContext
-from ichord.operations.ca_rotation.managed import ManagedClients
 from ichord.operations.ca_rotation.stage_table import advance
 from ichord.operations.ca_rotation.status import CA_ROTATION
 from ichord.operations.disruptions import reboot_of
+from ichord.operations.managed.clients import ManagedClients
 from ichord.operations.outcome import Done, Failed, Outcome
 from ichord.operations.registry import Operation
 from ichord.operations.roll_store import MarkerFormatError, marker_from_status

@@ -32,8 +32,9 @@ from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.operations.ca_rotation import apiserver_instances, ca_view
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
-from ichord.operations.ca_rotation.managed import ManagedAPIError, cluster_client, not_ready_nodes
+from ichord.operations.ca_rotation.managed_objects import not_ready_nodes
 from ichord.operations.ca_rotation.plan import apply_dial, verify_dial
+from ichord.operations.managed.clients import ManagedAPIError, cluster_client
 from ichord.pki.rotation import Rotation, Target
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.config import MachineConfig

@@ -13,8 +13,9 @@ from collections.abc import Iterable
 
 from ichord.api.views import MachineView
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
-from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, not_ready_nodes
+from ichord.operations.ca_rotation.managed_objects import not_ready_nodes
 from ichord.operations.ca_rotation.plan import contract_refusal, spec_targets
+from ichord.operations.managed.clients import ManagedAPIError, admin_client
 from ichord.operations.managed.etcd_health import etcd_problems
 from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER

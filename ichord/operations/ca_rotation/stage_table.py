@@ -54,7 +54,7 @@ from ichord.operations.ca_rotation.lifecycle import (
     lock,
     stage_mutations,
 )
-from ichord.operations.ca_rotation.managed import cluster_client, root_ca_lagging
+from ichord.operations.ca_rotation.managed_objects import root_ca_lagging
 from ichord.operations.ca_rotation.passes import PassWait, apply_pass, kubernetes_cas, verify_pass
 from ichord.operations.ca_rotation.plan import (
     PlannedMachine,
@@ -87,6 +87,7 @@ from ichord.operations.ca_rotation.status import (
 )
 from ichord.operations.etcd_snapshot import Destination, plan_entry
 from ichord.operations.etcd_snapshot import hint as snapshot_hint
+from ichord.operations.managed.clients import cluster_client
 from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.pki.rotation import Rotation, Target
 

@@ -43,7 +43,6 @@ from ichord.kube.errors import KubeError
 from ichord.operations import backbone, etcd_snapshot, guard, intent
 from ichord.operations.backbone import OperationKind
 from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
-from ichord.operations.ca_rotation.managed import ManagedAPIError, ManagedClients
 from ichord.operations.ca_rotation.operation import context_of
 from ichord.operations.config import workers
 from ichord.operations.config.apiserver import SECTION as RESTART_SECTION
@@ -64,6 +63,7 @@ from ichord.operations.config.reboot import advance_reboot
 from ichord.operations.config.release import release_cordons
 from ichord.operations.config.world import ROLL_FIELDS, NodeNameUnknown, World
 from ichord.operations.disruptions import reboot_of, restart_of
+from ichord.operations.managed.clients import ManagedAPIError, ManagedClients
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, soonest
 from ichord.operations.registry import Operation
 from ichord.operations.roll import RollReason

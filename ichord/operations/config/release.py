@@ -17,7 +17,7 @@ from ichord.kube import nodes as kube_nodes
 from ichord.kube.reads import list_nodes
 from ichord.operations import backbone
 from ichord.operations.ca_rotation.context import Inputs, RotationContext
-from ichord.operations.ca_rotation.managed import admin_client
+from ichord.operations.managed.clients import admin_client
 from ichord.pki.scrub import SCRUBBER
 from ichord.talos.dial import DialBundle
 
