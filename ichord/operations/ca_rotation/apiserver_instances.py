@@ -15,11 +15,8 @@ only /readyz is asked, as for a control plane with no record. Past ``ca_apiserve
 from __future__ import annotations
 
 import datetime as dt
-import ssl
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-import aiohttp
 
 from ichord.api import names
 from ichord.api.conditions import find, now_rfc3339, parse_time
@@ -29,16 +26,14 @@ from ichord.failpoints import failpoint
 from ichord.operations.backbone import Mutation
 from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.status import APPLY_STEP, VERIFY_STEP, ca_status, in_progress, step_since, write
+from ichord.operations.managed.readyz import node_host, readyz
 from ichord.operations.outcome import Requeue
-from ichord.pki import pem as _pem
 from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
-from ichord.talos.client import TalosClient, split_endpoint
+from ichord.talos.client import TalosClient
 from ichord.talos.errors import TalosError
 
 FIELD = "apiServerInstances"
-#: A network timeout, not a simulated duration: never scaled.
-READYZ_TIMEOUT = 5.0
 
 
 def restarts_apiserver(targets: Iterable[Target]) -> bool:
@@ -92,24 +87,6 @@ async def record_before_apply(ctx: RotationContext, inputs: Inputs, talos: Talos
         current = ""
     await write(ctx, inputs, _record(m.name, current, ctx.now()))
     failpoint("ca-rotation.apiserver.recorded")
-
-
-def node_host(address: str) -> str:
-    host, _port = split_endpoint(address)
-    return f"[{host}]" if ":" in host else host
-
-
-async def readyz(host: str, port: int, cas: Sequence[bytes]) -> str | None:
-    """None when ``https://host:port/readyz`` answers 200 to an anonymous request verified against ``cas``."""
-    tls = ssl.create_default_context(cadata="".join(b.decode() for ca in cas for b in _pem.pem_blocks(ca)))
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=READYZ_TIMEOUT)) as session, \
-                session.get(f"https://{host}:{port}/readyz", ssl=tls) as response:
-            if response.status == 200:
-                return None
-            return f"/readyz answered {response.status}"
-    except (aiohttp.ClientError, TimeoutError, ssl.SSLError, OSError) as exc:
-        return f"/readyz did not answer ({type(exc).__name__}: {SCRUBBER.exception(exc) or 'timed out'})"
 
 
 @dataclass(frozen=True)
