@@ -26,13 +26,14 @@ from ichord.kube.nodes import uncordon
 from ichord.operations import deletion
 from ichord.operations.ca_rotation import custody
 from ichord.operations.ca_rotation.bundle_secret import remove_rotation
-from ichord.operations.ca_rotation.context import Inputs, RotationContext
 from ichord.operations.ca_rotation.lifecycle import let_go, other_rotation
 from ichord.operations.ca_rotation.passes import kubernetes_cas
 from ichord.operations.ca_rotation.plan import verify_dial
 from ichord.operations.ca_rotation.status import CA_ROTATION, ca_status, log_transition
 from ichord.operations.lock import lock_holder
 from ichord.operations.managed.clients import admin_client
+from ichord.operations.managed.context import StepContext
+from ichord.operations.managed.inputs import Inputs
 from ichord.operations.outcome import Done, Outcome
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.pki.scrub import SCRUBBER
@@ -45,13 +46,13 @@ def must_abandon(inputs: Inputs) -> bool:
     return deletion.must_abandon(CA_ROTATION, inputs.op)
 
 
-async def hold(ctx: RotationContext, inputs: Inputs, stage: Stage) -> None:
+async def hold(ctx: StepContext, inputs: Inputs, stage: Stage) -> None:
     """Past the point of no return: DeletionHeld once; the rotation goes on."""
     await deletion.hold_deletion(ctx, CA_ROTATION, inputs, stage.value,
                                  "status.machines shows which CAs each machine already signs with and trusts.")
 
 
-async def _rotation_is_ours(ctx: RotationContext, inputs: Inputs, stage: Stage | None) -> bool:
+async def _rotation_is_ours(ctx: StepContext, inputs: Inputs, stage: Stage | None) -> bool:
     rotation = inputs.rotation
     if rotation is None:
         return False
@@ -62,7 +63,7 @@ async def _rotation_is_ours(ctx: RotationContext, inputs: Inputs, stage: Stage |
     return all(nexts.get(t.value) == ca_fingerprint(ca) for t, ca in rotation.new.items())
 
 
-async def _uncordon_rebooting(ctx: RotationContext, inputs: Inputs, stage: Stage | None) -> str | None:
+async def _uncordon_rebooting(ctx: StepContext, inputs: Inputs, stage: Stage | None) -> str | None:
     """The control plane an etcd roll was rebooting, uncordoned if ichord cordoned it; its Node name, or None."""
     rebooting = str(ca_status(inputs).get("etcdRebooting") or "")
     if not rebooting:
@@ -85,7 +86,7 @@ async def _uncordon_rebooting(ctx: RotationContext, inputs: Inputs, stage: Stage
     return node
 
 
-async def abandon(ctx: RotationContext, inputs: Inputs, stage: Stage | None) -> Outcome:
+async def abandon(ctx: StepContext, inputs: Inputs, stage: Stage | None) -> Outcome:
     """Let the deleted rotation go (the steps above); any error leaves it for the next step to repeat."""
     where = stage.value if stage is not None else "its start"
     removed = False

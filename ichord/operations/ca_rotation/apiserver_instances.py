@@ -24,8 +24,9 @@ from ichord.api.names import CARotationReason
 from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.operations.backbone import Mutation
-from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.status import APPLY_STEP, VERIFY_STEP, ca_status, in_progress, step_since, write
+from ichord.operations.managed.context import Obj, StepContext
+from ichord.operations.managed.inputs import Inputs
 from ichord.operations.managed.readyz import node_host, readyz
 from ichord.operations.outcome import Requeue
 from ichord.pki.rotation import Target
@@ -79,7 +80,7 @@ async def container_id(talos: TalosClient, m: MachineView) -> str:
     return ""
 
 
-async def record_before_apply(ctx: RotationContext, inputs: Inputs, talos: TalosClient, m: MachineView) -> None:
+async def record_before_apply(ctx: StepContext, inputs: Inputs, talos: TalosClient, m: MachineView) -> None:
     """Written before the apply (kill-safe); an unreadable container ID is recorded as "" (only /readyz asked)."""
     try:
         current = await container_id(talos, m)
@@ -97,7 +98,7 @@ class Awaited:
     overdue: bool
 
 
-async def awaited(ctx: RotationContext, inputs: Inputs, talos: TalosClient, m: MachineView,
+async def awaited(ctx: StepContext, inputs: Inputs, talos: TalosClient, m: MachineView,
                   cas: Sequence[bytes], *, restarted: bool = False) -> Awaited | None:
     """None once ``m``'s kube-apiserver restarted (or was given the minute) and answers /readyz.
 
@@ -128,7 +129,7 @@ async def awaited(ctx: RotationContext, inputs: Inputs, talos: TalosClient, m: M
     return Awaited(message, overdue)
 
 
-async def report(ctx: RotationContext, inputs: Inputs, message: str, machines: list[Obj]) -> Requeue:
+async def report(ctx: StepContext, inputs: Inputs, message: str, machines: list[Obj]) -> Requeue:
     """InProgress (VerifyingPass) naming the control plane awaited; written only when the message changes."""
     cond = find(inputs.status.get("conditions"), names.CA_ROTATION)
     if cond is None or (cond.get("reason"), cond.get("message")) != (CARotationReason.VERIFYING_PASS,

@@ -36,7 +36,6 @@ from ichord.kube import crds
 from ichord.kube import nodes as kube_nodes
 from ichord.kube.client import KubeClient
 from ichord.kube.nodes import NodeView
-from ichord.operations.ca_rotation.context import Inputs, RotationContext
 from ichord.operations.ca_rotation.etcd_pki import ExpectedPKI, expected_pki, pki_problem
 from ichord.operations.ca_rotation.managed_objects import not_ready_nodes
 from ichord.operations.ca_rotation.passes import kubernetes_cas
@@ -52,7 +51,9 @@ from ichord.operations.ca_rotation.status import (
     write,
 )
 from ichord.operations.managed.clients import ManagedAPIError, ManagedClients, cluster_client
+from ichord.operations.managed.context import StepContext
 from ichord.operations.managed.etcd_health import Problem, etcd_problems
+from ichord.operations.managed.inputs import Inputs
 from ichord.operations.outcome import Outcome, Requeue
 from ichord.operations.roll import (
     OPEN,
@@ -217,7 +218,7 @@ async def leaf_problems(talos: TalosClient, control_planes: Sequence[MachineView
     return out
 
 
-async def roll_step(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
+async def roll_step(ctx: StepContext, inputs: Inputs, stage: Stage) -> Outcome:
     """One step of the pass's etcd roll; when the last member is back and verified, the pass goes to verify."""
     rotation = inputs.rotation
     assert rotation is not None
@@ -248,7 +249,7 @@ async def roll_step(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outco
     return await _report(ctx, inputs, stage, out, gate)
 
 
-def _since_progress(inputs: Inputs, ctx: RotationContext) -> float:
+def _since_progress(inputs: Inputs, ctx: StepContext) -> float:
     """Seconds since the roll last moved: its step began or the last reboot was asked for, whichever is later."""
     marks = [step_since(inputs.status, ROLL_STEP)]
     raw = ca_status(inputs).get("etcdRestartedAt")
@@ -259,7 +260,7 @@ def _since_progress(inputs: Inputs, ctx: RotationContext) -> float:
     return max(0.0, (ctx.now() - max(known)).total_seconds()) if known else 0.0
 
 
-async def _report(ctx: RotationContext, inputs: Inputs, stage: Stage, out: RollOutcome, gate: EtcdGate) -> Outcome:
+async def _report(ctx: StepContext, inputs: Inputs, stage: Stage, out: RollOutcome, gate: EtcdGate) -> Outcome:
     """The roll's outcome as the operation shows it (InProgress RebootingEtcd, Blocked, or paused)."""
     total = len(inputs.control_planes)
     if out.pause:
@@ -284,7 +285,7 @@ async def _report(ctx: RotationContext, inputs: Inputs, stage: Stage, out: RollO
     return out.outcome
 
 
-async def _show(ctx: RotationContext, inputs: Inputs, message: str) -> None:
+async def _show(ctx: StepContext, inputs: Inputs, message: str) -> None:
     cond: dict[str, Any] = next((c for c in inputs.status.get("conditions") or []
                                  if c.get("type") == names.CA_ROTATION), {})
     if (cond.get("reason"), cond.get("message")) == (CARotationReason.REBOOTING_ETCD, SCRUBBER.text(message)) \
