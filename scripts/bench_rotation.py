@@ -79,9 +79,10 @@ from ichord.api.names import API_VERSION
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.events import EventRecorder
-from ichord.operations.ca_rotation import RotationContext, advance
-from ichord.operations.ca_rotation.managed import ManagedClients
+from ichord.operations.ca_rotation import advance
 from ichord.operations.ca_rotation.plan import handoff_token
+from ichord.operations.managed.clients import ManagedClients
+from ichord.operations.managed.context import StepContext
 from ichord.operations.outcome import Blocked, Done, Failed, Requeue
 from ichord.pki.bundle import generate_bundle
 from ichord.settings import Timing
@@ -448,7 +449,7 @@ async def hand_off(kube: KubeClient, op: dict[str, Any]) -> bool:
     return True
 
 
-async def drive(ctx: RotationContext, name: str, *, max_steps: int = 2000) -> dict[str, Any]:
+async def drive(ctx: StepContext, name: str, *, max_steps: int = 2000) -> dict[str, Any]:
     """One cluster's rotation, step by step, sleeping what each outcome asks (capped at 50 ms)."""
     ops = crds.operations(ctx.kube)
     steps = 0
@@ -490,7 +491,7 @@ async def run_inprocess(bench: Bench | RemoteBench, kubeconfig: Path, timing: Ti
     async with await from_kubeconfig(kubeconfig, timing=timing) as kube:
         recorder = EventRecorder(kube, instance="bench", burst=10_000)
         managed = ManagedClients()  # kept across steps and stages as the daemon's registry keeps them
-        ctx = RotationContext(kube, NS, recorder, timing, managed=managed)
+        ctx = StepContext(kube, NS, recorder, timing, managed=managed)
         results: dict[str, dict[str, Any]] = {}
         async with anyio.create_task_group() as tg:
             tg.start_soon(recorder.run)

@@ -87,7 +87,7 @@ def approved(machines: list[MachineView]) -> set[str]:
 
 
 class Context(Protocol):
-    """The shared handles of a step (ca_rotation.RotationContext is one)."""
+    """The shared handles of a step (managed.context.StepContext is one)."""
 
     kube: KubeClient
     namespace: str  # the controller namespace (a cluster's lock Lease lives in the cluster's own namespace)
@@ -100,7 +100,7 @@ class Context(Protocol):
 
 
 class Subject(Protocol):
-    """The operation a step works on, kept current by ``write`` (ca_rotation.Inputs is one)."""
+    """The operation a step works on, kept current by ``write`` (managed.inputs.Inputs is one)."""
 
     op: Obj
 

@@ -18,9 +18,10 @@ from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import NotFound, Unavailable
 from ichord.kube.events import EventRecorder
-from ichord.operations.ca_rotation import RotationContext, advance
-from ichord.operations.ca_rotation.managed import ManagedClients
+from ichord.operations.ca_rotation import advance
 from ichord.operations.ca_rotation.plan import handoff_token
+from ichord.operations.managed.clients import ManagedClients
+from ichord.operations.managed.context import StepContext
 from ichord.operations.outcome import Blocked, Done, Failed, Outcome, Requeue
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.rotation import Rotation
@@ -102,10 +103,10 @@ class Driver:
 
         return Watched(dial, dial_timeout=0.5, rpc_timeout=10)
 
-    def context(self) -> RotationContext:
-        return RotationContext(self.kube, self.env.namespace, self.recorder, self.timing,
-                               trust_hook=lambda new, _current: self.trusted.append(new),
-                               talos_factory=self._factory, managed=self.managed)
+    def context(self) -> StepContext:
+        return StepContext(self.kube, self.env.namespace, self.recorder, self.timing,
+                           trust_hook=lambda new, _current: self.trusted.append(new),
+                           talos_factory=self._factory, managed=self.managed)
 
     async def create(self, *, targets: list[str] | None = None, paused: bool = False,
                      annotations: dict[str, str] | None = None) -> Obj:

@@ -14,7 +14,7 @@ from ichord.api.conditions import find
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.operations.ca_rotation import advance, clients
-from ichord.operations.ca_rotation.managed import patch_workload
+from ichord.operations.ca_rotation.managed_objects import patch_workload
 from ichord.operations.outcome import Blocked, Done
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.sim.combined import SimEnvironment

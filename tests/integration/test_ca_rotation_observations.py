@@ -24,7 +24,7 @@ from ichord.api.conditions import find
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation import clients
-from ichord.operations.ca_rotation.managed import get_workload, patch_workload
+from ichord.operations.ca_rotation.managed_objects import get_workload, patch_workload
 from ichord.operations.outcome import Done
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import Timing

@@ -300,7 +300,7 @@ async def test_a_node_that_does_not_come_back_pauses_naming_it(world: World) -> 
 
 
 async def test_no_control_plane_reboots_while_etcd_is_not_whole_by_the_etcd_rolls_own_check(world: World) -> None:
-    """The gate is ca_rotation.etcd_health: kube-apiserver not ready on another control plane holds the first
+    """The gate is managed.etcd_health: kube-apiserver not ready on another control plane holds the first
     reboot (a check the config gate of its own did not make), and an alarm is named first; cleared, it goes on."""
     env = world.env
     await world.patch_cluster([REBOOT_PATCH])

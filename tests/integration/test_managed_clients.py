@@ -15,7 +15,7 @@ from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig
 from ichord.kube.errors import KubeError
 from ichord.kube.reads import list_nodes
-from ichord.operations.ca_rotation.managed import ManagedAPIError, ManagedClients
+from ichord.operations.managed.clients import ManagedAPIError, ManagedClients
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.ca import CAKind, generate_ca
 from ichord.sim.combined import SimEnvironment

@@ -5,6 +5,9 @@
 
 ``sim`` may import pki, render, talos and api, never the daemon's runtime. Command-line modules
 (``cli.py``, ``*_cli.py``) sit at the top whatever package they are in: they wire things together.
+
+Inside ``operations``, the kinds' packages (``ca_rotation``, ``config``) never import each other, and
+``operations/managed`` (what every kind's step uses on the managed cluster) imports no kind.
 """
 
 from __future__ import annotations
@@ -36,6 +39,13 @@ NEVER: dict[str, set[str]] = {
     "kube": {"render", "talos"},
 }
 TOP = 4
+
+OPERATIONS = ROOT / "operations"
+#: The packages of ``operations`` (issue 29): each kind's stands alone (a kind never imports another), and what
+#: every kind's step shares (its context and inputs, the managed cluster's clients, /readyz, etcd health) imports
+#: no kind. Every package of ``operations`` is one or the other.
+OPERATION_KINDS = {"ca_rotation", "config"}
+SHARED_BY_KINDS = {"managed"}
 
 
 def _unit(path: Path) -> str:
@@ -96,3 +106,49 @@ def test_independence_rules(path: Path) -> None:
         return
     forbidden = sorted(_imports(path) & NEVER.get(unit, set()))
     assert forbidden == [], f"{path.relative_to(ROOT)} ({unit}) must not import {forbidden}"
+
+
+def _operations_package(path: Path) -> str | None:
+    """The package of ``operations`` that ``path`` belongs to (None: a module of ``operations`` itself, or outside)."""
+    if not path.is_relative_to(OPERATIONS):
+        return None
+    parts = path.relative_to(OPERATIONS).parts
+    return parts[0] if len(parts) > 1 else None
+
+
+def _operations_packages_imported(path: Path) -> set[str]:
+    """The packages of ``ichord.operations`` that ``path`` imports, as a module or as a name, absolutely or
+    relatively."""
+    here = ["ichord", *path.parent.relative_to(ROOT).parts]
+    dotted: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            dotted += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = here[:len(here) - node.level + 1] if node.level else []
+            module = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            dotted += [module, *(f"{module}.{a.name}" for a in node.names)]
+    out: set[str] = set()
+    for name in dotted:
+        parts = name.split(".")
+        if parts[:2] == ["ichord", "operations"] and len(parts) > 2 and (OPERATIONS / parts[2]).is_dir():
+            out.add(parts[2])
+    return out
+
+
+def test_every_operations_package_is_a_kind_or_shared() -> None:
+    packages = {p.name for p in OPERATIONS.iterdir() if (p / "__init__.py").exists()}
+    unsorted = sorted(packages - OPERATION_KINDS - SHARED_BY_KINDS)
+    assert unsorted == [], f"name these in OPERATION_KINDS or SHARED_BY_KINDS: {unsorted}"
+
+
+@pytest.mark.parametrize("path", [p for p in _sources() if _operations_package(p) is not None],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_operation_kinds_never_import_each_other(path: Path) -> None:
+    package = _operations_package(path)
+    kinds = sorted((_operations_packages_imported(path) - {package}) & OPERATION_KINDS)
+    if package in SHARED_BY_KINDS:
+        assert kinds == [], f"{path.relative_to(ROOT)} is shared by every kind and must not import the kind {kinds}"
+    else:
+        assert kinds == [], (f"{path.relative_to(ROOT)} (kind {package}) imports the kind {kinds}: what both use "
+                             "belongs in operations/managed")

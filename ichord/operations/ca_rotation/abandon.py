@@ -26,13 +26,14 @@ from ichord.kube.nodes import uncordon
 from ichord.operations import deletion
 from ichord.operations.ca_rotation import custody
 from ichord.operations.ca_rotation.bundle_secret import remove_rotation
-from ichord.operations.ca_rotation.context import Inputs, RotationContext
 from ichord.operations.ca_rotation.lifecycle import let_go, other_rotation
-from ichord.operations.ca_rotation.managed import admin_client
 from ichord.operations.ca_rotation.passes import kubernetes_cas
 from ichord.operations.ca_rotation.plan import verify_dial
-from ichord.operations.ca_rotation.status import CA_ROTATION, log_transition
+from ichord.operations.ca_rotation.status import CA_ROTATION, ca_status, log_transition
 from ichord.operations.lock import lock_holder
+from ichord.operations.managed.clients import admin_client
+from ichord.operations.managed.context import StepContext
+from ichord.operations.managed.inputs import Inputs
 from ichord.operations.outcome import Done, Outcome
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.pki.scrub import SCRUBBER
@@ -45,26 +46,26 @@ def must_abandon(inputs: Inputs) -> bool:
     return deletion.must_abandon(CA_ROTATION, inputs.op)
 
 
-async def hold(ctx: RotationContext, inputs: Inputs, stage: Stage) -> None:
+async def hold(ctx: StepContext, inputs: Inputs, stage: Stage) -> None:
     """Past the point of no return: DeletionHeld once; the rotation goes on."""
     await deletion.hold_deletion(ctx, CA_ROTATION, inputs, stage.value,
                                  "status.machines shows which CAs each machine already signs with and trusts.")
 
 
-async def _rotation_is_ours(ctx: RotationContext, inputs: Inputs, stage: Stage | None) -> bool:
+async def _rotation_is_ours(ctx: StepContext, inputs: Inputs, stage: Stage | None) -> bool:
     rotation = inputs.rotation
     if rotation is None:
         return False
     if stage is None:  # saved by a start that died before the stage was written, if anyone's: the lock says whose
         holder = await lock_holder(ctx.kube, inputs.op_namespace, inputs.cluster_name)
         return holder in (None, inputs.uid) and await other_rotation(ctx, inputs) is None
-    nexts = {str(c.get("name")): c.get("next") for c in inputs.ca_status.get("certificates") or []}
+    nexts = {str(c.get("name")): c.get("next") for c in ca_status(inputs).get("certificates") or []}
     return all(nexts.get(t.value) == ca_fingerprint(ca) for t, ca in rotation.new.items())
 
 
-async def _uncordon_rebooting(ctx: RotationContext, inputs: Inputs, stage: Stage | None) -> str | None:
+async def _uncordon_rebooting(ctx: StepContext, inputs: Inputs, stage: Stage | None) -> str | None:
     """The control plane an etcd roll was rebooting, uncordoned if ichord cordoned it; its Node name, or None."""
-    rebooting = str(inputs.ca_status.get("etcdRebooting") or "")
+    rebooting = str(ca_status(inputs).get("etcdRebooting") or "")
     if not rebooting:
         return None
     machine = next((m for m in inputs.machines if m.name == rebooting), None)
@@ -85,7 +86,7 @@ async def _uncordon_rebooting(ctx: RotationContext, inputs: Inputs, stage: Stage
     return node
 
 
-async def abandon(ctx: RotationContext, inputs: Inputs, stage: Stage | None) -> Outcome:
+async def abandon(ctx: StepContext, inputs: Inputs, stage: Stage | None) -> Outcome:
     """Let the deleted rotation go (the steps above); any error leaves it for the next step to repeat."""
     where = stage.value if stage is not None else "its start"
     removed = False
@@ -98,7 +99,7 @@ async def abandon(ctx: RotationContext, inputs: Inputs, stage: Stage | None) -> 
         await let_go(ctx, inputs.op)
         return Done()
     node = await _uncordon_rebooting(ctx, inputs, stage)
-    targets = [str(t) for t in inputs.ca_status.get("targets") or []]
+    targets = [str(t) for t in ca_status(inputs).get("targets") or []]
     kept = f"no {names.ROTATION_KEY} of its own was left in the bundle Secret"
     done = [f"{names.ROTATION_KEY} removed from the bundle Secret" if removed else kept, "the cluster lock released"]
     if node:

@@ -10,7 +10,7 @@
    Timing.retry (SettlingAggregator) until kube-apiserver has recreated it with the new CA alone; missing is not
    settled either.
 
-Both read through the admin kubeconfig a Talos node issues (managed.py); ichord keeps no credential of its own
+Both read through the admin kubeconfig a Talos node issues (managed/clients.py); ichord keeps no credential of its own
 for the managed cluster. Extension API servers that read the CA once are restarted by their owners, never here.
 """
 
@@ -23,7 +23,7 @@ from ichord.api.names import EXTENSION_AUTH_CA_KEY, EXTENSION_AUTH_CONFIGMAP
 from ichord.failpoints import failpoint
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import Conflict, KubeError, NotFound
-from ichord.operations.ca_rotation.managed import ManagedAPIError
+from ichord.operations.managed.clients import ManagedAPIError
 from ichord.pki import pem as _pem
 from ichord.pki.scrub import SCRUBBER
 

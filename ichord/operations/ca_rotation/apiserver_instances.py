@@ -15,11 +15,8 @@ only /readyz is asked, as for a control plane with no record. Past ``ca_apiserve
 from __future__ import annotations
 
 import datetime as dt
-import ssl
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-import aiohttp
 
 from ichord.api import names
 from ichord.api.conditions import find, now_rfc3339, parse_time
@@ -27,18 +24,17 @@ from ichord.api.names import CARotationReason
 from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.operations.backbone import Mutation
-from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
-from ichord.operations.ca_rotation.status import APPLY_STEP, VERIFY_STEP, in_progress, step_since, write
+from ichord.operations.ca_rotation.status import APPLY_STEP, VERIFY_STEP, ca_status, in_progress, step_since, write
+from ichord.operations.managed.context import Obj, StepContext
+from ichord.operations.managed.inputs import Inputs
+from ichord.operations.managed.readyz import node_host, readyz
 from ichord.operations.outcome import Requeue
-from ichord.pki import pem as _pem
 from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
-from ichord.talos.client import TalosClient, split_endpoint
+from ichord.talos.client import TalosClient
 from ichord.talos.errors import TalosError
 
 FIELD = "apiServerInstances"
-#: A network timeout, not a simulated duration: never scaled.
-READYZ_TIMEOUT = 5.0
 
 
 def restarts_apiserver(targets: Iterable[Target]) -> bool:
@@ -84,7 +80,7 @@ async def container_id(talos: TalosClient, m: MachineView) -> str:
     return ""
 
 
-async def record_before_apply(ctx: RotationContext, inputs: Inputs, talos: TalosClient, m: MachineView) -> None:
+async def record_before_apply(ctx: StepContext, inputs: Inputs, talos: TalosClient, m: MachineView) -> None:
     """Written before the apply (kill-safe); an unreadable container ID is recorded as "" (only /readyz asked)."""
     try:
         current = await container_id(talos, m)
@@ -92,24 +88,6 @@ async def record_before_apply(ctx: RotationContext, inputs: Inputs, talos: Talos
         current = ""
     await write(ctx, inputs, _record(m.name, current, ctx.now()))
     failpoint("ca-rotation.apiserver.recorded")
-
-
-def node_host(address: str) -> str:
-    host, _port = split_endpoint(address)
-    return f"[{host}]" if ":" in host else host
-
-
-async def readyz(host: str, port: int, cas: Sequence[bytes]) -> str | None:
-    """None when ``https://host:port/readyz`` answers 200 to an anonymous request verified against ``cas``."""
-    tls = ssl.create_default_context(cadata="".join(b.decode() for ca in cas for b in _pem.pem_blocks(ca)))
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=READYZ_TIMEOUT)) as session, \
-                session.get(f"https://{host}:{port}/readyz", ssl=tls) as response:
-            if response.status == 200:
-                return None
-            return f"/readyz answered {response.status}"
-    except (aiohttp.ClientError, TimeoutError, ssl.SSLError, OSError) as exc:
-        return f"/readyz did not answer ({type(exc).__name__}: {SCRUBBER.exception(exc) or 'timed out'})"
 
 
 @dataclass(frozen=True)
@@ -120,12 +98,12 @@ class Awaited:
     overdue: bool
 
 
-async def awaited(ctx: RotationContext, inputs: Inputs, talos: TalosClient, m: MachineView,
+async def awaited(ctx: StepContext, inputs: Inputs, talos: TalosClient, m: MachineView,
                   cas: Sequence[bytes], *, restarted: bool = False) -> Awaited | None:
     """None once ``m``'s kube-apiserver restarted (or was given the minute) and answers /readyz.
 
     ``restarted``: the pass already saw the new container (a restart is not undone), so only /readyz is asked."""
-    inst = recorded(inputs.ca_status).get(m.name)
+    inst = recorded(ca_status(inputs)).get(m.name)
     now = ctx.now()
     # Without a record (an older controller applied it) the bound runs from when the pass's step began.
     since = inst.applied_at if inst is not None else (
@@ -151,7 +129,7 @@ async def awaited(ctx: RotationContext, inputs: Inputs, talos: TalosClient, m: M
     return Awaited(message, overdue)
 
 
-async def report(ctx: RotationContext, inputs: Inputs, message: str, machines: list[Obj]) -> Requeue:
+async def report(ctx: StepContext, inputs: Inputs, message: str, machines: list[Obj]) -> Requeue:
     """InProgress (VerifyingPass) naming the control plane awaited; written only when the message changes."""
     cond = find(inputs.status.get("conditions"), names.CA_ROTATION)
     if cond is None or (cond.get("reason"), cond.get("message")) != (CARotationReason.VERIFYING_PASS,

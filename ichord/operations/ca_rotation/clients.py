@@ -17,7 +17,7 @@ from typing import Any
 from ichord.api.names import CA_ROTATION_TEMPLATE_ANNOTATION, RESTARTED_AT_ANNOTATION
 from ichord.failpoints import failpoint
 from ichord.kube.client import KubeClient
-from ichord.operations.ca_rotation.managed import get_workload, patch_workload
+from ichord.operations.ca_rotation.managed_objects import get_workload, patch_workload
 
 NAMESPACE = "kube-system"
 

@@ -14,7 +14,9 @@ from ichord.api.names import BundleBackupStaleReason, CAClientsNotRestartedReaso
 from ichord.kube import crds
 from ichord.kube.events import ObjectRef
 from ichord.kube.status import update_status
-from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
+from ichord.operations.ca_rotation.status import ca_status
+from ichord.operations.managed.context import Obj, StepContext
+from ichord.operations.managed.inputs import Inputs
 from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
 
@@ -22,14 +24,14 @@ from ichord.pki.scrub import SCRUBBER
 MINTED_KUBECONFIG = "~/.ichord/clusters/{name}/kubeconfig"
 
 
-def export_command(ctx: RotationContext, inputs: Inputs) -> str:
+def export_command(ctx: StepContext, inputs: Inputs) -> str:
     """The export command as it works pasted: with the cluster's namespace and, when the Kubernetes CA of the API
     server ichord (and so the operator) talks to was rotated, the kubeconfig ``ichord cluster credentials`` minted:
     the operator's old one is refused from Dropping on (docs/decisions.md#self-managed-kubeconfig)."""
     name = inputs.cluster_name
     command = f"ichord cluster bundle-export {name} -n {inputs.op_namespace}"
     rotation = inputs.rotation
-    rotated = Target.KUBERNETES.value in (inputs.ca_status.get("targets") or []) or (
+    rotated = Target.KUBERNETES.value in (ca_status(inputs).get("targets") or []) or (
         rotation is not None and Target.KUBERNETES in rotation.new)
     if rotated:
         cas = [inputs.bundle.k8s.cert_pem]
@@ -40,7 +42,7 @@ def export_command(ctx: RotationContext, inputs: Inputs) -> str:
     return command
 
 
-async def _set_cluster_condition(ctx: RotationContext, inputs: Inputs, cond: Condition) -> bool:
+async def _set_cluster_condition(ctx: StepContext, inputs: Inputs, cond: Condition) -> bool:
     """Set a TalosCluster condition; True when it changed."""
     changed = False
 
@@ -58,7 +60,7 @@ async def _set_cluster_condition(ctx: RotationContext, inputs: Inputs, cond: Con
     return changed
 
 
-async def raise_backup_stale(ctx: RotationContext, inputs: Inputs) -> None:
+async def raise_backup_stale(ctx: StepContext, inputs: Inputs) -> None:
     name = inputs.cluster_name
     message = (f"the CAs of cluster {name} were rotated by operation {inputs.name}; the exported secrets bundle is "
                f"stale: run `{export_command(ctx, inputs)}`")
@@ -67,7 +69,7 @@ async def raise_backup_stale(ctx: RotationContext, inputs: Inputs) -> None:
         ctx.recorder.record(ObjectRef.of(inputs.cluster), "Warning", names.EventReason.BUNDLE_BACKUP_STALE, message)
 
 
-async def set_clients_not_restarted(ctx: RotationContext, inputs: Inputs, not_back: list[str]) -> None:
+async def set_clients_not_restarted(ctx: StepContext, inputs: Inputs, not_back: list[str]) -> None:
     if not_back:
         message = (f"after CA rotation {inputs.name} these clients were not available again within the bound: "
                    f"{', '.join(not_back)}; restart their pods if they report x509 errors")

@@ -41,9 +41,10 @@ from ichord.kube.reads import SecretData
 from ichord.operations import backbone
 from ichord.operations.bundle_source import full_bundle, parse_rotation
 from ichord.operations.ca_rotation.bundle_secret import BundleSecretError
-from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.plan import CERT_NAMES, replaced_by
-from ichord.operations.ca_rotation.status import CA_ROTATION
+from ichord.operations.ca_rotation.status import CA_ROTATION, ca_status
+from ichord.operations.managed.context import Obj, StepContext
+from ichord.operations.managed.inputs import Inputs
 from ichord.operations.outcome import Blocked
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
@@ -293,7 +294,7 @@ def restore_message(problem: str, op_namespace: str, op_uid: str, cluster: str, 
             "applied until then")
 
 
-async def restore_required(ctx: RotationContext, op: Obj, message: str) -> Blocked:
+async def restore_required(ctx: StepContext, op: Obj, message: str) -> Blocked:
     """Paused, CARotation=False/BundleRestoreRequired with ``message``; one Warning while the message stays."""
     before = OperationView.of(op).condition(names.CA_ROTATION)
     outcome = await backbone.blocked_before_read(ctx, CA_ROTATION, op, message,
@@ -305,11 +306,11 @@ async def restore_required(ctx: RotationContext, op: Obj, message: str) -> Block
     return outcome
 
 
-async def check(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Blocked | None:
+async def check(ctx: StepContext, inputs: Inputs, stage: Stage) -> Blocked | None:
     """The bundle Secret still holds the rotation's keys (else BundleRestoreRequired); the copy and the finalizer
     are in place (put back when missing)."""
     kept = await read_copy(ctx.kube, inputs.op_namespace, inputs.uid)
-    problem = bundle_problem(inputs.secret, inputs.bundle, inputs.rotation, inputs.ca_status, stage, kept)
+    problem = bundle_problem(inputs.secret, inputs.bundle, inputs.rotation, ca_status(inputs), stage, kept)
     if problem is not None:
         return await restore_required(ctx, inputs.op, restore_message(problem, inputs.op_namespace, inputs.uid,
                                                                       inputs.cluster_name, kept is not None))
@@ -329,7 +330,7 @@ async def check(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Blocked |
     return None
 
 
-async def lost(ctx: RotationContext, op: Obj, stage: Stage, missing: bool) -> Blocked:
+async def lost(ctx: StepContext, op: Obj, stage: Stage, missing: bool) -> Blocked:
     """The step could not read the bundle (``missing``: gone; else not a usable bundle) while the rotation is under
     way. The bundle reader's own advice (create it from secrets.yaml) would lose the new keys: never repeated."""
     view = OperationView.of(op)

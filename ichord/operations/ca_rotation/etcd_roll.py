@@ -8,7 +8,7 @@ the backbone's roll (``ichord.operations.roll``). This module binds the roll to 
     marker      status.caRotation.etcdRebooting / etcdRebootBootID / etcdRestartedAt / etcdRestarted
                 (roll_store's default fields); etcdRestarted is emptied on every stage change
     gate        before each reboot and (as the verifier) once the node is back: etcd whole on every
-                control plane (etcd_health), the node's etcd PKI the stage's (etcd_pki), every Node Ready
+                control plane (managed.etcd_health), the node's etcd PKI the stage's (etcd_pki), every Node Ready
     hook        a leader forfeits etcd leadership before its Reboot call (best effort)
     outcome     InProgress RebootingEtcd while a node reboots; Event EtcdMemberRebooted per node; a
                 closed gate waits within ca_pass_wait_bound, a fault (alarm, foreign member, wrong
@@ -36,21 +36,24 @@ from ichord.kube import crds
 from ichord.kube import nodes as kube_nodes
 from ichord.kube.client import KubeClient
 from ichord.kube.nodes import NodeView
-from ichord.operations.ca_rotation.context import Inputs, RotationContext
-from ichord.operations.ca_rotation.etcd_health import Problem, etcd_problems
 from ichord.operations.ca_rotation.etcd_pki import ExpectedPKI, expected_pki, pki_problem
-from ichord.operations.ca_rotation.managed import ManagedAPIError, ManagedClients, cluster_client, not_ready_nodes
+from ichord.operations.ca_rotation.managed_objects import not_ready_nodes
 from ichord.operations.ca_rotation.passes import kubernetes_cas
 from ichord.operations.ca_rotation.plan import verify_dial
 from ichord.operations.ca_rotation.status import (
     VERIFY_STEP,
     blocked,
+    ca_status,
     event,
     in_progress,
     step,
     step_since,
     write,
 )
+from ichord.operations.managed.clients import ManagedAPIError, ManagedClients, cluster_client
+from ichord.operations.managed.context import StepContext
+from ichord.operations.managed.etcd_health import Problem, etcd_problems
+from ichord.operations.managed.inputs import Inputs
 from ichord.operations.outcome import Outcome, Requeue
 from ichord.operations.roll import (
     OPEN,
@@ -84,13 +87,13 @@ def rolls(targets: Iterable[Target]) -> bool:
 
 def rolling(inputs: Inputs) -> bool:
     """The pass is in its roll: the step says so, or a reboot is outstanding (the marker wins over the step)."""
-    ca = inputs.ca_status
+    ca = ca_status(inputs)
     return ca.get("step") == ROLL_STEP or bool(ca.get("etcdRebooting"))
 
 
 def rolled(inputs: Inputs) -> bool:
     """Every approved control plane was rebooted in this pass (the roll's done list, per stage)."""
-    done = set(inputs.ca_status.get("etcdRestarted") or [])
+    done = set(ca_status(inputs).get("etcdRestarted") or [])
     return bool(inputs.control_planes) and all(m.name in done for m in inputs.control_planes)
 
 
@@ -215,7 +218,7 @@ async def leaf_problems(talos: TalosClient, control_planes: Sequence[MachineView
     return out
 
 
-async def roll_step(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
+async def roll_step(ctx: StepContext, inputs: Inputs, stage: Stage) -> Outcome:
     """One step of the pass's etcd roll; when the last member is back and verified, the pass goes to verify."""
     rotation = inputs.rotation
     assert rotation is not None
@@ -246,10 +249,10 @@ async def roll_step(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outco
     return await _report(ctx, inputs, stage, out, gate)
 
 
-def _since_progress(inputs: Inputs, ctx: RotationContext) -> float:
+def _since_progress(inputs: Inputs, ctx: StepContext) -> float:
     """Seconds since the roll last moved: its step began or the last reboot was asked for, whichever is later."""
     marks = [step_since(inputs.status, ROLL_STEP)]
-    raw = inputs.ca_status.get("etcdRestartedAt")
+    raw = ca_status(inputs).get("etcdRestartedAt")
     if raw:
         with contextlib.suppress(ValueError):
             marks.append(parse_time(str(raw)))
@@ -257,7 +260,7 @@ def _since_progress(inputs: Inputs, ctx: RotationContext) -> float:
     return max(0.0, (ctx.now() - max(known)).total_seconds()) if known else 0.0
 
 
-async def _report(ctx: RotationContext, inputs: Inputs, stage: Stage, out: RollOutcome, gate: EtcdGate) -> Outcome:
+async def _report(ctx: StepContext, inputs: Inputs, stage: Stage, out: RollOutcome, gate: EtcdGate) -> Outcome:
     """The roll's outcome as the operation shows it (InProgress RebootingEtcd, Blocked, or paused)."""
     total = len(inputs.control_planes)
     if out.pause:
@@ -282,10 +285,10 @@ async def _report(ctx: RotationContext, inputs: Inputs, stage: Stage, out: RollO
     return out.outcome
 
 
-async def _show(ctx: RotationContext, inputs: Inputs, message: str) -> None:
+async def _show(ctx: StepContext, inputs: Inputs, message: str) -> None:
     cond: dict[str, Any] = next((c for c in inputs.status.get("conditions") or []
                                  if c.get("type") == names.CA_ROTATION), {})
     if (cond.get("reason"), cond.get("message")) == (CARotationReason.REBOOTING_ETCD, SCRUBBER.text(message)) \
-            and inputs.ca_status.get("step") == ROLL_STEP:
+            and ca_status(inputs).get("step") == ROLL_STEP:
         return  # nothing new to say: no write per poll
     await write(ctx, inputs, step(ROLL_STEP, ctx.now()), *in_progress(ctx, CARotationReason.REBOOTING_ETCD, message))

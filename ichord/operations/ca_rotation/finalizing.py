@@ -21,9 +21,8 @@ from ichord.api.names import CARotationReason, EventReason, Phase
 from ichord.failpoints import failpoint
 from ichord.kube.client import KubeClient
 from ichord.operations.ca_rotation import aggregator, clients, cluster_conditions, custody
-from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.lifecycle import ca_reason, let_go, lock
-from ichord.operations.ca_rotation.managed import cluster_client, not_ready_nodes
+from ichord.operations.ca_rotation.managed_objects import not_ready_nodes
 from ichord.operations.ca_rotation.plan import EXTENSION_APISERVERS_NOTE, replaced_by
 from ichord.operations.ca_rotation.status import (
     FINALIZING_AGGREGATOR,
@@ -31,6 +30,7 @@ from ichord.operations.ca_rotation.status import (
     FINALIZING_SETTLE,
     FINALIZING_VERIFY,
     blocked,
+    ca_status,
     condition,
     event,
     in_progress,
@@ -41,6 +41,9 @@ from ichord.operations.ca_rotation.status import (
     write,
 )
 from ichord.operations.ca_rotation.status import step as status_step
+from ichord.operations.managed.clients import cluster_client
+from ichord.operations.managed.context import Obj, StepContext
+from ichord.operations.managed.inputs import Inputs
 from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
@@ -58,14 +61,14 @@ _STEP_OF_REASON = {CARotationReason.AWAITING_NODES: FINALIZING_SETTLE,
 
 
 def current_step(inputs: Inputs) -> str:
-    named = str(inputs.ca_status.get("step") or "")
+    named = str(ca_status(inputs).get("step") or "")
     if named in STEPS:
         return named
     return _STEP_OF_REASON.get(ca_reason(inputs) or "", FINALIZING_VERIFY)
 
 
-async def step(ctx: RotationContext, inputs: Inputs) -> Outcome:
-    certs = inputs.ca_status.get("certificates") or []
+async def step(ctx: StepContext, inputs: Inputs) -> Outcome:
+    certs = ca_status(inputs).get("certificates") or []
     if inputs.rotation is not None or not replaced_by(inputs.bundle, certs):
         return await blocked(ctx, inputs, "the bundle Secret does not hold the new CAs although the rotation is in "
                                           "Finalizing; restore the Secret from the rotation's backup")
@@ -75,7 +78,7 @@ async def step(ctx: RotationContext, inputs: Inputs) -> Outcome:
     return await STEPS[current_step(inputs)](ctx, inputs)
 
 
-async def _verify(ctx: RotationContext, inputs: Inputs) -> Outcome:
+async def _verify(ctx: StepContext, inputs: Inputs) -> Outcome:
     """Verified once, on entry: the steps that follow only read Nodes and workloads."""
     problem = await verify_replaced(ctx, inputs)
     if isinstance(problem, Unanswered):
@@ -92,10 +95,10 @@ async def _verify(ctx: RotationContext, inputs: Inputs) -> Outcome:
 
 
 def _rotated_aggregator(inputs: Inputs) -> bool:
-    return Target.KUBERNETES_AGGREGATOR.value in (inputs.ca_status.get("targets") or [])
+    return Target.KUBERNETES_AGGREGATOR.value in (ca_status(inputs).get("targets") or [])
 
 
-async def _reset_aggregator(ctx: RotationContext, inputs: Inputs) -> Outcome:
+async def _reset_aggregator(ctx: StepContext, inputs: Inputs) -> Outcome:
     """AggregatorAuthReset (docs/decisions.md#aggregator-ca): checked every Timing.retry until the ConfigMap holds the
     new aggregator CA alone; then the Nodes settle."""
     async with _managed(ctx, inputs) as kc:
@@ -108,18 +111,18 @@ async def _reset_aggregator(ctx: RotationContext, inputs: Inputs) -> Outcome:
     return await _settle(ctx, inputs)
 
 
-async def _settle(ctx: RotationContext, inputs: Inputs) -> Outcome:
+async def _settle(ctx: StepContext, inputs: Inputs) -> Outcome:
     async with _managed(ctx, inputs) as kc:
         return await settle_nodes(ctx, inputs, kc, ca_reason(inputs), ctx.now())
 
 
-async def _restart(ctx: RotationContext, inputs: Inputs) -> Outcome:
+async def _restart(ctx: StepContext, inputs: Inputs) -> Outcome:
     async with _managed(ctx, inputs) as kc:
         return await restart_clients(ctx, inputs, kc, ctx.now())
 
 
 @contextlib.asynccontextmanager
-async def _managed(ctx: RotationContext, inputs: Inputs) -> AsyncIterator[KubeClient]:
+async def _managed(ctx: StepContext, inputs: Inputs) -> AsyncIterator[KubeClient]:
     """The managed cluster's API through a Talos-issued admin kubeconfig, from the replaced bundle."""
     talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
     try:
@@ -130,7 +133,7 @@ async def _managed(ctx: RotationContext, inputs: Inputs) -> AsyncIterator[KubeCl
         talos.close()
 
 
-STEPS: dict[str, Callable[[RotationContext, Inputs], Awaitable[Outcome]]] = {
+STEPS: dict[str, Callable[[StepContext, Inputs], Awaitable[Outcome]]] = {
     FINALIZING_VERIFY: _verify,
     FINALIZING_AGGREGATOR: _reset_aggregator,
     FINALIZING_SETTLE: _settle,
@@ -138,7 +141,7 @@ STEPS: dict[str, Callable[[RotationContext, Inputs], Awaitable[Outcome]]] = {
 }
 
 
-async def settle_nodes(ctx: RotationContext, inputs: Inputs, kc: KubeClient, reason: str | None,
+async def settle_nodes(ctx: StepContext, inputs: Inputs, kc: KubeClient, reason: str | None,
                        now: dt.datetime) -> Outcome:
     """Nodes read live and Ready continuously for caKubeletSettleDelay; a NotReady read resets it (waits, no pause)."""
     poll = ctx.timing.ca_pass_verify_delay
@@ -161,7 +164,7 @@ async def settle_nodes(ctx: RotationContext, inputs: Inputs, kc: KubeClient, rea
     return Requeue(0.0, "restarting clients")
 
 
-async def restart_clients(ctx: RotationContext, inputs: Inputs, kc: KubeClient, now: dt.datetime) -> Outcome:
+async def restart_clients(ctx: StepContext, inputs: Inputs, kc: KubeClient, now: dt.datetime) -> Outcome:
     preset = str(((inputs.cluster.get("spec") or {}).get("cni") or {}).get("preset") or "flannel")
     seq = clients.sequence(preset)
     progress = await clients.restart_step(kc, inputs.uid, seq, now_rfc3339(now))
@@ -179,7 +182,7 @@ async def restart_clients(ctx: RotationContext, inputs: Inputs, kc: KubeClient, 
     return Requeue(min(ctx.timing.ca_pass_verify_delay, bound - elapsed), "restarting clients")
 
 
-async def complete(ctx: RotationContext, inputs: Inputs, not_back: list[str]) -> Outcome:
+async def complete(ctx: StepContext, inputs: Inputs, not_back: list[str]) -> Outcome:
     preset = str(((inputs.cluster.get("spec") or {}).get("cni") or {}).get("preset") or "flannel")
     note = "" if clients.cni_restarted(preset) else (
         " The CNI is unmanaged and was not restarted: restart its pods if they report x509 errors.")
@@ -221,7 +224,7 @@ class Unanswered:
     message: str
 
 
-async def verify_replaced(ctx: RotationContext, inputs: Inputs) -> str | Unanswered | None:
+async def verify_replaced(ctx: StepContext, inputs: Inputs) -> str | Unanswered | None:
     """None when every machine answers the replaced bundle's plain dial and runs exactly its render; what is wrong
     otherwise (Unanswered when a machine did not answer at all)."""
     talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))

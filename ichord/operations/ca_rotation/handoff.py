@@ -16,9 +16,10 @@ from ichord.api import names
 from ichord.kube import crds
 from ichord.kube.errors import Conflict
 from ichord.operations import backbone
-from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.plan import handoff_token
 from ichord.operations.ca_rotation.status import Mutation
+from ichord.operations.managed.context import Obj, StepContext
+from ichord.operations.managed.inputs import Inputs
 
 
 def acknowledged(op: Obj) -> bool:
@@ -28,7 +29,7 @@ def acknowledged(op: Obj) -> bool:
     return bool(token) and value == token
 
 
-async def enter(ctx: RotationContext, inputs: Inputs, *mutations: Mutation) -> bool:
+async def enter(ctx: StepContext, inputs: Inputs, *mutations: Mutation) -> bool:
     """Drop any early acknowledgement, then write the stage on exactly that object; False on a race."""
     ops = crds.operations(ctx.kube)
     meta = inputs.op["metadata"]

@@ -10,7 +10,6 @@ from ichord.api.names import CARotationReason
 from ichord.api.views import OperationView
 from ichord.kube import crds
 from ichord.operations import backbone
-from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
 from ichord.operations.ca_rotation.plan import certificates_status, verify_dial
 from ichord.operations.ca_rotation.status import (
     APPLY_STEP,
@@ -21,12 +20,14 @@ from ichord.operations.ca_rotation.status import (
     step,
     write,
 )
+from ichord.operations.managed.context import Obj, StepContext
+from ichord.operations.managed.inputs import Inputs
 from ichord.operations.outcome import Blocked, Failed
 from ichord.pki.rotation import Rotation, Target
 from ichord.talos.dial import DialBundle
 
 
-def hand_trust(ctx: RotationContext, rotation: Rotation, current_k8s_pem: bytes) -> None:
+def hand_trust(ctx: StepContext, rotation: Rotation, current_k8s_pem: bytes) -> None:
     new = rotation.new.get(Target.KUBERNETES)
     if new is not None:
         # public parts only; the keys never leave the Secret. The current CA lets the hook tell whether
@@ -43,7 +44,7 @@ def ca_reason(inputs: Inputs) -> str | None:
     return str(cond.get("reason")) if cond else None
 
 
-def stage_mutations(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> list[Mutation]:
+def stage_mutations(ctx: StepContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> list[Mutation]:
     certs = certificates_status(inputs.bundle, rotation, stage)
 
     def m(s: Obj) -> None:
@@ -70,7 +71,7 @@ def stage_mutations(ctx: RotationContext, inputs: Inputs, rotation: Rotation, st
     return [m, step(APPLY_STEP, ctx.now())]
 
 
-async def enter(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage,
+async def enter(ctx: StepContext, inputs: Inputs, rotation: Rotation, stage: Stage,
                 extra: list[Mutation] | None = None) -> None:
     message = f"stage {stage.value}"
     await write(ctx, inputs, *stage_mutations(ctx, inputs, rotation, stage), *(extra or []),
@@ -78,7 +79,7 @@ async def enter(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage:
     log_transition(inputs, "ca-rotation stage", to=stage.value)
 
 
-async def enter_finalizing(ctx: RotationContext, inputs: Inputs, first_step: str) -> None:
+async def enter_finalizing(ctx: StepContext, inputs: Inputs, first_step: str) -> None:
     def m(s: Obj) -> None:
         ca = s.setdefault("caRotation", {})
         ca["stage"] = Stage.FINALIZING.value
@@ -94,13 +95,13 @@ async def enter_finalizing(ctx: RotationContext, inputs: Inputs, first_step: str
     log_transition(inputs, "ca-rotation stage", to=Stage.FINALIZING.value)
 
 
-async def lock(ctx: RotationContext, inputs: Inputs) -> Blocked | None:
+async def lock(ctx: StepContext, inputs: Inputs) -> Blocked | None:
     """Take or renew the cluster lock; the refusal as a Blocked outcome (status written) otherwise."""
     return await backbone.lock(ctx, CA_ROTATION, inputs, approved_control_planes=len(inputs.control_planes),
                                other_under_way=await other_rotation(ctx, inputs))
 
 
-async def other_rotation(ctx: RotationContext, inputs: Inputs) -> str | None:
+async def other_rotation(ctx: StepContext, inputs: Inputs) -> str | None:
     """Another ca-rotation of the cluster under way (from the step's scope; listed when there is none)."""
     operations = ctx.operations
     if operations is None:
@@ -110,18 +111,18 @@ async def other_rotation(ctx: RotationContext, inputs: Inputs) -> str | None:
     return backbone.other_under_way(ours, inputs.uid)
 
 
-async def ensure_finalizer(ctx: RotationContext, inputs: Inputs) -> None:
+async def ensure_finalizer(ctx: StepContext, inputs: Inputs) -> None:
     await backbone.ensure_finalizer(ctx, CA_ROTATION, inputs)
 
 
-async def let_go(ctx: RotationContext, op: Obj) -> None:
+async def let_go(ctx: StepContext, op: Obj) -> None:
     """Release the lock (only if this operation holds it) and remove the finalizer; idempotent."""
     await backbone.let_go(ctx, CA_ROTATION, op)
 
 
-async def fail(ctx: RotationContext, op: Obj, reason: str, message: str) -> Failed:
+async def fail(ctx: StepContext, op: Obj, reason: str, message: str) -> Failed:
     return await backbone.fail(ctx, CA_ROTATION, op, reason, message)
 
 
-async def blocked_without_inputs(ctx: RotationContext, op: Obj, message: str) -> Blocked:
+async def blocked_without_inputs(ctx: StepContext, op: Obj, message: str) -> Blocked:
     return await backbone.blocked_before_read(ctx, CA_ROTATION, op, message)

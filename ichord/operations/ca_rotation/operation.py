@@ -4,25 +4,16 @@ from __future__ import annotations
 
 from ichord.api.disruptions import PlannedDisruption
 from ichord.api.views import OperationView
-from ichord.operations.ca_rotation.context import RotationContext
-from ichord.operations.ca_rotation.managed import ManagedClients
 from ichord.operations.ca_rotation.stage_table import advance
 from ichord.operations.ca_rotation.status import CA_ROTATION
 from ichord.operations.disruptions import reboot_of
+from ichord.operations.managed.clients import ManagedClients
+from ichord.operations.managed.context import context_of
 from ichord.operations.outcome import Done, Failed, Outcome
 from ichord.operations.registry import Operation
 from ichord.operations.roll_store import MarkerFormatError, marker_from_status
 from ichord.operations.scope import ClusterScope
 from ichord.settings import Timing
-
-
-def context_of(scope: ClusterScope, managed: ManagedClients | None = None) -> RotationContext:
-    """The rotation's handles from the step's scope: its trust hooks, its clock, its operations list."""
-    return RotationContext(scope.kube, scope.controller_namespace, scope.recorder, scope.timing, now=scope.now,
-                           trust_hook=scope.trust.trust, trust_refusal=scope.trust.refusal,
-                           own_cluster=scope.trust.own_cluster, observe=scope.observe,
-                           operations=scope.operations, allowed_secret_namespaces=scope.allowed_secret_namespaces,
-                           managed=managed)
 
 
 def ca_rotation_operation() -> Operation:

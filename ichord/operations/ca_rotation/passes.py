@@ -31,9 +31,11 @@ from ichord.api.names import CARotationReason, ReadyReason
 from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.operations.ca_rotation import apiserver_instances, ca_view
-from ichord.operations.ca_rotation.context import Inputs, RotationContext
-from ichord.operations.ca_rotation.managed import ManagedAPIError, cluster_client, not_ready_nodes
+from ichord.operations.ca_rotation.managed_objects import not_ready_nodes
 from ichord.operations.ca_rotation.plan import apply_dial, verify_dial
+from ichord.operations.managed.clients import ManagedAPIError, cluster_client
+from ichord.operations.managed.context import StepContext
+from ichord.operations.managed.inputs import Inputs
 from ichord.pki.rotation import Rotation, Target
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.config import MachineConfig
@@ -186,7 +188,7 @@ def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return exc
 
 
-async def apply_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> PassResult:
+async def apply_pass(ctx: StepContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> PassResult:
     """Apply ``stage`` to every machine that does not run it yet (one step; failpoints around each apply).
 
     Control planes one at a time, in order (each apply restarts that node's kube-apiserver); then the workers,
@@ -266,7 +268,7 @@ async def _verify_read(talos: TalosClient, m: MachineView, targets: tuple[Target
         return {}  # the node answered (the credentials are proven); a certificate in it did not parse
 
 
-async def verify_pass(ctx: RotationContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> PassWait | Verified:
+async def verify_pass(ctx: StepContext, inputs: Inputs, rotation: Rotation, stage: Stage) -> PassWait | Verified:
     """Verified when every machine answers the stage's credentials and every Node is Ready; else what it waits for.
 
     The reads go out at once (VERIFY_CONCURRENCY); the first machine in order that does not answer is named.

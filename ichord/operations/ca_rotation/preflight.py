@@ -3,7 +3,7 @@
 
 Every approved machine answers ichord, runs exactly what ichord renders for it (no unrelated pending
 change is swept into the rotation), and every Kubernetes Node is Ready; an etcd rotation also needs
-etcd whole (etcd_health.py). A machine that is down when
+etcd whole (managed/etcd_health.py). A machine that is down when
 the old CA is dropped could never be reached again.
 """
 
@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ichord.api.views import MachineView
-from ichord.operations.ca_rotation.context import Inputs, RotationContext
-from ichord.operations.ca_rotation.etcd_health import etcd_problems
-from ichord.operations.ca_rotation.managed import ManagedAPIError, admin_client, not_ready_nodes
+from ichord.operations.ca_rotation.managed_objects import not_ready_nodes
 from ichord.operations.ca_rotation.plan import contract_refusal, spec_targets
+from ichord.operations.managed.clients import ManagedAPIError, admin_client
+from ichord.operations.managed.context import StepContext
+from ichord.operations.managed.etcd_health import etcd_problems
+from ichord.operations.managed.inputs import Inputs
 from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.config import ConfigParseError, MachineConfig
@@ -42,7 +44,7 @@ async def _machine_problem(talos: TalosClient, inputs: Inputs, m: MachineView) -
     return None
 
 
-async def preflight(ctx: RotationContext, inputs: Inputs, targets: Iterable[Target] = ()) -> list[str]:
+async def preflight(ctx: StepContext, inputs: Inputs, targets: Iterable[Target] = ()) -> list[str]:
     """The reasons the rotation may not start (empty: it may)."""
     if not inputs.machines:
         return [f"cluster {inputs.cluster_name} has no approved machine"]

@@ -41,7 +41,6 @@ from ichord.operations.ca_rotation import (
     handoff,
 )
 from ichord.operations.ca_rotation.bundle_secret import replace_bundle
-from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
 from ichord.operations.ca_rotation.lifecycle import (
     blocked_without_inputs,
     ensure_finalizer,
@@ -54,7 +53,7 @@ from ichord.operations.ca_rotation.lifecycle import (
     lock,
     stage_mutations,
 )
-from ichord.operations.ca_rotation.managed import cluster_client, root_ca_lagging
+from ichord.operations.ca_rotation.managed_objects import root_ca_lagging
 from ichord.operations.ca_rotation.passes import PassWait, apply_pass, kubernetes_cas, verify_pass
 from ichord.operations.ca_rotation.plan import (
     PlannedMachine,
@@ -75,6 +74,7 @@ from ichord.operations.ca_rotation.status import (
     GATES_STEP,
     VERIFY_STEP,
     blocked,
+    ca_status,
     event,
     in_progress,
     log_transition,
@@ -86,6 +86,9 @@ from ichord.operations.ca_rotation.status import (
 )
 from ichord.operations.etcd_snapshot import Destination, plan_entry
 from ichord.operations.etcd_snapshot import hint as snapshot_hint
+from ichord.operations.managed.clients import cluster_client
+from ichord.operations.managed.context import Obj, StepContext
+from ichord.operations.managed.inputs import Inputs, InputsError, load_inputs
 from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.pki.rotation import Rotation, Target
 
@@ -102,7 +105,7 @@ def _stage_of(op: Obj) -> Stage | None:
     return Stage.parse(text) if text else None
 
 
-async def advance(ctx: RotationContext, op: Obj) -> Outcome:
+async def advance(ctx: StepContext, op: Obj) -> Outcome:
     """One step of the ca-rotation ``op`` (a TalosOperation as read)."""
     if OperationView.of(op).kind != names.KIND_CA_ROTATION:
         return Done()
@@ -111,7 +114,7 @@ async def advance(ctx: RotationContext, op: Obj) -> Outcome:
     return await _advance(ctx, op)
 
 
-async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
+async def _advance(ctx: StepContext, op: Obj) -> Outcome:
     status = op.get("status") or {}
     if status.get("phase") in (Phase.COMPLETED, Phase.FAILED):
         await custody.release(ctx.kube, op)  # done before Completed; again here after a kill between the two
@@ -151,7 +154,7 @@ async def _advance(ctx: RotationContext, op: Obj) -> Outcome:
 # ---- start --------------------------------------------------------------------------------
 
 
-async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
+async def _start(ctx: StepContext, inputs: Inputs) -> Outcome:
     targets = spec_targets(inputs.op)
     start = started(ctx, inputs.op)  # the spec planned from here is the accepted intent, whatever changes later
     refusal_of_contract = contract_refusal(targets, inputs.cluster_inputs.contract)
@@ -198,7 +201,7 @@ async def _start(ctx: RotationContext, inputs: Inputs) -> Outcome:
     return Requeue(0.0, "stage Accepting")
 
 
-async def _held_by_spec(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
+async def _held_by_spec(ctx: StepContext, inputs: Inputs, stage: Stage) -> Outcome:
     """spec.paused set after the start: hold at this step boundary, keep the lock and the trust pool fed.
 
     Nothing is applied or replaced while it holds; the stage stays, so unpausing resumes exactly here
@@ -216,9 +219,9 @@ async def _held_by_spec(ctx: RotationContext, inputs: Inputs, stage: Stage) -> O
 # ---- passes -------------------------------------------------------------------------------
 
 
-async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
+async def _pass(ctx: StepContext, inputs: Inputs, stage: Stage) -> Outcome:
     rotation = inputs.rotation
-    certs = inputs.ca_status.get("certificates") or []
+    certs = ca_status(inputs).get("certificates") or []
     if rotation is None:
         if stage is Stage.DROPPING and replaced_by(inputs.bundle, certs):
             # The Secret was replaced but the process died before status learned it (docs/decisions.md#rotation-state).
@@ -259,7 +262,7 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
         # may have set to verify meanwhile.
         await write(ctx, inputs, step(etcd_roll.ROLL_STEP, ctx.now()))
         return Requeue(0.0, f"etcd roll of {stage.value}")
-    if inputs.ca_status.get("step") != GATES_STEP:
+    if ca_status(inputs).get("step") != GATES_STEP:
         verified = await verify_pass(ctx, inputs, rotation, stage)
         if isinstance(verified, PassWait):
             return await wait_within_bound(ctx, inputs, verified.reason, verified.message, machines=result.machines)
@@ -273,7 +276,7 @@ async def _pass(ctx: RotationContext, inputs: Inputs, stage: Stage) -> Outcome:
     return await _replace(ctx, inputs, rotation)
 
 
-async def _after_accepting(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome:
+async def _after_accepting(ctx: StepContext, inputs: Inputs, rotation: Rotation) -> Outcome:
     if Target.KUBERNETES_AGGREGATOR in rotation.targets:
         waiting = await _aggregator_gate(ctx, inputs, rotation)
         if waiting is not None:
@@ -297,7 +300,7 @@ async def _after_accepting(ctx: RotationContext, inputs: Inputs, rotation: Rotat
     return Requeue(ctx.timing.retry, "awaiting credentials")
 
 
-async def _aggregator_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome | None:
+async def _aggregator_gate(ctx: StepContext, inputs: Inputs, rotation: Rotation) -> Outcome | None:
     """extension-apiserver-authentication holds the new front-proxy CA, then ClientSettleDelay
     (docs/decisions.md#aggregator-ca)."""
     new_agg = rotation.new[Target.KUBERNETES_AGGREGATOR]
@@ -328,7 +331,7 @@ async def _aggregator_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotat
     return None
 
 
-async def _await_credentials(ctx: RotationContext, inputs: Inputs, _stage: Stage) -> Outcome:
+async def _await_credentials(ctx: StepContext, inputs: Inputs, _stage: Stage) -> Outcome:
     rotation = inputs.rotation
     if rotation is None:
         return await blocked(ctx, inputs, f"the bundle Secret holds no {names.ROTATION_KEY} in AwaitingCredentials")
@@ -345,7 +348,7 @@ async def _await_credentials(ctx: RotationContext, inputs: Inputs, _stage: Stage
     return Requeue(ctx.timing.retry, "awaiting credentials")
 
 
-async def _issuing_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome:
+async def _issuing_gate(ctx: StepContext, inputs: Inputs, rotation: Rotation) -> Outcome:
     """kube-root-ca.crt holds the new Kubernetes CA everywhere, then caClientSettleDelay
     (docs/decisions.md#rotation-state)."""
     new_k8s = rotation.new.get(Target.KUBERNETES)
@@ -378,7 +381,7 @@ async def _issuing_gate(ctx: RotationContext, inputs: Inputs, rotation: Rotation
     return Requeue(0.0, "stage Dropping")
 
 
-async def _replace(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> Outcome:
+async def _replace(ctx: StepContext, inputs: Inputs, rotation: Rotation) -> Outcome:
     """Dropping verified: the one Secret update, then Finalizing."""
     event(ctx, inputs, "Normal", EventReason.STAGE_VERIFIED, "Dropping verified on every machine")
     failpoint("ca-rotation.replace.before")
@@ -390,16 +393,16 @@ async def _replace(ctx: RotationContext, inputs: Inputs, rotation: Rotation) -> 
     return Requeue(0.0, "stage Finalizing")
 
 
-async def _finalizing(ctx: RotationContext, inputs: Inputs, _stage: Stage) -> Outcome:
+async def _finalizing(ctx: StepContext, inputs: Inputs, _stage: Stage) -> Outcome:
     return await finalizing.step(ctx, inputs)
 
 
-async def _done(ctx: RotationContext, inputs: Inputs, _stage: Stage) -> Outcome:
+async def _done(ctx: StepContext, inputs: Inputs, _stage: Stage) -> Outcome:
     return await finalizing.complete(ctx, inputs, [])  # Done written, Completed not yet
 
 
 #: The stage table: what one step does in each stage (the order and the per-target stages are in ``plan``).
-STAGES: dict[Stage, Callable[[RotationContext, Inputs, Stage], Awaitable[Outcome]]] = {
+STAGES: dict[Stage, Callable[[StepContext, Inputs, Stage], Awaitable[Outcome]]] = {
     Stage.ACCEPTING: _pass,
     Stage.AWAITING_CREDENTIALS: _await_credentials,
     Stage.ISSUING: _pass,

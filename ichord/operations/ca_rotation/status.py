@@ -16,7 +16,8 @@ from ichord.api import names, operation_kinds
 from ichord.api.conditions import Condition, find, now_rfc3339, set_operation_phase
 from ichord.operations import backbone, intent
 from ichord.operations.backbone import Mutation, OperationKind
-from ichord.operations.ca_rotation.context import Inputs, Obj, RotationContext
+from ichord.operations.managed.context import Obj, StepContext
+from ichord.operations.managed.inputs import Inputs
 from ichord.operations.outcome import Blocked, Requeue
 from ichord.pki.scrub import SCRUBBER
 
@@ -36,11 +37,16 @@ FINALIZING_SETTLE = "settle-nodes"
 FINALIZING_RESTART = "restart-clients"
 
 __all__ = ["APPLY_STEP", "CA_ROTATION", "FINALIZING_AGGREGATOR", "FINALIZING_RESTART", "FINALIZING_SETTLE",
-           "FINALIZING_VERIFY", "GATES_STEP", "VERIFY_STEP", "Mutation", "blocked", "condition", "event", "in_progress",
-           "log_transition", "phase",
+           "FINALIZING_VERIFY", "GATES_STEP", "VERIFY_STEP", "Mutation", "blocked", "ca_status", "condition", "event",
+           "in_progress", "log_transition", "phase",
            "set_ca_condition", "since_transition", "started", "step", "step_since", "wait_within_bound", "write"]
 
 phase = backbone.phase
+
+
+def ca_status(inputs: Inputs) -> Obj:
+    """The operation's ``status.caRotation`` as the step read it (a copy)."""
+    return dict(inputs.status.get("caRotation") or {})
 
 
 def set_ca_condition(status: Obj, cond: Condition, now: dt.datetime, *, timed: bool = False) -> None:
@@ -52,19 +58,19 @@ def since_transition(op_status: Obj, reason: str, now: dt.datetime) -> float | N
     return backbone.since_transition(CA_ROTATION, op_status, reason, now)
 
 
-async def write(ctx: RotationContext, inputs: Inputs, *mutations: Mutation) -> Obj:
+async def write(ctx: StepContext, inputs: Inputs, *mutations: Mutation) -> Obj:
     return await backbone.write(ctx, inputs, *mutations)
 
 
-def condition(ctx: RotationContext, status_value: str, reason: str, message: str, *, timed: bool = False) -> Mutation:
+def condition(ctx: StepContext, status_value: str, reason: str, message: str, *, timed: bool = False) -> Mutation:
     return backbone.condition(ctx, CA_ROTATION, status_value, reason, message, timed=timed)
 
 
-def in_progress(ctx: RotationContext, reason: str, message: str, *, timed: bool = False) -> list[Mutation]:
+def in_progress(ctx: StepContext, reason: str, message: str, *, timed: bool = False) -> list[Mutation]:
     return backbone.in_progress(ctx, CA_ROTATION, reason, message, timed=timed)
 
 
-def started(ctx: RotationContext, op: Obj) -> list[Mutation]:
+def started(ctx: StepContext, op: Obj) -> list[Mutation]:
     """Out of Pending: when, and the spec it was started from (the accepted intent, operations/intent.py), in one
     write with the phase, so the chart's admission policy (which reads the phase) and ichord (which runs on the
     accepted spec) fix the intent at the same moment."""
@@ -87,7 +93,7 @@ def log_transition(inputs: Inputs, what: str, **fields: Any) -> None:
     backbone.log_transition(CA_ROTATION, inputs, what, **fields)
 
 
-async def blocked(ctx: RotationContext, inputs: Inputs, message: str, *,
+async def blocked(ctx: StepContext, inputs: Inputs, message: str, *,
                   reason: str = names.CARotationReason.BLOCKED, machines: list[Obj] | None = None) -> Blocked:
     """Paused, CARotation=False/Blocked naming the cause; retried every Timing.retry
     (docs/decisions.md#rotation-state)."""
@@ -103,7 +109,7 @@ def step_since(op_status: Obj, name: str) -> dt.datetime | None:
     return backbone.step_since(op_status, name, section="caRotation")
 
 
-async def wait_within_bound(ctx: RotationContext, inputs: Inputs, reason: str, message: str, *,
+async def wait_within_bound(ctx: StepContext, inputs: Inputs, reason: str, message: str, *,
                             machines: list[Obj] | None = None, step_name: str = VERIFY_STEP) -> Blocked | Requeue:
     """A normal wait of a pass (machines answering again, Nodes Ready): InProgress naming what it waits for,
     no Warning; past ``ca_pass_wait_bound`` (timed from ``step_name``'s persisted start: a pass's verify step,

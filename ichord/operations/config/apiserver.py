@@ -14,7 +14,7 @@ check.
 The marker lives in ``status.apiServerRestart`` {machine, containerID, appliedAt, done}. Ready means the
 kube-apiserver static pod Ready (Talos StaticPodStatus) and the node's own ``/readyz`` on
 ``localAPIServerPort`` answering 200, verified against the cluster's Kubernetes CA (the same probe as the
-ca-rotation's, apiserver_instances.readyz).
+ca-rotation's: managed/readyz.py).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.kube import crds
 from ichord.kube.status import update_status
-from ichord.operations.ca_rotation.apiserver_instances import node_host, readyz
 from ichord.operations.config import checks
 from ichord.operations.config.world import World
+from ichord.operations.managed.readyz import node_host, readyz
 from ichord.operations.outcome import Blocked, Requeue
 from ichord.operations.roll_store import format_time, parse_time
 from ichord.pki.scrub import SCRUBBER

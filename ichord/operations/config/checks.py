@@ -6,7 +6,7 @@
 - not held by the ``upgrade-hold`` annotation;
 - the dry run of the rendered configuration is accepted;
 - etcd, for a control plane, before and after its reboot: whole, by the etcd CA roll's own check
-  (ca_rotation.etcd_health; a reboot takes one member down; with another missing, quorum would be lost).
+  (managed.etcd_health; a reboot takes one member down; with another missing, quorum would be lost).
 - after the reboot: the new boot runs the rendered configuration (else the machine fails for good).
 """
 
@@ -18,7 +18,7 @@ from ichord.api.views import MachineView
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import KubeError
 from ichord.kube.reads import node_ready, read_node
-from ichord.operations.ca_rotation.etcd_health import etcd_problems
+from ichord.operations.managed.etcd_health import etcd_problems
 from ichord.operations.roll_state import OPEN, GateResult, closed, failed
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.config import ConfigParseError, MachineConfig
@@ -62,7 +62,7 @@ async def dry_run(talos: TalosClient, endpoint: str, rendered: MachineConfig, ma
 
 
 async def etcd_whole(talos: TalosClient, control_planes: Sequence[MachineView]) -> GateResult:
-    """etcd whole on every approved control plane, as the etcd CA roll asks it (ca_rotation.etcd_health): the
+    """etcd whole on every approved control plane, as the etcd CA roll asks it (managed.etcd_health): the
     service running and healthy, a leader, one member per control plane, no alarm, kube-apiserver ready.
     The problems that waiting will not clear (an alarm, a foreign or missing member) are named first."""
     problems = await etcd_problems(talos, control_planes)

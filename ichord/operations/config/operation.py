@@ -42,9 +42,6 @@ from ichord.kube import crds
 from ichord.kube.errors import KubeError
 from ichord.operations import backbone, etcd_snapshot, guard, intent
 from ichord.operations.backbone import OperationKind
-from ichord.operations.ca_rotation.context import Inputs, InputsError, Obj, RotationContext, load_inputs
-from ichord.operations.ca_rotation.managed import ManagedAPIError, ManagedClients
-from ichord.operations.ca_rotation.operation import context_of
 from ichord.operations.config import workers
 from ichord.operations.config.apiserver import SECTION as RESTART_SECTION
 from ichord.operations.config.apiserver import RestartMarker, advance_restart
@@ -64,6 +61,9 @@ from ichord.operations.config.reboot import advance_reboot
 from ichord.operations.config.release import release_cordons
 from ichord.operations.config.world import ROLL_FIELDS, NodeNameUnknown, World
 from ichord.operations.disruptions import reboot_of, restart_of
+from ichord.operations.managed.clients import ManagedAPIError, ManagedClients
+from ichord.operations.managed.context import Obj, StepContext, context_of
+from ichord.operations.managed.inputs import Inputs, InputsError, load_inputs
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, soonest
 from ichord.operations.registry import Operation
 from ichord.operations.roll import RollReason
@@ -169,7 +169,7 @@ async def advance_in_scope(scope: ClusterScope, op: OperationView, clients: Mana
     return await _rolling(ctx, inputs, objects, clients, scope.key)
 
 
-async def _start(ctx: RotationContext, scope: ClusterScope, op: OperationView, inputs: Inputs,
+async def _start(ctx: StepContext, scope: ClusterScope, op: OperationView, inputs: Inputs,
                  objects: dict[str, Obj]) -> Outcome:
     planned = plan_machines([Candidate.of(o) for o in objects.values()], own_node())
     refused = refusal(planned, scope.operations, inputs.uid)
@@ -252,13 +252,13 @@ def _current(planned: list[PlannedMachine], status: Obj) -> PlannedMachine | Non
     return next((p for p in planned if p.name not in done), None)
 
 
-def _issuer(ctx: RotationContext, inputs: Inputs) -> tuple[TalosClient, list[MachineView], list[bytes]]:
+def _issuer(ctx: StepContext, inputs: Inputs) -> tuple[TalosClient, list[MachineView], list[bytes]]:
     """Who issues the admin kubeconfig (the control planes, through Talos) and the Kubernetes CA it is verified by."""
     return ctx.talos_factory(DialBundle.from_bundle(inputs.bundle)), inputs.control_planes, \
         [inputs.bundle.k8s.cert_pem]
 
 
-async def _rolling(ctx: RotationContext, inputs: Inputs, objects: dict[str, Obj], clients: ManagedClients,
+async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], clients: ManagedClients,
                    key: str) -> Outcome:
     planned = planned_from_status(inputs.status)
     current = _current(planned, inputs.status)
@@ -305,7 +305,7 @@ async def _rolling(ctx: RotationContext, inputs: Inputs, objects: dict[str, Obj]
         talos.close()
 
 
-async def _workers(ctx: RotationContext, inputs: Inputs, world: World, planned: list[PlannedMachine]) -> Outcome:
+async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list[PlannedMachine]) -> Outcome:
     """One step of every worker under way, then take new ones up to maxUnavailable as resolved this step."""
     objects = crds.operations(ctx.kube)
     for taken in workers.to_start(planned, inputs.status, inputs.worker_bound.at_once):
@@ -346,7 +346,7 @@ async def _workers(ctx: RotationContext, inputs: Inputs, world: World, planned: 
     return soonest(*outcomes) if outcomes else Requeue(0.0, "workers")
 
 
-async def _machine_condition(ctx: RotationContext, inputs: Inputs, pm: PlannedMachine, reason: str, message: str,
+async def _machine_condition(ctx: StepContext, inputs: Inputs, pm: PlannedMachine, reason: str, message: str,
                              *, pause: bool = False, done: bool = False) -> None:
     """ConfigRollout on the machine (written only when it changes); a report, so a failure is only logged."""
     machine_status = next((m.status for m in inputs.machines if m.name == pm.name), {})
@@ -365,7 +365,7 @@ async def _machine_condition(ctx: RotationContext, inputs: Inputs, pm: PlannedMa
         log.warning("cannot write ConfigRollout on the machine", machine=pm.name, error=SCRUBBER.exception(exc))
 
 
-async def _operation_status(ctx: RotationContext, inputs: Inputs, reason: str, message: str,
+async def _operation_status(ctx: StepContext, inputs: Inputs, reason: str, message: str,
                             machines: list[Obj]) -> None:
     cond = find(inputs.status.get("conditions"), names.CONFIG_ROLLOUT)
     text = SCRUBBER.text(message)
@@ -375,7 +375,7 @@ async def _operation_status(ctx: RotationContext, inputs: Inputs, reason: str, m
                              lambda s: s.__setitem__("machines", machines))
 
 
-async def _report(ctx: RotationContext, inputs: Inputs, pms: list[PlannedMachine], outcome: Outcome, reason: str,
+async def _report(ctx: StepContext, inputs: Inputs, pms: list[PlannedMachine], outcome: Outcome, reason: str,
                   message: str, *, pause: bool = False, done: bool = False) -> Outcome:
     """The step's outcome on the operation and on the machine(s)."""
     for pm in pms:
@@ -388,7 +388,7 @@ async def _report(ctx: RotationContext, inputs: Inputs, pms: list[PlannedMachine
     return outcome
 
 
-async def _complete(ctx: RotationContext, inputs: Inputs, planned: list[PlannedMachine]) -> Outcome:
+async def _complete(ctx: StepContext, inputs: Inputs, planned: list[PlannedMachine]) -> Outcome:
     message = f"rolled out on {len(planned)} machine(s): {', '.join(p.name for p in planned)}"
     stamp = now_rfc3339(ctx.now())
 

@@ -16,15 +16,16 @@ from ichord.errors import IchordError
 from ichord.kube import nodes as kube_nodes
 from ichord.kube.reads import list_nodes
 from ichord.operations import backbone
-from ichord.operations.ca_rotation.context import Inputs, RotationContext
-from ichord.operations.ca_rotation.managed import admin_client
+from ichord.operations.managed.clients import admin_client
+from ichord.operations.managed.context import StepContext
+from ichord.operations.managed.inputs import Inputs
 from ichord.pki.scrub import SCRUBBER
 from ichord.talos.dial import DialBundle
 
 log = structlog.get_logger(__name__)
 
 
-async def release_cordons(ctx: RotationContext, inputs: Inputs) -> list[str]:
+async def release_cordons(ctx: StepContext, inputs: Inputs) -> list[str]:
     """Uncordon every Node ichord cordoned in the cluster; the Nodes released. Best effort: a failure is an Event."""
     released: list[str] = []
     talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))

@@ -14,7 +14,8 @@ from ichord.api.views import MachineView
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import KubeError
 from ichord.kube.reads import list_nodes
-from ichord.operations.ca_rotation.context import Inputs, RotationContext
+from ichord.operations.managed.context import StepContext
+from ichord.operations.managed.inputs import Inputs
 from ichord.operations.roll_state import RollTarget
 from ichord.operations.roll_store import MarkerFields
 from ichord.render.config import MachineConfig
@@ -36,7 +37,7 @@ class NodeNameUnknown(Exception):
 
 @dataclass
 class World:
-    ctx: RotationContext
+    ctx: StepContext
     inputs: Inputs
     talos: TalosClient
     managed: KubeClient

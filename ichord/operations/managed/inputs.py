@@ -1,4 +1,5 @@
-"""What one step of a ca-rotation works with: the shared handles, and the inputs read fresh every step.
+"""What one step of any operation kind reads fresh: its TalosCluster, the approved TalosMachines and the bundle
+Secret (with rotation.yaml when a rotation has written one).
 
 Nothing here is kept between steps: every step reads the operation, the cluster, the machines and
 the bundle Secret uncached (docs/decisions.md#rotation-state: a controller killed anywhere resumes from what it reads).
@@ -6,72 +7,22 @@ the bundle Secret uncached (docs/decisions.md#rotation-state: a controller kille
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ichord.api import names
 from ichord.api.max_unavailable import MaxUnavailableError, WorkerBound, resolve
 from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView
 from ichord.errors import IchordError
 from ichord.kube import crds
-from ichord.kube.client import KubeClient
 from ichord.kube.errors import KubeError
-from ichord.kube.events import EventRecorder
 from ichord.kube.reads import SecretData
 from ichord.operations.bundle_source import BundleSourceError, read_cluster_bundle
-from ichord.operations.ca_rotation.managed import ManagedClients
+from ichord.operations.managed.context import Obj, StepContext
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.rotation import Rotation
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.errors import RenderError
 from ichord.render.inputs import ClusterInputs
-from ichord.settings import Timing
-from ichord.talos.client import TalosClient
-from ichord.talos.dial import DialBundle
-
-Obj = dict[str, Any]
-Clock = Callable[[], dt.datetime]
-
-
-def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-def _no_trust_hook(_new_ca_pem: bytes, _current_ca_pem: bytes) -> None:
-    """The trust pool (a later issue) replaces this; the seam is called on every pass that reads rotation.yaml."""
-
-
-def _talos_client(dial: DialBundle) -> TalosClient:
-    return TalosClient(dial, dial_timeout=10.0, rpc_timeout=60.0)
-
-
-@dataclass
-class RotationContext:
-    kube: KubeClient  # the management API: operations, clusters, machines, the bundle Secret, the lock
-    namespace: str  # the controller namespace (the bundle Secret and the lock live in the cluster's namespace)
-    recorder: EventRecorder
-    timing: Timing
-    now: Clock = _utcnow
-    #: Called with the new and the current Kubernetes CA certificates (public parts only) on every pass that
-    #: reads rotation.yaml.
-    trust_hook: Callable[[bytes, bytes], None] = _no_trust_hook
-    talos_factory: Callable[[DialBundle], TalosClient] = field(default=_talos_client)
-    #: Asked with the current Kubernetes CA before a rotation of it starts: why ichord cannot safely rotate it
-    #: (its own client would be locked out at Issuing), or None. The trust pool fills it.
-    trust_refusal: Callable[[bytes], str | None] = lambda _current_ca_pem: None
-    #: Whether a Kubernetes CA is the one of the API server ichord talks to (TrustHooks.own_cluster).
-    own_cluster: Callable[[bytes], bool] = lambda _ca_pem: False
-    #: Told of every write of the operation (the step's scope keeps its copy current for the phases after it).
-    observe: Callable[[Obj], None] = lambda _obj: None
-    #: The cluster's operations as the step's scope listed them (None: list them, e.g. a test driving one step).
-    operations: list[OperationView] | None = None
-    #: Namespaces other than the cluster's own that its secretsRef may name (--allow-secret-namespace).
-    allowed_secret_namespaces: frozenset[str] = frozenset()
-    #: The managed-cluster clients the operation keeps across steps (ca_rotation_operation's), by cluster key;
-    #: None: every read asks a control plane for a fresh admin kubeconfig.
-    managed: ManagedClients | None = None
 
 
 class InputsError(IchordError):
@@ -122,19 +73,14 @@ class Inputs:
         return dict(self.op.get("status") or {})
 
     @property
-    def ca_status(self) -> Obj:
-        return dict(self.status.get("caRotation") or {})
-
-    @property
     def control_planes(self) -> list[MachineView]:
         return [m for m in self.machines if m.is_control_plane]
 
 
-async def load_inputs(ctx: RotationContext, op: Obj) -> Inputs:
+async def load_inputs(ctx: StepContext, op: Obj) -> Inputs:
     """Read the cluster, its approved machines and the bundle Secret uncached; parse the bundle and rotation.yaml.
 
-    Uncached on purpose (docs/decisions.md#rotation-state): a rotation step decides irreversible calls on what it reads
-    here.
+    Uncached on purpose (docs/decisions.md#rotation-state): a step decides irreversible calls on what it reads here.
     """
     view = OperationView.of(op)
     ns, cluster_name = view.namespace, view.cluster or ""

@@ -1,4 +1,5 @@
-"""Is etcd whole? The check before an etcd rotation starts and before and after every reboot of its roll.
+"""Is etcd whole? The check before an etcd rotation starts, and before and after every reboot of a control plane
+(the etcd roll's, a config rollout's).
 
 docs/decisions.md#etcd-reboot-roll: every control plane's etcd service Running and healthy, a leader
 seen, one member per approved control plane (no more, no fewer), no alarm, kube-apiserver ready on

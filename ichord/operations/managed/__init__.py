@@ -1,0 +1,4 @@
+"""What a step of every operation kind works with on the managed cluster (docs/architecture.md#layers): the step's
+handles and inputs, the admin clients of the managed Kubernetes API, kube-apiserver's /readyz, etcd health.
+
+It names no kind: ``ca_rotation`` and ``config`` import it and never each other."""
