@@ -11,10 +11,10 @@ of its cluster until the rollout reaches it: its classification (a round-trip pa
 by the node's bytes and the render's hash, so a rollout over a hundred waiting workers does not parse each of
 them again on every step.
 
-Only hashes and classifications are kept (no documents: a fleet of 4,000 machines would hold gigabytes), at most ``limit`` of each
-kind (the cluster's machine count; the least recently used go first), and each is given back only for content
-equal to what it was computed from: the inputs compared by value, the node's bytes by SHA-256. A changed spec,
-bundle or node configuration is a miss.
+Only hashes and classifications are kept (no documents: a fleet of 4,000 machines would hold gigabytes), at most
+``limit`` of each kind (the cluster's machine count; the least recently used go first), and each is given back only
+for content equal to what it was computed from: the inputs compared by value, the node's bytes by SHA-256. A
+changed spec, bundle or node configuration is a miss.
 """
 
 from __future__ import annotations
