@@ -155,7 +155,8 @@ class Timeline:
         marks = self.marks.get(machine, {})
         begin = self._taken(machine) if start == "taken" else marks.get(start)
         finish = marks.get(end)
-        return None if begin is None or finish is None else finish - begin
+        # Ready and "up" are marked in one listener call of the simulator, in either order: never below 0.
+        return None if begin is None or finish is None else max(0.0, finish - begin)
 
     def means(self, machines: list[str]) -> dict[str, float]:
         """Each segment's mean over ``machines`` (seconds), and taken -> done."""
