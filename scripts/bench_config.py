@@ -4,14 +4,20 @@ workers; prints JSON.
 
 For each ``--max-unavailable`` value a fresh simulated cluster (Talos nodes, its managed Kubernetes API, ichord's
 objects on a separate management API) is patched with a reboot-class change, the machine reconciler reports it,
-and one ``config`` operation rolls it out through the real cluster actor step and registry, in process. A
+and one ``config`` operation rolls it out through the daemon's own cluster actor loop (ichord.actors.actor: a step,
+then the outcome's delay or the next routed informer event, whichever is first) and registry, in process. A
 simulated reboot takes ``--reboot-time`` unscaled seconds x ``--time-scale`` (every other simulated delay and
 ichord's own Timing are scaled by the same factor).
 
-Figures per run: ``wall_s`` (operation created -> Completed), ``limit_s`` (the sum of the reboots divided by
-the parallelism: control planes one at a time, workers k at a time, the plan's last machine alone) and
-``ratio`` (wall / limit); ``reboots`` (the simulators' count, one per machine expected) and
-``most_workers_down`` (never above k).
+Figures per run: ``wall_s`` (operation created -> Completed); ``floor_s``, the rollout as
+docs/decisions.md#config-rollout defines it with nothing else in it: control planes one at a time, then the
+workers but the plan's last in rounds of maxUnavailable, then the last alone, each round one node's reboot
+(shutdown and boot) plus the settle the decision mandates (Node Ready on the new boot, a control plane back in
+etcd; the simulator reports both the moment the node is up, so that settle is 0 here); ``ratio`` (wall / floor);
+``where`` (scripts/rollout_timeline.py: the critical path's time by segment, from the simulators' own marks, and
+each segment's mean over the workers); ``steps`` (the actor's steps, time inside them) and ``requests`` (the
+management API's writes by resource, the managed API's requests by verb); ``reboots`` (the simulators' count, one
+per machine expected) and ``most_workers_down`` (never above k).
 
 Usage: .venv/bin/python scripts/bench_config.py [-W 100] [--max-unavailable 1,5,20] [--reboot-time 60]
        [--time-scale 0.01] [--smoke]
@@ -21,10 +27,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,27 +41,44 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import benchkit
 import structlog
+from rollout_timeline import Timeline
 
+from ichord.actors.actor import ClusterActor
 from ichord.actors.cluster import ClusterReconciler, Runtime
 from ichord.api import names
 from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig
 from ichord.kube.events import EventRecorder
 from ichord.operations.kinds import default_registry
-from ichord.operations.outcome import next_delay
+from ichord.operations.outcome import Outcome, Requeue
 from ichord.pki.bundle import generate_bundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
+from ichord.sim.talos.node import Timings
 from ichord.sim.talos.run import scaled
 from ichord.watchers.informer import Informer, Resource
+from ichord.watchers.routing import Router
 
 SMOKE = {"workers": 4, "max_unavailable": "1,2", "reboot_time": 20.0}
 REBOOT_PATCH = "apiVersion: v1alpha1\nkind: KernelModuleConfig\nname: br_netfilter\n"
 
 
-def limit(control_planes: int, workers: int, k: int, reboot: float) -> float:
-    """Reboots end to end: control planes one by one, workers but the last k at a time, the last one alone."""
-    return reboot * (control_planes + math.ceil(max(0, workers - 1) / k) + (1 if workers else 0))
+def floor(control_planes: int, workers: int, k: int, per_node: float) -> float:
+    """The rollout with nothing but what docs/decisions.md#config-rollout mandates: control planes one by one, the
+    workers but the plan's last k at a time, the last one alone; each round one node's reboot and settle."""
+    return per_node * (control_planes + math.ceil(max(0, workers - 1) / k) + (1 if workers else 0))
+
+
+def per_node(timings: Timings) -> float:
+    """One node's reboot as the simulator runs it (shutdown, then down until the new boot) plus the mandated settle:
+    Node Ready on the new boot and a control plane back in etcd, both at once on the simulator (sim/combined/follow.py
+    flips Ready when the node is up; its etcd member starts at boot)."""
+    return timings.reboot_shutdown + timings.reboot
+
+
+def _by(entries: Any, key: Any) -> dict[str, int]:
+    counts: Counter[str] = Counter(key(e) for e in entries)
+    return dict(sorted((k, v) for k, v in counts.items() if k))
 
 
 async def one_run(bundle: Any, workers: int, k: int, reboot_time: float, scale: float) -> dict[str, Any]:
@@ -68,47 +93,80 @@ async def one_run(bundle: Any, workers: int, k: int, reboot_time: float, scale: 
         rt = Runtime(kube, env.namespace, informers[names.TALOS_CLUSTER], informers[names.TALOS_MACHINE],
                      informers[names.TALOS_OPERATION], recorder, timing, resync=3600, registry=default_registry())
         tasks = [asyncio.create_task(inf.run()) for inf in informers.values()] + [asyncio.create_task(recorder.run())]
+        timeline = Timeline()
+        timeline.nodes = {node.nodename: name for name, node in env.talos.nodes.items()}
         try:
             for inf in informers.values():
                 await inf.wait_synced()
             reconciler = ClusterReconciler(rt, env.namespace, env.cluster_name)
             crashes: list[str] = []
+            step_time: list[float] = []
+            changed = asyncio.Event()
+
+            async def step(messages: dict[Any, str]) -> Outcome:
+                started = time.perf_counter()
+                try:
+                    return await reconciler.step(messages)
+                except Exception as exc:
+                    # As the actor's supervisor does (a step that raises is restarted after a backoff): a
+                    # management API call over its scaled timeout on a loaded machine is no end of the run.
+                    crashes.append(type(exc).__name__)
+                    print(f"step raised, retried: {exc!r}", file=sys.stderr, flush=True)
+                    return Requeue(timing.step_retry_initial, "step raised")
+                finally:
+                    step_time.append(time.perf_counter() - started)
+                    changed.set()
+
+            actor = ClusterActor(reconciler.key, step)
+
+            def tell(namespace: str, cluster: str, obj: tuple[str, str], reason: str) -> None:
+                if (namespace, cluster) == (env.namespace, env.cluster_name):
+                    actor.tell(obj, reason)
+
+            router = Router(tell)
+            router.active = True
+            informers[names.TALOS_CLUSTER].add_handler(router.on_cluster)
+            informers[names.TALOS_MACHINE].add_handler(router.on_machine)
+            informers[names.TALOS_OPERATION].add_handler(router.on_operation)
+            tasks.append(asyncio.create_task(actor.run()))
 
             async def until(pred: Any, what: str, within: float) -> None:
                 deadline = benchkit.Deadline(within, what)
-                while True:
-                    try:
-                        outcome = await reconciler.step({})
-                    except Exception as exc:
-                        # As the actor's supervisor does (a step that raises is restarted after a backoff): a
-                        # management API call over its scaled timeout on a loaded machine is no end of the run.
-                        crashes.append(type(exc).__name__)
-                        print(f"step raised, retried: {exc!r}", file=sys.stderr, flush=True)
-                        outcome = None
-                    if await pred():
-                        return
+                while not pred():
                     deadline.check()
-                    await asyncio.sleep(min(max(next_delay(outcome) or 0.01, 0.002), 0.05) if outcome else 0.05)
+                    changed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), 1.0)
 
-            async def reported() -> bool:
-                objs, _ = await crds.machines(kube).list_objects(env.namespace)
-                return sum(1 for o in objs if (o.get("status") or {}).get("rebootPaths")) == 3 + workers
+            def reported() -> bool:
+                return sum(1 for o in informers[names.TALOS_MACHINE].items()
+                           if (o.get("status") or {}).get("rebootPaths")) == 3 + workers
 
             await crds.clusters(kube).patch(env.namespace, env.cluster_name, {"spec": {"patches": [REBOOT_PATCH]}})
             await until(reported, "every machine reporting rebootPaths", 300)
             since = len(env.talos.history.events)
+            env.talos.history.listeners.append(timeline.on_talos)
+            env.kube.store.listeners.append(timeline.on_managed)
+            env.management.store.listeners.append(timeline.on_management)
+            managed_before, management_before = len(env.kube.requests.entries), len(env.management.requests.entries)
+            steps_before = len(step_time)
             t0 = time.perf_counter()
+            timeline.start = time.monotonic()
             await crds.operations(kube).create(env.namespace, {"metadata": {"name": "bench"}, "spec": {
                 "clusterRef": {"name": env.cluster_name}, "kind": "config", "maxUnavailable": k}})
 
-            async def finished() -> bool:
-                op = await crds.operations(kube).get(env.namespace, "bench")
+            def finished() -> bool:
+                op = informers[names.TALOS_OPERATION].get(env.namespace, "bench") or {}
                 # Paused is retried (a fault or a bound, e.g. a slow API under load); only the end counts
                 return (op.get("status") or {}).get("phase") in ("Completed", "Failed")
 
             await until(finished, "the rollout", 3600)
             wall = time.perf_counter() - t0
+            steps = step_time[steps_before:]
+            managed_requests = env.kube.requests.entries[managed_before:]
+            management_requests = env.management.requests.entries[management_before:]
             op = await crds.operations(kube).get(env.namespace, "bench")
+            actor.stop()
             reconciler.close()
             await rt.registry.close()
         finally:
@@ -130,12 +188,21 @@ async def one_run(bundle: Any, workers: int, k: int, reboot_time: float, scale: 
             elif e["kind"] in ("up", "boot"):
                 down.discard(e["node"])
             most = max(most, len(down))
-        lim = limit(3, workers, k, reboot_time * scale)
+        plan = [str(m["name"]) for m in ((op.get("status") or {}).get("plan") or {}).get("machines") or []]
+        worker_names = {m.name for m in env.machines if m.role == "worker"}
+        lowest = floor(3, workers, k, per_node(timings))
+        writes = [e for e in management_requests if e.verb in ("create", "update", "patch", "delete")]
         return {"max_unavailable": k, "workers": workers, "phase": op["status"]["phase"],
                 **({} if op["status"]["phase"] == "Completed" else {"message": op["status"].get("message", "")}),
-                "wall_s": round(wall, 3),
-                "limit_s": round(lim, 3), "ratio": round(wall / lim, 3), "reboots": reboots,
-                "most_workers_down": most, "steps_raised": len(crashes)}
+                "wall_s": round(wall, 3), "floor_s": round(lowest, 3), "ratio": round(wall / lowest, 3),
+                "where": {"critical_path": timeline.critical_path(plan, worker_names),
+                          "worker_means_s": timeline.means([m for m in plan if m in worker_names])},
+                "steps": {"count": len(steps), "in_steps_s": round(sum(steps), 3),
+                          "mean_ms": round(1000 * sum(steps) / len(steps), 1) if steps else 0.0},
+                "requests": {"management_writes": _by(writes, lambda e: e.resource),
+                             "management_reads": len(management_requests) - len(writes),
+                             "managed": _by(managed_requests, lambda e: e.verb)},
+                "reboots": reboots, "most_workers_down": most, "steps_raised": len(crashes)}
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -147,7 +214,7 @@ async def main(args: argparse.Namespace) -> int:
         print(json.dumps({"figure": "run", **runs[-1]}), flush=True)
     summary = {"figure": "summary", "control_planes": 3, "workers": args.workers,
                "reboot_s_scaled": args.reboot_time * args.time_scale,
-               "runs": {str(r["max_unavailable"]): {"wall_s": r["wall_s"], "limit_s": r["limit_s"],
+               "runs": {str(r["max_unavailable"]): {"wall_s": r["wall_s"], "floor_s": r["floor_s"],
                                                     "ratio": r["ratio"]} for r in runs},
                "all_completed": all(r["phase"] == "Completed" for r in runs),
                "one_reboot_each": all(r["reboots"] == 3 + args.workers for r in runs),

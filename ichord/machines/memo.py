@@ -6,10 +6,15 @@ the plain form of the node's bytes. A cluster's machines share one memo: control
 patches render, and run, the very same configuration, so a cold start renders and parses it once per cluster
 and role, and a drift resync of an unchanged machine does neither.
 
-Only hashes are kept (no documents: a fleet of 4,000 machines would hold gigabytes), at most ``limit`` of each
-kind (the cluster's machine count; the least recently used go first), and each is given back only for content
-equal to what it was computed from: the inputs compared by value, the node's bytes by SHA-256. A changed spec,
-bundle or node configuration is a miss.
+A machine whose difference is only reported (it waits for a reboot, for a ``config`` rollout) is checked every step
+of its cluster until the rollout reaches it: its classification (a round-trip parse and a diff, ~0.1 s) is kept
+by the node's bytes and the render's hash, so a rollout over a hundred waiting workers does not parse each of
+them again on every step.
+
+Only hashes and classifications are kept (no documents: a fleet of 4,000 machines would hold gigabytes), at most
+``limit`` of each kind (the cluster's machine count; the least recently used go first), and each is given back only
+for content equal to what it was computed from: the inputs compared by value, the node's bytes by SHA-256. A
+changed spec, bundle or node configuration is a miss.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CertificateAuthority
+from ichord.render.fieldmeta import Classification
 from ichord.render.inputs import ClusterInputs, MachineInputs
 
 
@@ -30,9 +36,12 @@ class ConfigMemo:
         # The bundle itself is not kept: its parsed keys and certificates would stay alive per cluster.
         self._renders: dict[MachineInputs, tuple[bytes, ClusterInputs, str]] = {}
         self._running: dict[bytes, str] = {}  # SHA-256 of a node's configuration -> hash of its plain form
+        # (SHA-256 of the node's configuration, hash of the render, contract, role) -> the difference classified.
+        self._classified: dict[tuple[bytes, str, str, str], Classification] = {}
 
     def __repr__(self) -> str:  # the entries hold cluster inputs (patches may hold credentials): never in a repr
-        return f"ConfigMemo(renders={len(self._renders)}, running={len(self._running)}, limit={self.limit})"
+        return (f"ConfigMemo(renders={len(self._renders)}, running={len(self._running)}, "
+                f"classified={len(self._classified)}, limit={self.limit})")
 
     def rendered_hash(self, bundle: SecretsBundle, cluster: ClusterInputs, machine: MachineInputs) -> str | None:
         """The hash of what these inputs render to, when they were rendered before; None otherwise."""
@@ -62,14 +71,31 @@ class ConfigMemo:
         self._running[digest] = config_hash
         _trim(self._running, self.limit)
 
+    def classification(self, running: bytes, rendered_hash: str, contract: str, role: str) -> Classification | None:
+        """How the difference from the node's ``running`` bytes to the render ``rendered_hash`` classified, when it
+        was classified before (for the same contract and role)."""
+        key = (_digest(running), rendered_hash, contract, role)
+        found = self._classified.pop(key, None)
+        if found is not None:
+            self._classified[key] = found
+        return found
+
+    def remember_classification(self, running: bytes, rendered_hash: str, contract: str, role: str,
+                                result: Classification) -> None:
+        key = (_digest(running), rendered_hash, contract, role)
+        self._classified.pop(key, None)
+        self._classified[key] = result
+        _trim(self._classified, self.limit)
+
     def bound(self, limit: int) -> None:
         """Keep at most ``limit`` entries of each kind from now on (the cluster's machine count)."""
         self.limit = max(1, limit)
         _trim(self._renders, self.limit)
         _trim(self._running, self.limit)
+        _trim(self._classified, self.limit)
 
     def __len__(self) -> int:
-        return len(self._renders) + len(self._running)
+        return len(self._renders) + len(self._running) + len(self._classified)
 
 
 def _trim(entries: dict[Any, Any], limit: int) -> None:

@@ -148,6 +148,16 @@ async def reconcile_machine(
     base = {"nodeName": node_name, "talosVersion": version.tag, "configHash": rendered_hash}
     converged = running_hash == rendered_hash  # the common case, converged, needs no more
     rendered: MachineConfig | None = None
+    contract, role = str(cluster.contract), machine.role
+    known = None if converged else memo.classification(running_bytes, rendered_hash, contract, role)
+    if known is not None:
+        # The same bytes against the same render classified before: a difference that is only reported (a reboot
+        # waiting for its rollout) is reported again without the render, the parse and the diff.
+        decided = _report_only(known, machine)
+        if decided is not None:
+            decided.fields = {**base, **decided.fields}
+            decided.requeue_after = _jittered(resync_after)
+            return decided
     if not converged:
         # A difference: render again for the comparison and the classification (both parsed fine above).
         # Equal plain forms can still hash apart (1 and 1.0): the plain comparison decides, as it always has.
@@ -169,6 +179,7 @@ async def reconcile_machine(
         msg = f"cannot read the node's configuration: {_error_message(exc)}"
         return MachineResult(_ready("False", ReadyReason.UNREACHABLE, msg), requeue_after=retry_after)
     result = classify(running, rendered, cluster.contract, machine.role)
+    memo.remember_classification(running_bytes, rendered_hash, contract, role, result)
     decided = _report_only(result, machine)
     if decided is not None:
         decided.fields = {**base, **decided.fields}

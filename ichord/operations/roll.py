@@ -33,6 +33,9 @@ State table (``roll_state.decide``; first matching row wins)::
                                                                       before_reboot_call (best effort), write
                                                                       marker, Reboot -> Requeue RebootingNode
 
+A cordon is followed in the same call by the row it leads to (the node and the gates read again): the drain
+starts without waiting for the caller's next step.
+
 Resume rules: a marker means wait, never reboot again; the same boot ID past ``reboot_retry`` clears
 it and the next step asks again (through the gates). A Reboot the node refused (it answered with an
 error status) clears the marker and uncordons (Blocked RebootFailed); a Reboot whose answer was lost
@@ -194,7 +197,16 @@ async def advance_roll(plan: Sequence[RollTarget], store: MarkerStore, talos: Ro
     target = next_target(plan, marker)
     obs = await _observe(target, marker, talos, nodes, gates, verifiers)
     decision = decide(plan, marker, obs, clock(), timing)
-    return await _act(decision, marker, store, talos, nodes, hooks, timing, clock)
+    rolled = await _act(decision, marker, store, talos, nodes, hooks, timing, clock)
+    if decision.action is Action.CORDON and rolled.reason is RollReason.CORDONED and isinstance(rolled.outcome,
+                                                                                               Requeue):
+        # Cordoned just now: the drain need not wait for another step of the cluster (a step of a hundred machines
+        # lasts seconds). The node and the gates are read again first, exactly as the next step would, so what a
+        # kill between the two would decide is what is decided here.
+        obs = await _observe(target, marker, talos, nodes, gates, verifiers)
+        rolled = await _act(decide(plan, marker, obs, clock(), timing), marker, store, talos, nodes, hooks, timing,
+                            clock)
+    return rolled
 
 
 async def restart_clock(store: MarkerStore, clock: Callable[[], datetime] = _utcnow) -> bool:

@@ -196,6 +196,54 @@ async def test_a_memo_spares_the_unchanged_and_never_hides_a_change(
         assert (await step(changed))[0] == "Converged"
 
 
+async def test_a_machine_waiting_for_its_reboot_is_not_parsed_again_every_step(
+        env: SimEnvironment, bundle: SecretsBundle, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reboot-class difference is only reported until a config rollout reaches the machine, and the cluster's
+    every step checks it meanwhile: the same node bytes against the same render are not rendered, parsed and
+    diffed again; a change on either side (the render's patch, the node's configuration) is classified afresh."""
+    from ichord.machines import reconciler
+    from ichord.machines.memo import ConfigMemo
+    from ichord.render.config import MachineConfig
+
+    calls = {"render": 0, "parse": 0}
+    real_render, real_parse = reconciler.render, MachineConfig.parse
+
+    def counting_render(*args: Any, **kwargs: Any) -> Any:
+        calls["render"] += 1
+        return real_render(*args, **kwargs)
+
+    def counting_parse(data: str | bytes) -> Any:
+        calls["parse"] += 1
+        return real_parse(data)
+
+    monkeypatch.setattr(reconciler, "render", counting_render)
+    monkeypatch.setattr(reconciler.MachineConfig, "parse", staticmethod(counting_parse))
+    name = next(m.name for m in env.machines if m.role == "worker")
+    spec = {"clusterRef": {"name": env.cluster_name}, "role": "worker", "address": env.endpoints[name],
+            "approved": True}
+    machine = MachineView.of({"metadata": {"namespace": env.namespace, "name": name}, "spec": spec})
+    waiting = replace(env.cluster_inputs(), patches=(REBOOT,))
+    other = replace(env.cluster_inputs(), patches=(REBOOT, "apiVersion: v1alpha1\nkind: KernelModuleConfig\n"
+                                                            "name: nf_conntrack\n"))
+    memo = ConfigMemo()
+    boots, applies = env.node(name).boots, len(env.applies(name))
+    async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=1, rpc_timeout=5) as talos:
+        async def step(cluster: Any) -> tuple[str, tuple[str, ...], int]:
+            before = dict(calls)
+            result = await reconcile_machine(talos, bundle, cluster, machine, rotation_in_progress=False,
+                                             retry_after=30.0, resync_after=300.0, memo=memo)
+            return (result.ready.reason, tuple(result.fields.get("rebootPaths") or ()),
+                    calls["parse"] - before["parse"])
+
+        first = await step(waiting)
+        assert first[0] == "RebootRequired" and first[1] and first[2] == 1
+        assert await step(waiting) == (*first[:2], 0)  # the same difference: reported again, nothing parsed
+        assert calls["render"] == 2  # the render is hashed once (the memo), then again only for the first diff
+        changed = await step(other)  # the render changed: classified afresh, the new document named
+        assert changed[0] == "RebootRequired" and changed[2] == 1 and len(changed[1]) > len(first[1])
+    assert (env.node(name).boots, len(env.applies(name))) == (boots, applies)  # only reported, never applied
+
+
 NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
 
 

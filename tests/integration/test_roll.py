@@ -114,6 +114,32 @@ async def test_a_roll_reboots_every_control_plane_once_in_order_cordoned_and_unc
     assert (await roll.step()).finished and reboots(env)["demo-cp-1"] == 1
 
 
+async def test_the_step_that_cordons_drains_and_asks_for_the_reboot_after_reading_again(
+        env: SimEnvironment, kc: KubeClient, roll: Roll) -> None:
+    """A cordon does not end the step: the node and the gates are read again (as a next step would) and the
+    drain and the reboot follow at once; a gate that closes in between still holds the node, cordoned."""
+    asked: list[str] = []
+    close_at = [2]  # the gate closes on its second reading only
+
+    async def gate(target: RollTarget) -> GateResult:
+        asked.append(target.machine)
+        return closed("etcd lost its leader") if len(asked) in close_at else OPEN
+
+    roll.gates = [gate]
+    out = await roll.step()
+    assert (out.reason, out.machine) == (RollReason.GATE_CLOSED, "demo-cp-1")  # the second reading closed
+    assert asked == ["demo-cp-1", "demo-cp-1"] and requested(env, "demo-cp-1") == []
+    assert (await read_node_view(kc, env.node("demo-cp-1").nodename)).cordoned_by_ichord  # kept, as the table says
+    out = await roll.step()  # open again: cordoned already, so the reboot is asked at once
+    assert (out.reason, out.machine) == (RollReason.REBOOTING, "demo-cp-1") and len(requested(env, "demo-cp-1")) == 1
+    out = await roll.until(lambda o: o.reason is RollReason.NODE_REBOOTED)
+    asked.clear()
+    close_at.clear()
+    out = await roll.step()  # the next control plane: cordoned and asked to reboot in one step
+    assert (out.reason, out.machine) == (RollReason.REBOOTING, "demo-cp-2") and len(requested(env, "demo-cp-2")) == 1
+    assert asked == ["demo-cp-2", "demo-cp-2"]
+
+
 async def test_a_closed_gate_blocks_before_anything_is_touched_then_the_roll_goes_on(
         env: SimEnvironment, kc: KubeClient, roll: Roll) -> None:
     why = {"demo-cp-2": "etcd on demo-cp-3 reports an alarm"}

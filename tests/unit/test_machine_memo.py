@@ -81,3 +81,19 @@ def test_bundle_digest_sees_every_field() -> None:
                replace(bundle, etcd=bundle.k8s)]
     digests = {bundle_digest(b) for b in changed}
     assert bundle_digest(bundle) not in digests and len(digests) == len(changed)
+
+
+def test_classification_only_for_the_same_bytes_render_contract_and_role() -> None:
+    from ichord.contract import V1_14
+    from ichord.render.fieldmeta import Classification
+
+    memo = ConfigMemo(limit=1)
+    result = Classification(V1_14, "worker", ())
+    memo.remember_classification(b"version: v1alpha1\n", "r1", "v1.14", "worker", result)
+    assert memo.classification(b"version: v1alpha1\n", "r1", "v1.14", "worker") is result
+    assert memo.classification(b"version: v1alpha1\n\n", "r1", "v1.14", "worker") is None  # the node changed
+    assert memo.classification(b"version: v1alpha1\n", "r2", "v1.14", "worker") is None  # the render changed
+    assert memo.classification(b"version: v1alpha1\n", "r1", "v1.13", "worker") is None
+    assert memo.classification(b"version: v1alpha1\n", "r1", "v1.14", "controlplane") is None
+    memo.remember_classification(b"other", "r1", "v1.14", "worker", result)  # bounded: the older one goes
+    assert memo.classification(b"version: v1alpha1\n", "r1", "v1.14", "worker") is None

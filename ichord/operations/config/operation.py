@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+import anyio
 import structlog
 
 from ichord.api import names, operation_kinds
@@ -66,7 +67,7 @@ from ichord.operations.managed.context import Obj, StepContext, context_of
 from ichord.operations.managed.inputs import Inputs, InputsError, load_inputs
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, soonest
 from ichord.operations.registry import Operation
-from ichord.operations.roll import RollReason
+from ichord.operations.roll import RollOutcome, RollReason
 from ichord.operations.roll_store import MarkerFormatError, marker_from_status
 from ichord.operations.scope import ClusterScope
 from ichord.pki.scrub import SCRUBBER
@@ -308,31 +309,42 @@ async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], cl
 async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list[PlannedMachine]) -> Outcome:
     """One step of every worker under way, then take new ones up to maxUnavailable as resolved this step."""
     objects = crds.operations(ctx.kube)
-    for taken in workers.to_start(planned, inputs.status, inputs.worker_bound.at_once):
-        inputs.op = await workers.open_slot(objects, inputs.op_namespace, inputs.name, taken.name)
-        ctx.observe(inputs.op)
     by_name = {p.name: p for p in planned}
     outcomes: list[Outcome] = []
     shown: list[tuple[PlannedMachine, str, str]] = []
     paused: tuple[PlannedMachine, str] | None = None
-    for name in workers.in_flight(inputs.status):
-        pm, m = by_name.get(name), workers.machine_of(inputs.machines, name)
-        if pm is None or m is None:
-            continue  # left the plan or unapproved: its marker stays until it is back
-        store = workers.WorkerMarkerStore(objects, inputs.op_namespace, inputs.name, name)
-        rolled = await advance_reboot(world, m, store)
-        reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
-        done = name in rolled.done
-        await _machine_condition(ctx, inputs, pm, reason, rolled.message, pause=rolled.pause, done=done)
-        if done:
-            inputs.op = await workers.close_slot(objects, inputs.op_namespace, inputs.name, name)
+    advanced: set[str] = set()
+    lock = anyio.Lock()  # the workers' markers share the operation's status: one write at a time, not a 409 storm
+    # Twice at most: the slots a worker freed in the first round are taken in the second, in this same step,
+    # rather than a whole step of the cluster later (docs/decisions.md#config-rollout: up to maxUnavailable at once).
+    for _ in range(2):
+        freed = False
+        for taken in workers.to_start(planned, inputs.status, inputs.worker_bound.at_once):
+            inputs.op = await workers.open_slot(objects, inputs.op_namespace, inputs.name, taken.name)
             ctx.observe(inputs.op)
-            outcomes.append(Requeue(0.0, "worker done"))
-            continue
-        if rolled.pause and paused is None:
-            paused = (pm, rolled.message)
-        outcomes.append(rolled.outcome)
-        shown.append((pm, reason, rolled.message))
+        under_way = [(name, by_name[name], m) for name in workers.in_flight(inputs.status)
+                     if name not in advanced and name in by_name
+                     and (m := workers.machine_of(inputs.machines, name)) is not None]
+        # (left the plan or unapproved: its marker stays until it is back)
+        advanced.update(name for name, _, _ in under_way)
+        rolled_by = await _advance_workers(world, objects, inputs, [(name, m) for name, _, m in under_way], lock)
+        for name, pm, _m in under_way:
+            rolled = rolled_by[name]
+            reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
+            done = name in rolled.done
+            await _machine_condition(ctx, inputs, pm, reason, rolled.message, pause=rolled.pause, done=done)
+            if done:
+                inputs.op = await workers.close_slot(objects, inputs.op_namespace, inputs.name, name)
+                ctx.observe(inputs.op)
+                outcomes.append(Requeue(0.0, "worker done"))
+                freed = True
+                continue
+            if rolled.pause and paused is None:
+                paused = (pm, rolled.message)
+            outcomes.append(rolled.outcome)
+            shown.append((pm, reason, rolled.message))
+        if not freed or paused is not None:
+            break
     if paused is not None:
         return await backbone.blocked(ctx, CONFIG, inputs, paused[1], machines=[
             {"name": p.name, "state": r, "message": SCRUBBER.text(msg)} for p, r, msg in shown])
@@ -344,6 +356,28 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
     await _operation_status(ctx, inputs, "RollingWorkers", f"workers under way (at most {at_most}): {summary}",
                             [{"name": p.name, "state": r, "message": SCRUBBER.text(msg)} for p, r, msg in shown])
     return soonest(*outcomes) if outcomes else Requeue(0.0, "workers")
+
+
+async def _advance_workers(world: World, objects: crds.CustomObjects, inputs: Inputs,
+                           under_way: list[tuple[str, MachineView]], lock: anyio.Lock) -> dict[str, RollOutcome]:
+    """One roll step of each worker under way, together (each its own node and its own marker; a step of twenty
+    workers one after the other lasted seconds). The first error is raised as it would be from one of them."""
+    rolled: dict[str, RollOutcome] = {}
+    errors: list[BaseException] = []
+
+    async def one(name: str, m: MachineView) -> None:
+        store = workers.WorkerMarkerStore(objects, inputs.op_namespace, inputs.name, name, lock=lock)
+        try:
+            rolled[name] = await advance_reboot(world, m, store)
+        except Exception as exc:  # re-raised below, alone: the caller's handlers expect one error, not a group
+            errors.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        for name, m in under_way:
+            tg.start_soon(one, name, m)
+    if errors:
+        raise errors[0]
+    return rolled
 
 
 async def _machine_condition(ctx: StepContext, inputs: Inputs, pm: PlannedMachine, reason: str, message: str,

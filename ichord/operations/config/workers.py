@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
+
 from ichord.api.views import MachineView
 from ichord.kube.crds import CustomObjects
 from ichord.kube.status import update_status
@@ -41,8 +43,11 @@ def _entry(marker: RollMarker) -> Obj:
 class WorkerMarkerStore:
     """MarkerStore on ``status.workerRolls.<machine>`` of the operation (read uncached, conflicts retried)."""
 
-    def __init__(self, objects: CustomObjects, namespace: str, name: str, machine: str) -> None:
+    def __init__(self, objects: CustomObjects, namespace: str, name: str, machine: str,
+                 lock: anyio.Lock | None = None) -> None:
         self._objects, self._namespace, self._name, self._machine = objects, namespace, name, machine
+        #: Shared by the workers a step advances together: their writes to the one status go one at a time.
+        self._lock = lock or anyio.Lock()
 
     async def read(self) -> RollMarker:
         obj = await self._objects.get(self._namespace, self._name)
@@ -58,7 +63,8 @@ class WorkerMarkerStore:
             status[SLOTS] = slots
             return status
 
-        await update_status(self._objects, self._namespace, self._name, mutate)
+        async with self._lock:
+            await update_status(self._objects, self._namespace, self._name, mutate)
 
 
 def in_flight(status: Obj) -> list[str]:
