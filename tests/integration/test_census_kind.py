@@ -11,6 +11,7 @@ CRD as served; the chart's file is not edited). The printer columns are read by 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import pytest
 from ichord.actors.cluster import ClusterReconciler, Runtime
 from ichord.api import names
 from ichord.api.conditions import find
+from ichord.daemon import Daemon, DaemonSettings
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import NotFound
@@ -231,3 +233,33 @@ async def test_a_fake_kind_is_abandoned_when_deleted_in_an_abandonable_stage_and
     assert events.count(("Warning", names.EventReason.DELETION_HELD)) == 1
     assert ("Normal", names.EventReason.OPERATION_ABANDONED) not in events
     assert await world.lease_holder() is None
+
+
+async def test_a_fake_kind_runs_to_completion_under_the_daemon_itself(env: SimEnvironment) -> None:
+    """The whole daemon in this process (leader election, informers, the router, the supervisor and the cluster's
+    mailbox actor): nothing steps it but the census's own outcomes and the watch events they cause."""
+    async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
+        await kube.raw("PUT", CRD_PATH, body=census.census_crd(await kube.raw("GET", CRD_PATH)))
+        settings = DaemonSettings(kubeconfig=str(env.kubeconfig), namespace=env.namespace, identity="census-test",
+                                  metrics_host="127.0.0.1", metrics_port=0, timing=TIMING, trust_pool=False)
+        daemon = Daemon(settings, kube)
+        registry = Registry()
+        with census.described():
+            registry.register(census.census_operation())  # the one registration line
+            # Daemon builds its Runtime with ichord's default registry; the Runtime takes any (its field).
+            daemon.runtime = dataclasses.replace(daemon.runtime, registry=registry)
+            await crds.operations(kube).create(env.namespace, {"metadata": {"name": "daemon-run"}, "spec": {
+                "clusterRef": {"name": env.cluster_name}, "kind": census.KIND}})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(daemon.run)
+                with anyio.fail_after(60):
+                    while True:
+                        op = await crds.operations(kube).get(env.namespace, "daemon-run")
+                        if _status(op).get("phase") == names.Phase.COMPLETED and not op["metadata"].get("finalizers"):
+                            break
+                        await anyio.sleep(0.05)
+                lock = await get_lease(kube, env.namespace, lock_name(env.cluster_name))
+                tg.cancel_scope.cancel()
+    assert lock is not None and lock.holder is None  # taken by the census, then released
+    expected = {m: env.node(m).cluster.version_tag(env.node(m).contract) for m in env.machine_names}
+    assert _versions(op) == expected and _reason(op) == census.SURVEYED
