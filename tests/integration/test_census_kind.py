@@ -263,3 +263,22 @@ async def test_a_fake_kind_runs_to_completion_under_the_daemon_itself(env: SimEn
     assert lock is not None and lock.holder is None  # taken by the census, then released
     expected = {m: env.node(m).cluster.version_tag(env.node(m).contract) for m in env.machine_names}
     assert _versions(op) == expected and _reason(op) == census.SURVEYED
+
+
+async def test_a_fake_kind_blocked_by_a_node_that_does_not_answer_resumes_where_it_stood(world: World) -> None:
+    """A Talos error in a step goes through the backbone: Paused/Blocked naming the node, one Warning, retried;
+    answered again, the census goes on from the nodes it had read (none read twice into the record)."""
+    env = world.env
+    silent = next(m for m in env.machine_names if "worker" in m)  # read last: the plan puts control planes first
+    await env.set_unreachable(silent)
+    await world.create("outage")
+    op = await world.run_until("outage", lambda o: _reason(o) == "Blocked")
+    assert _status(op)["phase"] == names.Phase.PAUSED and silent in str(find(
+        _status(op)["conditions"], census.CONDITION))
+    assert set(_versions(op)) == set(env.machine_names) - {silent}
+    for _ in range(3):
+        await world.step()
+    assert (await world.events("outage")).count(("Warning", names.EventReason.OPERATION_BLOCKED)) == 1
+    await env.set_unreachable(silent, False)
+    op = await world.run_until("outage", lambda o: _status(o).get("phase") == names.Phase.COMPLETED)
+    assert set(_versions(op)) == set(env.machine_names) and _reason(op) == census.SURVEYED
