@@ -88,6 +88,16 @@ async def test_a_fleet_converges_without_a_list_of_operations_and_idles_without_
             assert writes == []
             assert log.count("list", resource="talosoperations") == 0
             assert fleet.ready_reasons() == {"True/Converged": fleet.machine_count}
+
+            # A new leader (fresh actors: nothing remembered) over the converged fleet: every status is already
+            # what it would write, so it writes none of them.
+            log.clear()
+            fresh = [ClusterReconciler(rt, fleet.namespace, c.name) for c in fleet.clusters]
+            reconcilers += fresh
+            for r in fresh:
+                await r.step({})
+            assert [e for e in log.entries if e.verb in WRITES] == []
+            assert log.count("list", resource="talosoperations") == 0
         finally:
             for r in reconcilers:
                 r.close()
