@@ -13,6 +13,7 @@ The outcome of each phase is logged and counted here, in one place. Steps are sh
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -101,7 +102,8 @@ class Runtime:
         no request (docs/architecture.md#read-your-writes says why that is as safe as the LIST it replaced)."""
         keys = self.operation_index.keys(namespace, cluster) | set(self.operations_written.keys(namespace))
         found = (self.operations_written.get(key) for key in keys)
-        return operations_of([obj for obj in found if obj is not None], namespace, cluster)
+        # Copies, as a LIST gave: a step's kinds may change what they hold; the cache must not change with it.
+        return operations_of([copy.deepcopy(obj) for obj in found if obj is not None], namespace, cluster)
 
 
 def _idle_for(outcome: Outcome) -> float | None:
