@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import benchkit
+import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.real.controlplane: the real tier's server
 
@@ -415,6 +416,7 @@ async def bench(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout: the JSON figures only
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--clusters", type=int, default=10)
     p.add_argument("--machines", type=int, default=4, help="machines per cluster (3 control planes + workers)")
