@@ -323,6 +323,9 @@ class Daemon:
         log.info("leading; starting the cluster actors", identity=self.settings.identity)
         for inf in self._object_informers():
             await inf.wait_synced()
+        # Steps read the operations from the cache (Runtime.operations_of): as fresh as the API now, before any step,
+        # so no write of the leader before this one is missed (docs/architecture.md#read-your-writes). One LIST.
+        await self.operations.relist()
         try:
             async with anyio.create_task_group() as tg:
                 self.supervisor = Supervisor(tg, self._step_for)

@@ -34,6 +34,8 @@ FULL_TIMEOUT = 3600.0
 VARIANTS: dict[str, tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]] = {
     # the informer's write->handler latency on the real kube-apiserver beside the simulator's (issue 15)
     "bench_kube": (("real", ("--target", "real"), ("etcd", "kube-apiserver")),),
+    # ichord's objects on the real kube-apiserver, the managed clusters simulated (issue 32)
+    "bench_idle": (("real", ("--management", "real"), ("etcd", "kube-apiserver")),),
 }
 
 

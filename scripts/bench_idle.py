@@ -3,12 +3,20 @@
 
     .venv/bin/python scripts/bench_idle.py [--clusters 10] [--machines 4] [--idle-seconds 60]
                                            [--time-scale 1] [--resync SECONDS] [--settle 5]
+                                           [--management sim|real]
                                            [--daemon-profile daemon.prof] [--workdir DIR] [--smoke]
 
 One Kubernetes API simulator (this process) holds every TalosCluster, TalosMachine and bundle Secret,
 as the management cluster does in production; each cluster's Talos nodes are simulated in their own
 127.A.B.0/24 block (ichord.sim.combined.fleet). `ichord run` runs as a subprocess against it with
 ICHORD_TIME_SCALE=--time-scale (1: real durations, the 300 s drift resync, so idle means idle).
+
+--management real: ichord's objects live on a real etcd + kube-apiserver, started as the real test tier starts
+them (tests/real/controlplane.py, binaries from scripts/tools.sh; exits 1 when they are not built), created through
+the API with the admin kubeconfig the daemon also uses; the managed clusters' Talos nodes stay simulated. The
+request figures are then the server's own (apiserver_request_total on its /metrics, by verb and resource), which
+include this script's: one LIST and one WATCH of TalosMachines (how convergence is seen) and the object creation
+before the daemon starts (not in the figures: counted from the daemon's start).
 
 Figures, one JSON line each (stdout):
   start     - the fleet's start time by phase (bundle, render, talos listen, objects)
@@ -48,10 +56,19 @@ from pathlib import Path
 from typing import Any
 
 import benchkit
+import structlog
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.real.controlplane: the real tier's server
+
+from ichord.api.names import GROUP, VERSION
+from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.settings import Timing
 from ichord.sim.combined.fleet import Fleet
 from ichord.sim.kube.faults import RequestLog
+from ichord.sim.kube.server import DEFAULT_CRD_DIR
 from ichord.sim.talos import services
+from ichord.watchers import Informer, Resource
+from tests.real.controlplane import ControlPlane, ControlPlaneError
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SMOKE = {"clusters": 1, "machines": 1, "idle_seconds": 3.0, "settle": 0.5, "converge_timeout": 60.0}
@@ -123,6 +140,78 @@ def kube_counts(log: RequestLog) -> tuple[Counter[str], Counter[str], int]:
     return by_verb, by_resource, len(log.entries)
 
 
+#: kube-apiserver's verbs (apiserver_request_total) in the simulator's words.
+SERVER_VERBS = {"GET": "get", "LIST": "list", "WATCH": "watch", "POST": "create", "PUT": "update",
+                "PATCH": "patch", "DELETE": "delete", "DELETECOLLECTION": "deletecollection", "APPLY": "patch"}
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def server_counts(metrics: str) -> tuple[Counter[str], Counter[str], int]:
+    """Requests by verb, by verb+resource and the total, from kube-apiserver's apiserver_request_total (its own
+    count of every request it served; the resource carries its subresource: talosmachines/status)."""
+    by_verb: Counter[str] = Counter()
+    by_resource: Counter[str] = Counter()
+    for line in metrics.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels_text, _, value = line.rpartition(" ")
+        labels = dict(part.split("=", 1) for part in labels_text[len("apiserver_request_total{"):-1].split(",")
+                      if "=" in part)
+        labels = {k: v.strip('"') for k, v in labels.items()}
+        verb = SERVER_VERBS.get(labels.get("verb", ""), labels.get("verb", "").lower())
+        resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        n = int(float(value))
+        by_verb[verb] += n
+        by_resource[f"{verb} {resource or '-'}"] += n
+    return by_verb, by_resource, sum(by_verb.values())
+
+
+class Management:
+    """Where ichord's objects live: the fleet's simulator, or a real kube-apiserver (``--management real``)."""
+
+    def __init__(self, fleet: Fleet, plane: ControlPlane | None) -> None:
+        self.fleet = fleet
+        self.plane = plane
+        self.kube: KubeClient | None = None
+        self.machines: Informer | None = None
+
+    def counts(self) -> tuple[Counter[str], Counter[str], int]:
+        if self.plane is None:
+            return kube_counts(self.fleet.kube.requests)
+        return server_counts(str(self.plane.request("GET", "/metrics")))
+
+    def kubeconfig(self, workdir: Path) -> Path:
+        if self.plane is None:
+            return self.fleet.write_kubeconfig(workdir / "kubeconfig")
+        return self.plane.admin_kubeconfig
+
+    def ready_reasons(self) -> dict[str, int]:
+        if self.machines is None:
+            return self.fleet.ready_reasons()
+        out: dict[str, int] = {}
+        for obj in self.machines.cache.values():
+            reason = next((f"{c.get('status')}/{c.get('reason')}" for c in (obj.get("status") or {}).get(
+                "conditions") or [] if c.get("type") == "Ready"), "")
+            out[reason] = out.get(reason, 0) + 1
+        return out
+
+    async def create_objects(self, concurrency: int = 16) -> None:
+        """The fleet's objects through the real API (namespace first), ``concurrency`` requests at a time."""
+        assert self.kube is not None
+        kube = self.kube
+        await kube.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": self.fleet.namespace}})
+        limiter = asyncio.Semaphore(concurrency)
+
+        async def create(doc: dict[str, Any]) -> None:
+            group = "/api/v1" if doc["apiVersion"] == "v1" else f"/apis/{doc['apiVersion']}"
+            plural = {"Secret": "secrets", "TalosCluster": "talosclusters", "TalosMachine": "talosmachines"}[
+                doc["kind"]]
+            async with limiter:
+                await kube.raw("POST", f"{group}/namespaces/{self.fleet.namespace}/{plural}", body=doc)
+
+        await asyncio.gather(*(create(d) for d in self.fleet.documents))
+
+
 def per_minute(after: Counter[str], before: Counter[str], seconds: float) -> dict[str, float]:
     delta = after - before
     return {k: round(v * 60 / seconds, 2) for k, v in sorted(delta.items(), key=lambda kv: -kv[1])}
@@ -134,8 +223,10 @@ def emit(kind: str, **data: Any) -> None:
 
 # ---- the daemon -------------------------------------------------------------------------------
 
-def start_daemon(fleet: Fleet, workdir: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], Path]:
-    kubeconfig = fleet.write_kubeconfig(workdir / "kubeconfig")
+def start_daemon(management: Management, workdir: Path, args: argparse.Namespace
+                 ) -> tuple[subprocess.Popen[bytes], Path]:
+    fleet = management.fleet
+    kubeconfig = management.kubeconfig(workdir)
     log_path = workdir / "daemon.log"
     env = {**os.environ, "ICHORD_TIME_SCALE": str(args.time_scale)}
     env.pop("KUBECONFIG", None)
@@ -174,14 +265,14 @@ def log_events(log_path: Path) -> dict[str, int]:
     return dict(out)
 
 
-async def wait_converged(fleet: Fleet, proc: subprocess.Popen[bytes], t0: float, limit: float,
+async def wait_converged(management: Management, proc: subprocess.Popen[bytes], t0: float, limit: float,
                          log_path: Path, progress_every: float = 30.0) -> tuple[float, dict[str, float]]:
     """Seconds until every machine is True/Converged, and when 25/50/90% of them were."""
-    total = fleet.machine_count
+    total = management.fleet.machine_count
     marks = {0.25: -1.0, 0.5: -1.0, 0.9: -1.0}
     next_progress = progress_every
     while True:
-        reasons = fleet.ready_reasons()
+        reasons = management.ready_reasons()
         done = reasons.get("True/Converged", 0)
         elapsed = time.perf_counter() - t0
         for frac, at in marks.items():
@@ -212,35 +303,53 @@ async def bench(args: argparse.Namespace) -> int:
     params = {"clusters": args.clusters, "machines": args.machines, "control_planes": cps, "workers": workers,
               "idle_seconds": args.idle_seconds, "time_scale": args.time_scale,
               "resync": args.resync if args.resync is not None else f"default x{args.time_scale:g}",
-              "settle": args.settle, "fd_limit": raise_fd_limit(), "cpus": os.cpu_count()}
+              "settle": args.settle, "fd_limit": raise_fd_limit(), "cpus": os.cpu_count(),
+              "management": args.management}
     count_talos_rpcs()
     t_fleet = time.perf_counter()
-    fleet = Fleet(args.clusters, control_planes=cps, workers=workers, time_scale=args.time_scale)
+    real = args.management == "real"
+    fleet = Fleet(args.clusters, control_planes=cps, workers=workers, time_scale=args.time_scale,
+                  objects_in_store=not real)
     with tempfile.TemporaryDirectory(prefix="ichord-bench-idle-") as tmp:
         workdir = Path(args.workdir) if args.workdir else Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         proc: subprocess.Popen[bytes] | None = None
+        management = Management(fleet, ControlPlane.from_tools(workdir / "apiserver") if real else None)
         try:
             await fleet.start()
+            phases = {k: round(v, 2) for k, v in fleet.timing.items()}
+            if management.plane is not None:
+                t_plane = time.perf_counter()
+                await asyncio.to_thread(management.plane.start)
+                await asyncio.to_thread(management.plane.establish_crds, DEFAULT_CRD_DIR)
+                management.kube = await from_kubeconfig(management.plane.admin_kubeconfig, timing=Timing())
+                await management.create_objects()
+                management.machines = Informer(management.kube, Resource(GROUP, VERSION, "talosmachines"),
+                                               timing=Timing())
+                watching = asyncio.ensure_future(management.machines.run())
+                await management.machines.wait_synced()
+                phases["apiserver_and_objects"] = round(time.perf_counter() - t_plane, 2)
             emit("start", params=params, seconds=round(time.perf_counter() - t_fleet, 2),
-                 phases={k: round(v, 2) for k, v in fleet.timing.items()}, nodes=fleet.machine_count,
-                 sim_rss_kib=proc_status(os.getpid())["VmRSS"])
-            kube0 = kube_counts(fleet.kube.requests)
+                 phases=phases, nodes=fleet.machine_count, sim_rss_kib=proc_status(os.getpid())["VmRSS"])
+            kube0 = management.counts()
             rpc0 = Counter(TALOS_RPCS)
             sim_cpu0 = self_cpu()
             t0 = time.perf_counter()
-            proc, log_path = start_daemon(fleet, workdir, args)
-            converge_s, marks = await wait_converged(fleet, proc, t0, args.converge_timeout, log_path)
-            kube1 = kube_counts(fleet.kube.requests)
+            proc, log_path = start_daemon(management, workdir, args)
+            converge_s, marks = await wait_converged(management, proc, t0, args.converge_timeout, log_path)
+            kube1 = management.counts()
             rpc1 = Counter(TALOS_RPCS)
+            converge_requests = dict(kube1[0] - kube0[0])
+            converge_by_resource = dict(kube1[1] - kube0[1])
             emit("converge", params=params, seconds=round(converge_s, 2), **marks,
                  daemon_cpu_s=round(proc_cpu(proc.pid), 2), sim_cpu_s=round(self_cpu() - sim_cpu0, 2),
-                 daemon=proc_status(proc.pid), kube_requests=dict(kube1[0] - kube0[0]),
-                 kube_by_resource=dict(kube1[1] - kube0[1]), talos_rpcs=dict(rpc1 - rpc0),
+                 daemon=proc_status(proc.pid), kube_requests=converge_requests,
+                 kube_by_resource=converge_by_resource, talos_rpcs=dict(rpc1 - rpc0),
+                 kube_source="kube-apiserver /metrics" if real else "simulator request log",
                  daemon_log_warnings=log_events(log_path))
 
             await asyncio.sleep(args.settle)
-            k_a, rpc_a, cpu_a, sim_a, t_a = kube_counts(fleet.kube.requests), Counter(TALOS_RPCS), \
+            k_a, rpc_a, cpu_a, sim_a, t_a = management.counts(), Counter(TALOS_RPCS), \
                 proc_cpu(proc.pid), self_cpu(), time.perf_counter()
             rss: list[int] = []
             cpu_samples: list[float] = []  # CPU % over each 5 s: shows the drift-resync bursts
@@ -253,11 +362,11 @@ async def bench(args: argparse.Namespace) -> int:
                 now_cpu, now_t = proc_cpu(proc.pid), time.perf_counter()
                 cpu_samples.append(round(100 * (now_cpu - last_cpu) / (now_t - last_t), 1))
                 last_cpu, last_t = now_cpu, now_t
-            k_b, rpc_b, cpu_b, sim_b, t_b = kube_counts(fleet.kube.requests), Counter(TALOS_RPCS), \
+            k_b, rpc_b, cpu_b, sim_b, t_b = management.counts(), Counter(TALOS_RPCS), \
                 proc_cpu(proc.pid), self_cpu(), time.perf_counter()
             window = t_b - t_a
             status = proc_status(proc.pid)
-            still = fleet.ready_reasons()
+            still = management.ready_reasons()
             idle = {"window_s": round(window, 1), "daemon_rss_mib": round(status["VmRSS"] / 1024, 1),
                     "daemon_rss_mib_min_max": [round(min(rss) / 1024, 1), round(max(rss) / 1024, 1)],
                     "daemon_peak_rss_mib": round(status["VmHWM"] / 1024, 1), "daemon_threads": status["Threads"],
@@ -273,7 +382,14 @@ async def bench(args: argparse.Namespace) -> int:
                     "talos_rpcs_per_min_by_method": per_minute(rpc_b, rpc_a, window),
                     "ready_reasons_after": still, "daemon_log_warnings": log_events(log_path)}
             emit("idle", params=params, **idle)
-            summary = {"clusters": args.clusters, "machines": args.machines, "converge_s": round(converge_s, 2),
+            summary = {"clusters": args.clusters, "machines": args.machines, "management": args.management,
+                       "converge_s": round(converge_s, 2),
+                       "converge_daemon_cpu_s": round(cpu_a, 1),
+                       "converge_requests": sum(converge_requests.values()),
+                       "converge_lists": converge_requests.get("list", 0),
+                       "converge_lists_of_operations": converge_by_resource.get("list talosoperations", 0),
+                       "converge_writes": sum(converge_requests.get(v, 0) for v in WRITE_VERBS),
+                       "idle_writes": sum((k_b[0] - k_a[0]).get(v, 0) for v in WRITE_VERBS),
                        "rss_mib": idle["daemon_rss_mib"], "idle_cpu_pct": idle["daemon_cpu_pct"],
                        "kube_per_min": idle["kube_per_min"], "talos_rpcs_per_min": idle["talos_rpcs_per_min"],
                        "daemon_fds": idle["daemon_fds"]}
@@ -284,16 +400,23 @@ async def bench(args: argparse.Namespace) -> int:
                              equal={"converged_after_idle": fleet.machine_count})
             return 0
         finally:
+            if management.machines is not None:
+                watching.cancel()
+            if management.kube is not None:
+                await management.kube.close()
             if proc is not None:
                 code = await stop_daemon(proc)
                 if code not in (0, -signal.SIGTERM):
                     print(f"daemon exited with {code}", file=sys.stderr)
             t_stop = time.perf_counter()
             await fleet.stop()
+            if management.plane is not None:
+                management.plane.stop()
             print(f"# fleet stopped in {time.perf_counter() - t_stop:.1f} s", file=sys.stderr)
 
 
 def main() -> int:
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout: the JSON figures only
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--clusters", type=int, default=10)
     p.add_argument("--machines", type=int, default=4, help="machines per cluster (3 control planes + workers)")
@@ -303,13 +426,19 @@ def main() -> int:
     p.add_argument("--resync", type=float, default=None, help="the daemon's --resync (default: its own, 300 s)")
     p.add_argument("--converge-timeout", type=float, default=900.0)
     p.add_argument("--log-level", default="info", help="the daemon's --log-level")
+    p.add_argument("--management", choices=("sim", "real"), default="sim",
+                   help="where ichord's objects live: the simulator, or a real kube-apiserver (scripts/tools.sh)")
     p.add_argument("--daemon-profile", help="run the daemon under cProfile, writing the stats here at its exit")
     p.add_argument("--workdir", help="keep the kubeconfig and daemon.log here (default: a temporary directory)")
     args = benchkit.parse_args(p, SMOKE)
     if args.clusters < 1 or args.machines < 1 or args.idle_seconds <= 0:
         p.error("--clusters, --machines and --idle-seconds must be positive")
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(bench(args))
+        try:
+            return asyncio.run(bench(args))
+        except ControlPlaneError as exc:
+            print(f"{benchkit.name()}: no figures for --management real: {exc}", file=sys.stderr, flush=True)
+            return 1
     return 130
 
 

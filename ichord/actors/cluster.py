@@ -1,8 +1,8 @@
 """One step of a cluster actor: everything done to one TalosCluster, re-derived from the API and nodes.
 
-A step reads a ``ClusterScope`` once (the cluster and its machines from the informers, its operations
-from one uncached LIST, the bundle Secret at most once) and runs three phases over it, each returning a
-typed Outcome (cluster-api's phase functions, the soonest requeue wins):
+A step reads a ``ClusterScope`` once (the cluster, its machines and its operations from the informers, the
+operations never older than this process's own writes of them; the bundle Secret at most once) and runs three
+phases over it, each returning a typed Outcome (cluster-api's phase functions, the soonest requeue wins):
 
     expiry       CA expiry: status.certificates, CertificatesExpiring, the expiry metric
     renewal      spec.caRotation: one ca-rotation TalosOperation per renewal period of a CA, RotationDue
@@ -14,6 +14,7 @@ The outcome of each phase is logged and counted here, in one place. Steps are sh
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -22,11 +23,11 @@ from typing import Any
 import anyio
 import structlog
 
-from ichord.actors.machine_index import MachinesByCluster
+from ichord.actors.machine_index import ByCluster
 from ichord.api import names
 from ichord.api.conditions import Condition, find, set_condition, set_operation_phase
 from ichord.api.names import ReadyReason
-from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView
+from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView, operations_of
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
@@ -47,7 +48,6 @@ from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, describe,
 from ichord.operations.registry import Registry
 from ichord.operations.renewal import RenewalPass
 from ichord.operations.scope import ClusterScope, TrustHooks
-from ichord.operations.step_errors import backoff
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.errors import RenderError
@@ -56,6 +56,7 @@ from ichord.settings import Timing
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 from ichord.watchers.informer import Informer
+from ichord.watchers.written import ReadYourWrites
 
 log = structlog.get_logger("ichord.actors.cluster")
 Obj = dict[str, Any]
@@ -86,10 +87,25 @@ class Runtime:
     #: Namespaces other than a cluster's own that its secretsRef may name (--allow-secret-namespace).
     allowed_secret_namespaces: frozenset[str] = frozenset()
     #: Each cluster's machines, from the machines informer's events (a step never scans the whole fleet).
-    machine_index: MachinesByCluster = field(init=False, repr=False)
+    machine_index: ByCluster = field(init=False, repr=False)
+    #: Each cluster's operations, likewise.
+    operation_index: ByCluster = field(init=False, repr=False)
+    #: The operations as this process last wrote them, until the informer has caught up (watchers/written.py).
+    operations_written: ReadYourWrites = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.machine_index = MachinesByCluster(self.machines)
+        self.machine_index = ByCluster(self.machines)
+        self.operation_index = ByCluster(self.operations)
+        self.operations_written = ReadYourWrites(self.operations)
+        self.kube.on_written(names.PLURALS[names.TALOS_OPERATION], self.operations_written.note)
+
+    def operations_of(self, namespace: str, cluster: str) -> list[OperationView]:
+        """The cluster's operations, oldest first, from the informer's cache read through this process's own writes:
+        no request (docs/architecture.md#read-your-writes says why that is as safe as the LIST it replaced)."""
+        keys = self.operation_index.keys(namespace, cluster) | set(self.operations_written.keys(namespace))
+        found = (self.operations_written.get(key) for key in keys)
+        # Copies, as a LIST gave: a step's kinds may change what they hold; the cache must not change with it.
+        return operations_of([copy.deepcopy(obj) for obj in found if obj is not None], namespace, cluster)
 
 
 def _idle_for(outcome: Outcome) -> float | None:
@@ -114,7 +130,6 @@ class ClusterReconciler:
         self._memo = ConfigMemo()
         #: The TalosCluster as this step last wrote it: the next status write starts from it, not from a GET.
         self._written: Obj | None = None
-        self._scope_failures = 0  # consecutive steps whose operations LIST failed (backoff)
         #: 403s on status writes already told by a Warning (object key, message): a refused status write cannot
         #: carry its own condition, so its one Warning is remembered here instead of in the object.
         self._denied: set[tuple[str, str]] = set()
@@ -138,15 +153,7 @@ class ClusterReconciler:
 
     async def _step(self, messages: dict[Hashable, str]) -> Outcome:
         self._written = None
-        try:
-            scope = await self._scope()
-        except KubeError as exc:  # the operations LIST failed: the registry's error policy, before any phase
-            self._scope_failures += 1
-            delay = backoff(self._scope_failures, self.rt.timing.step_retry_initial, self.rt.timing.step_retry_max)
-            log.warning("cluster step could not list its operations; retrying", cluster=self.key,
-                        failed_steps=self._scope_failures, retry_in=round(delay, 3), error=SCRUBBER.exception(exc))
-            return self._record("scope", Requeue(delay, "operations unreadable"))
-        self._scope_failures = 0
+        scope = self._scope()
         if scope.cluster is None:
             await self._cluster_missing(scope)
             return self._record("cluster", Done())
@@ -157,21 +164,16 @@ class ClusterReconciler:
         machines = self._record("machines", await self._machines_phase(scope))
         return soonest(expiry, renewal, operations, held, machines)
 
-    async def _scope(self) -> ClusterScope:
+    def _scope(self) -> ClusterScope:
         cluster = self.rt.clusters.get(self.namespace, self.name)
         machines = []
-        for _key, obj in self.rt.machine_index.machines(self.namespace, self.name):
+        for _key, obj in self.rt.machine_index.objects(self.namespace, self.name):
             try:
                 machines.append(MachineView.of(obj))
             except MachineSpecError:
                 continue
-        operations: list[OperationView] = []
-        if cluster is not None:
-            # Uncached, once per step: a stale copy that showed no rotation would let the machine reconciler
-            # revert a rotation's stage.
-            objs, _ = await crds.operations(self.rt.kube).list_objects(self.namespace)
-            operations = [OperationView.of(o) for o in objs]
-            operations = sorted((o for o in operations if o.cluster == self.name), key=lambda o: (o.created, o.name))
+        # No request: a copy older than this process's own last write is never handed out (Runtime.operations_of).
+        operations = self.rt.operations_of(self.namespace, self.name) if cluster is not None else []
         return ClusterScope(self.rt.kube, self.rt.namespace, self.namespace, self.name,
                             ClusterView.of(cluster) if cluster is not None else None, machines, operations,
                             self.rt.recorder, self.rt.timing, trust=self.rt.trust,
@@ -394,9 +396,9 @@ class ClusterReconciler:
         kind's own, reason ClusterNotFound, with one Warning Event when it is first set. The cluster's
         creation wakes this actor, and the operation's own step then replaces the condition.
         """
-        for (ns, name), obj in sorted(self.rt.operations.cache.items()):
-            op = OperationView.of(obj)
-            if ns != self.namespace or op.cluster != self.name or op.finished:
+        for op in self.rt.operations_of(self.namespace, self.name):
+            ns, name, obj = op.namespace, op.name, op.obj
+            if op.finished:
                 continue
             current = op.condition()
             if current is not None and current.get("reason") == names.EventReason.CLUSTER_NOT_FOUND:

@@ -1,4 +1,4 @@
-"""The TalosMachines of each cluster, kept up to date from the machines informer's events.
+"""The objects of each cluster (TalosMachines, TalosOperations), kept up to date from an informer's events.
 
 A cluster step used to scan and sort every TalosMachine of the fleet to find its own: at 1,000 clusters
 that was 4,000 objects per step, a cost that grew with the square of the fleet while it converged. The
@@ -14,7 +14,7 @@ from ichord.watchers.informer import Informer, Obj, WatchEvent
 Key = tuple[str, str]  # (namespace, name)
 
 
-class MachinesByCluster:
+class ByCluster:
     def __init__(self, informer: Informer) -> None:
         self._informer = informer
         self._groups: dict[tuple[str, str | None], set[Key]] = {}
@@ -29,8 +29,12 @@ class MachinesByCluster:
         else:
             self._place(event.key, event.obj)
 
-    def machines(self, namespace: str, cluster: str) -> list[tuple[Key, Obj]]:
-        """The cluster's machines as the informer holds them now, by name."""
+    def keys(self, namespace: str, cluster: str) -> set[Key]:
+        """The shortlist of the cluster's objects (check each one's clusterRef: the cache is the truth)."""
+        return set(self._groups.get((namespace, cluster), ()))
+
+    def objects(self, namespace: str, cluster: str) -> list[tuple[Key, Obj]]:
+        """The cluster's objects as the informer holds them now, by name."""
         out = []
         for key in sorted(self._groups.get((namespace, cluster), ())):
             obj = self._informer.cache.get(key)

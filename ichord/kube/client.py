@@ -156,9 +156,20 @@ class KubeClient:
     namespace: str
     timeout: float
     _session: _TrustingSession = field(repr=False)
+    #: Plural -> what is told each object a write through this client returned (watchers/written.py).
+    _written: dict[str, list[Callable[[dict[str, Any]], None]]] = field(default_factory=dict, repr=False)
 
     async def close(self) -> None:
         await self.api.close()
+
+    def on_written(self, plural: str, observer: Callable[[dict[str, Any]], None]) -> None:
+        """Tell ``observer`` every object of ``plural`` as a create, update, patch or delete through this client
+        returned it (the caller's own writes, before any watch event brings them)."""
+        self._written.setdefault(plural, []).append(observer)
+
+    def wrote(self, plural: str, obj: dict[str, Any]) -> None:
+        for observer in self._written.get(plural, ()):
+            observer(obj)
 
     async def __aenter__(self) -> KubeClient:
         return self

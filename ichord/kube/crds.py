@@ -36,12 +36,19 @@ class Kind(enum.Enum):
 
 
 class CustomObjects:
-    """CRUD for one kind; objects are plain dicts as the API returns them (uncached)."""
+    """CRUD for one kind; objects are plain dicts as the API returns them (uncached).
+
+    Every write tells the client's ``on_written`` observers the object it returned."""
 
     def __init__(self, client: KubeClient, kind: Kind) -> None:
         self._client = client
         self._api = client.custom()
         self.kind = kind
+
+    def _wrote(self, obj: Obj) -> Obj:
+        if isinstance(obj, dict) and obj.get("kind") == self.kind.kind:  # a delete may answer with a Status
+            self._client.wrote(self.kind.plural, obj)
+        return obj
 
     async def get(self, namespace: str, name: str) -> Obj:
         with translate():
@@ -65,14 +72,14 @@ class CustomObjects:
         with translate():
             obj: Obj = await self._api.create_namespaced_custom_object(GROUP, VERSION, namespace, self.kind.plural,
                                                                         body)
-        return obj
+        return self._wrote(obj)
 
     async def replace(self, namespace: str, name: str, body: Obj) -> Obj:
         """PUT with the body's resourceVersion: a stale one raises Conflict."""
         with translate():
             obj: Obj = await self._api.replace_namespaced_custom_object(GROUP, VERSION, namespace, self.kind.plural,
                                                                          name, body)
-        return obj
+        return self._wrote(obj)
 
     async def patch(self, namespace: str, name: str, patch: Obj | list[Obj]) -> Obj:
         """Merge-patch a dict, json-patch a list of operations (spec and metadata; status is ignored)."""
@@ -80,7 +87,7 @@ class CustomObjects:
         with translate():
             obj: Obj = await self._api.patch_namespaced_custom_object(GROUP, VERSION, namespace, self.kind.plural,
                                                                        name, patch, _content_type=ctype)  # type: ignore[call-arg]
-        return obj
+        return self._wrote(obj)
 
     async def patch_status(self, namespace: str, name: str, patch: Obj | list[Obj]) -> Obj:
         """By path, the body as JSON: every machine's status write of a converging fleet comes here, and the
@@ -89,7 +96,7 @@ class CustomObjects:
         path = (f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace, safe='')}/{self.kind.plural}/"
                 f"{quote(name, safe='')}/status")
         obj: Obj = await self._client.raw("PATCH", path, body=patch, content_type=ctype)
-        return obj
+        return self._wrote(obj)
 
     async def delete(self, namespace: str, name: str, *, uid: str | None = None,
                      resource_version: str | None = None) -> Obj:
@@ -99,7 +106,7 @@ class CustomObjects:
         with translate():
             obj: Obj = await self._api.delete_namespaced_custom_object(GROUP, VERSION, namespace, self.kind.plural,
                                                                         name, body=body)  # type: ignore[arg-type]
-        return obj
+        return self._wrote(obj)
 
 
 def clusters(client: KubeClient) -> CustomObjects:

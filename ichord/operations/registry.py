@@ -109,6 +109,13 @@ class Registry:
     async def _step(self, scope: ClusterScope, impl: Operation, op: OperationView) -> Outcome:
         """One step of one operation under the error policy: an IchordError is a retry, anything else a bug."""
         try:
+            if op.unfinished and not op.stage and not op.paused:
+                # About to start (the hold, the finalizer, the lock, the first irreversible call): decided on the
+                # operation as it is now, not on the informer's copy (docs/architecture.md#read-your-writes).
+                fresh = await scope.reread(op)
+                if fresh is None:
+                    return Done()  # deleted meanwhile
+                op = fresh
             # Past Pending a kind runs on the spec it accepted (a changed one is reported, never followed).
             outcome = await impl.advance(scope, await intent.keep(scope, op))
         except Forbidden as exc:

@@ -1,10 +1,12 @@
 """``ClusterScope``: what one step of a cluster's actor works with, read once (cluster-api's scope).
 
 The cluster and its machines come from the informers (they only route work and decide nothing
-irreversible); the cluster's operations come from one uncached LIST per step, because a stale copy that
-showed no rotation would let the machine reconciler revert a rotation's stage; the bundle Secret is read
-(uncached) at most once per step, on first use, through the BundleSource. Operations update the scope's
-copy of an operation whenever they write it, so the phases after them in the same step see the new stage.
+irreversible); so do the cluster's operations, read through this process's own writes (a copy older than
+ichord's own last write, one that showed no rotation, would let the machine reconciler revert a rotation's
+stage), and an operation about to start is read fresh (``reread``; docs/architecture.md#read-your-writes); the
+bundle Secret is read (uncached) at most once per step, on first use, through the BundleSource. Operations update
+the scope's copy of an operation whenever they write it, so the phases after them in the same step see the new
+stage.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class ClusterScope:
     name: str
     cluster: ClusterView | None
     machines: list[MachineView]  # every machine naming the cluster, approved or not, by name
-    operations: list[OperationView]  # the cluster's operations, oldest first (one uncached LIST)
+    operations: list[OperationView]  # the cluster's operations, oldest first (Runtime.operations_of)
     recorder: EventRecorder
     timing: Timing
     trust: TrustHooks = field(default_factory=TrustHooks)
@@ -101,6 +103,19 @@ class ClusterScope:
                         error=SCRUBBER.exception(exc))
             return False
         return True
+
+    async def reread(self, op: OperationView) -> OperationView | None:
+        """``op`` read fresh from the API (one GET) and kept as the scope's copy; None when it is gone (or is now
+        another object of the same name)."""
+        try:
+            obj = await crds.operations(self.kube).get(op.namespace, op.name)
+        except NotFound:
+            return None
+        fresh = OperationView.of(obj)
+        if fresh.uid != op.uid:
+            return None
+        self.observe(obj)
+        return fresh
 
     def observe(self, obj: Obj) -> None:
         """An operation was written: keep the scope's copy current for the phases that follow in this step."""

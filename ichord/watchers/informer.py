@@ -97,6 +97,8 @@ class Informer:
         self.restarts: Counter[str] = Counter()
         self._rng = rng or random.Random()  # noqa: S311  (jitter, not security)
         self._transform = transform
+        self._relists: list[anyio.Event] = []  # relist() callers waiting for the next LIST
+        self._interrupt: anyio.CancelScope | None = None  # the current pass of the loop (watch, backoff or list)
 
     # -- public surface ----------------------------------------------------------------------
     def add_handler(self, handler: Handler) -> None:
@@ -112,33 +114,53 @@ class Informer:
     async def wait_synced(self) -> None:
         await self.synced.wait()
 
+    async def relist(self) -> None:
+        """A fresh LIST now, the watch resumed from it; returns once the cache is that list (or newer).
+
+        What a new leader does before it acts: its watch may lag behind writes of the leader before it (a watch
+        in backoff, a slow stream), and those writes may be markers of irreversible calls. One request."""
+        done = anyio.Event()
+        self._relists.append(done)
+        if self._interrupt is not None:
+            self._interrupt.cancel()  # the watch (or its backoff) ends here; the loop lists next
+        await done.wait()
+
     async def run(self) -> None:
         """Run until cancelled; never returns on its own and never lets a failure end the loop."""
         backoff = self.timing.watch_backoff_initial
         need_list = True
         while True:
-            try:
-                if need_list:
-                    await self._list()
-                    need_list = False
+            with anyio.CancelScope() as self._interrupt:
+                try:
+                    if need_list or self._relists:
+                        asked, self._relists = self._relists, []
+                        try:
+                            await self._list()
+                        except BaseException:
+                            self._relists[:0] = asked  # not listed: they wait for the next one
+                            raise
+                        for done in asked:
+                            done.set()
+                        need_list = False
+                        backoff = self.timing.watch_backoff_initial
+                    await self._watch()
+                    self._restart("closed")
+                except _Restart as r:
+                    self._restart(r.reason)
+                    if r.reason == "expired":
+                        need_list = True
                     backoff = self.timing.watch_backoff_initial
-                await self._watch()
-                self._restart("closed")
-            except _Restart as r:
-                self._restart(r.reason)
-                if r.reason == "expired":
-                    need_list = True
-                backoff = self.timing.watch_backoff_initial
-            except KubeError as exc:
-                self._restart("error")
-                if isinstance(exc, Gone):
-                    need_list = True
-                    continue
-                delay = backoff * (0.5 + self._rng.random())
-                log.warning("watch failed, retrying", resource=self.resource.label, error=str(exc),
-                            retry_in=round(delay, 3), listing=need_list)
-                await anyio.sleep(delay)
-                backoff = min(backoff * 2, self.timing.watch_backoff_max)
+                except KubeError as exc:
+                    self._restart("error")
+                    if isinstance(exc, Gone):
+                        need_list = True
+                        continue
+                    delay = backoff * (0.5 + self._rng.random())
+                    log.warning("watch failed, retrying", resource=self.resource.label, error=str(exc),
+                                retry_in=round(delay, 3), listing=need_list)
+                    await anyio.sleep(delay)
+                    backoff = min(backoff * 2, self.timing.watch_backoff_max)
+            self._interrupt = None
 
     # -- internals ---------------------------------------------------------------------------
     def _restart(self, reason: str) -> None:

@@ -149,3 +149,20 @@ async def world_on(env: SimEnvironment, timing: Timing) -> AsyncIterator[World]:
             reconciler.close()
             await rt.registry.close()
             tg.cancel_scope.cancel()
+
+
+async def cached(informer: Informer, key: tuple[str, str], holds: Callable[[Obj], bool] = lambda _obj: True) -> None:
+    """Until the informer's copy of ``key`` exists and ``holds``, at most 10 s (a step reads the cache: in the daemon,
+    the event that brings the change is what wakes the actor)."""
+    def there() -> bool:
+        return key in informer.cache and holds(informer.cache[key])
+
+    with anyio.fail_after(10):
+        while not there():
+            seen = anyio.Event()
+            informer.add_handler(lambda _e, seen=seen: seen.set())  # type: ignore[misc]
+            try:
+                if not there():
+                    await seen.wait()
+            finally:
+                informer.handlers.pop()

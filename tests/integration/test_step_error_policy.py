@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
-import anyio
 import pytest
 from structlog.testing import capture_logs
 
@@ -20,10 +19,9 @@ from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
 from ichord.operations.kinds import default_registry
-from ichord.operations.outcome import Requeue
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
-from tests.integration._config_world import World, world_on
+from tests.integration._config_world import World, cached, world_on
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -51,7 +49,7 @@ async def bounded_world(env: SimEnvironment) -> AsyncIterator[World]:
 async def _create(world: World, name: str, kind: str) -> None:
     await crds.operations(world.kube).create(world.env.namespace, {"metadata": {"name": name}, "spec": {
         "clusterRef": {"name": world.env.cluster_name}, "kind": kind, "paused": False}})
-    await anyio.sleep(0.05)  # the informer sees it (the step lists operations uncached anyway)
+    await cached(world.reconciler.rt.operations, (world.env.namespace, name))
 
 
 async def _failed_steps(world: World, steps: int) -> list[dict[str, Any]]:
@@ -112,9 +110,25 @@ async def test_a_500_on_configs_machine_list_raises_steps_failing_past_the_bound
     assert event["type"] == "Warning" and event.get("count", 1) == 1
 
 
-async def test_a_500_on_the_operations_list_is_a_retry_before_any_phase(world: World) -> None:
+async def test_a_step_lists_no_operations_so_a_failing_list_stops_nothing(world: World) -> None:
+    """The step reads its operations from the informer's cache (docs/architecture.md#read-your-writes)."""
     world.env.management.faults.error_rate = {"list:talosoperations": 1.0}
+    world.env.management.requests.clear()
     with capture_logs() as logs:
-        outcome = await world.step()
-    assert isinstance(outcome, Requeue) and outcome.reason == "operations unreadable"
-    assert len([e for e in logs if e.get("event") == "cluster step could not list its operations; retrying"]) == 1
+        await world.step()
+    assert world.env.management.requests.count("list", resource="talosoperations") == 0
+    assert world.reconciler._last["machines"][0] in ("Done", "Requeue")
+    assert not [e for e in logs if e.get("log_level") in ("warning", "error")]
+
+
+async def test_a_500_on_the_fresh_read_of_an_operation_about_to_start_is_a_retry(world: World) -> None:
+    """What still reads an operation from the API in a step: the one GET before it starts (ClusterScope.reread)."""
+    await _create(world, "cfg", names.KIND_CONFIG)
+    world.env.management.faults.error_rate = {"get:talosoperations": 1.0}
+    failed = await _failed_steps(world, 2)
+    assert [e["failed_steps"] for e in failed] == [1, 2]
+    assert all("injected fault" in e["error"] for e in failed)
+    world.env.management.faults.error_rate = {}
+    assert not ((await world.op("cfg")).get("status") or {}).get("phase")  # nothing was started on a stale copy
+    await world.step()
+    assert ((await world.op("cfg")).get("status") or {}).get("phase")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -42,7 +43,8 @@ def _event(informer: Informer, kind: str, obj: dict[str, Any]) -> None:
 
 
 def test_the_daemons_crd_informers_cache_no_managed_fields() -> None:
-    daemon = Daemon(DaemonSettings(), None)  # type: ignore[arg-type]  # nothing here talks to the API
+    # Nothing here talks to the API: a client that only takes the Runtime's write observer.
+    daemon = Daemon(DaemonSettings(), SimpleNamespace(on_written=lambda _plural, _fn: None))  # type: ignore[arg-type]
     for informer in (daemon.clusters, daemon.machines, daemon.operations):
         _event(informer, "ADDED", _obj("x"))
         cached = informer.cache[("ns", "x")]

@@ -66,7 +66,10 @@ class Fleet(Started):
                  namespace: str = "ichord-system", name_prefix: str = "c", cni: str = "flannel",
                  time_scale: float = 1.0, timings: Timings | None = None, api_host: str = "127.0.0.1",
                  api_port: int = 0, talos_port: int = objects.APID_PORT, first: int = 11,
-                 watch_window: int = 200_000, bookmark_interval: float = 60.0, first_a: int = FIRST_A) -> None:
+                 watch_window: int = 200_000, bookmark_interval: float = 60.0, first_a: int = FIRST_A,
+                 objects_in_store: bool = True) -> None:
+        """``objects_in_store``: False keeps each cluster's objects in ``documents`` instead of the fleet's own API
+        simulator, for a caller that creates them on another management API (bench_idle --management real)."""
         if clusters < 1 or control_planes < 1 or workers < 0 or control_planes + workers + first > 254:
             raise SimEnvironmentError("need at least 1 cluster of at least 1 control plane, and every node of a "
                                       "cluster inside one 127.A.B.0/24 block (lower the node count)")
@@ -88,6 +91,9 @@ class Fleet(Started):
             host=api_host, port=api_port, token=self._token, window=watch_window,
             watch=WatchSettings(bookmark_interval=bookmark_interval * time_scale),
             behaviours=scaled_behaviours(time_scale)))
+        self.objects_in_store = objects_in_store
+        #: Every cluster's objects when they are not in the store, in creation order (``objects.documents``).
+        self.documents: list[dict[str, Any]] = []
         self.clusters: list[FleetCluster] = []
         #: Seconds each start phase took: bundle, render, talos (listen), objects.
         self.timing: dict[str, float] = {"bundle": 0.0, "render": 0.0, "talos": 0.0, "objects": 0.0}
@@ -138,8 +144,12 @@ class Fleet(Started):
                                       f"{exc.strerror} (another fleet on these blocks: pass another first_a; "
                                       "too many open files: raise `ulimit -n`)") from None
         t2 = time.perf_counter()
-        objects.create_objects(self.kube.store, namespace=self.namespace, cluster=name, secret=f"{name}-secrets",
-                               bundle=self.bundle, cspec=cspec, mspecs=mspecs)
+        if self.objects_in_store:
+            objects.create_objects(self.kube.store, namespace=self.namespace, cluster=name,
+                                   secret=f"{name}-secrets", bundle=self.bundle, cspec=cspec, mspecs=mspecs)
+        else:
+            self.documents += objects.documents(namespace=self.namespace, cluster=name, secret=f"{name}-secrets",
+                                                bundle=self.bundle, cspec=cspec, mspecs=mspecs)
         t3 = time.perf_counter()
         self.timing["render"] += t1 - t0
         self.timing["talos"] += t2 - t1

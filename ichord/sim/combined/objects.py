@@ -64,27 +64,36 @@ def render_machine(bundle: SecretsBundle, cluster: str, cspec: JSON, mspec: JSON
     return render(bundle, ClusterInputs.from_spec(cluster, cspec), MachineInputs.from_spec(mspec))
 
 
+def documents(*, namespace: str, cluster: str, secret: str, bundle: SecretsBundle, cspec: JSON,
+              mspecs: dict[str, JSON]) -> list[JSON]:
+    """The bundle Secret, the TalosCluster and its TalosMachines of one cluster, as a client would create them."""
+    data = base64.b64encode(bundle.to_yaml().encode()).decode()
+    docs: list[JSON] = [{
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": secret, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "ichord",
+                                                                      BUNDLE_LABEL: "true"}},
+        "type": "Opaque", "data": {SECRETS_KEY: data}}, {
+        "apiVersion": API_VERSION, "kind": TALOS_CLUSTER,
+        "metadata": {"name": cluster, "namespace": namespace}, "spec": cspec}]
+    for name, spec in mspecs.items():
+        docs.append({"apiVersion": API_VERSION, "kind": TALOS_MACHINE,
+                     "metadata": {"name": name, "namespace": namespace, "labels": {f"{GROUP}/cluster": cluster}},
+                     "spec": spec})
+    return docs
+
+
 def create_objects(store: Store, *, namespace: str, cluster: str, secret: str, bundle: SecretsBundle,
                    cspec: JSON, mspecs: dict[str, JSON]) -> None:
     """Namespace, bundle Secret, TalosCluster and TalosMachines, written straight into the store."""
     ns_rt = store.resolve("", "v1", "namespaces")
     if ("", namespace) not in store.objects[ns_rt.key]:
         store.create(ns_rt, None, {"metadata": {"name": namespace}})
-    data = base64.b64encode(bundle.to_yaml().encode()).decode()
-    store.create(store.resolve("", "v1", "secrets"), namespace, {
-        "metadata": {"name": secret, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "ichord",
-                                                                      BUNDLE_LABEL: "true"}},
-        "type": "Opaque", "data": {SECRETS_KEY: data}})
     version = API_VERSION.split("/", 1)[1]
-    store.create(store.resolve(GROUP, version, "talosclusters"), namespace, {
-        "apiVersion": API_VERSION, "kind": TALOS_CLUSTER,
-        "metadata": {"name": cluster, "namespace": namespace}, "spec": cspec})
-    machines_rt = store.resolve(GROUP, version, "talosmachines")
-    for name, spec in mspecs.items():
-        store.create(machines_rt, namespace, {
-            "apiVersion": API_VERSION, "kind": TALOS_MACHINE,
-            "metadata": {"name": name, "namespace": namespace, "labels": {f"{GROUP}/cluster": cluster}},
-            "spec": spec})
+    where = {"Secret": ("", "v1", "secrets"), TALOS_CLUSTER: (GROUP, version, "talosclusters"),
+             TALOS_MACHINE: (GROUP, version, "talosmachines")}
+    for doc in documents(namespace=namespace, cluster=cluster, secret=secret, bundle=bundle, cspec=cspec,
+                         mspecs=mspecs):
+        store.create(store.resolve(*where[doc["kind"]]), namespace, doc)
 
 
 def node_object(name: str, ip: str, role: str, *, kubelet_version: str, os_image: str, boot_id: str,
