@@ -125,10 +125,10 @@ async def test_an_operation_written_by_this_process_is_seen_before_its_watch_eve
             return mutate
 
         [before] = rt.operations_of(env.namespace, env.cluster_name)
-        assert not before.rotation_under_way
+        assert not before.holds_machines
         await update_status(crds.operations(kube), env.namespace, "rot", stage("Accepting"))
         [seen] = rt.operations_of(env.namespace, env.cluster_name)
-        assert seen.stage == "Accepting" and seen.rotation_under_way  # ichord's own write, before its event
+        assert seen.stage == "Accepting" and seen.holds_machines  # ichord's own write, before its event
         assert not (ops.cache[(env.namespace, "rot")].get("status") or {}).get("caRotation")  # the cache lags
 
         # Another process's write is not ichord's: it arrives with its watch event (or a new leader's relist).
