@@ -38,6 +38,7 @@ from ichord.operations.ca_rotation.plan import (
     spec_targets,
 )
 from ichord.pki.rotation import RotationError, parse_targets
+from ichord.pki.targets import default_target_names, target_names
 
 Obj = dict[str, Any]
 
@@ -219,8 +220,8 @@ def register_rotate(sub: Any, cluster_args: Callable[[argparse.ArgumentParser], 
     )
     cluster_args(p)
     p.add_argument("--targets", default=None, metavar="T[,T...]",
-                   help="the CAs to rotate, comma-separated: talos, kubernetes, etcd, kubernetes-aggregator "
-                        "(default talos,kubernetes)")
+                   help=f"the CAs to rotate, comma-separated: {', '.join(target_names())} "
+                        f"(default {','.join(default_target_names())})")
     p.add_argument("--max-unavailable", default=None, metavar="N|N%",
                    help="workers a pass changes at once (default: the TalosCluster's spec.maxUnavailable, else the "
                         "daemon's --max-unavailable)")

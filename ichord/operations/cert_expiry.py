@@ -40,18 +40,14 @@ from ichord.metrics import CERTIFICATE_EXPIRY, CERTIFICATE_EXPIRY_DEPRECATED
 from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_bundle_secret
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint, export_fingerprint
-from ichord.pki.rotation import Target
 from ichord.pki.scrub import scrub_text
+from ichord.pki.targets import in_certificate_order
 from ichord.settings import SettingsError, Timing
 
 log = structlog.get_logger(__name__)
 
 Obj = dict[str, Any]
 
-#: status.certificates order (the CRDs); the names are the rotation targets' (docs/decisions.md#ca-rotation-targets).
-CERTIFICATE_ORDER: tuple[Target, ...] = (
-    Target.TALOS, Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR, Target.ETCD,
-)
 DEFAULT_WARNING_DAYS = 90
 
 
@@ -88,8 +84,8 @@ class ExpiryResult:
 
 def certificate_expiries(bundle: SecretsBundle) -> tuple[CertificateExpiry, ...]:
     return tuple(
-        CertificateExpiry(t.value, bundle.ca(t.ca_kind).not_after, ca_fingerprint(bundle.ca(t.ca_kind)))
-        for t in CERTIFICATE_ORDER
+        CertificateExpiry(t.name, bundle.ca(t.ca_kind).not_after, ca_fingerprint(bundle.ca(t.ca_kind)))
+        for t in in_certificate_order()  # status.certificates' order; the names are the rotation targets'
     )
 
 
@@ -175,10 +171,10 @@ def publish_metrics(namespace: str, name: str, result: ExpiryResult) -> None:
 
 def forget_cluster(namespace: str, name: str) -> None:
     """Drop a deleted cluster's expiry series (docs/decisions.md#expiry-alerting)."""
-    for target in CERTIFICATE_ORDER:
+    for target in in_certificate_order():
         for gauge in (CERTIFICATE_EXPIRY, CERTIFICATE_EXPIRY_DEPRECATED):
             with contextlib.suppress(KeyError):
-                gauge.remove(namespace, name, target.value)
+                gauge.remove(namespace, name, target.name)
 
 
 @dataclass

@@ -272,7 +272,7 @@ def _covered(cluster: ClusterView, op: OperationView, head: str, status_cmd: str
                 f"-n {ns} get talosoperation {op.name} -o yaml`), then start it: `{start_command(ns, op.name)}`.")
         return Condition(names.ROTATION_DUE, "True", RotationDueReason.AWAITING_APPROVAL, text)
     text = f"{head} TalosOperation {ns}/{op.name} rotates them; follow it with {status_cmd}."
-    if {Target.TALOS, Target.KUBERNETES} & _targets_of(op):
+    if any(t.description.hands_off for t in _targets_of(op)):
         text += f" It waits in AwaitingCredentials for `ichord cluster credentials {name} -n {ns} --acknowledge`."
     return Condition(names.ROTATION_DUE, "True", RotationDueReason.ROTATION_UNDER_WAY, text)
 

@@ -20,10 +20,12 @@ from ichord.pki import pem as _pem
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CAKind, CertificateAuthority, generate_ca
 from ichord.pki.fingerprint import ca_fingerprint
+from ichord.pki.targets import REGISTRY, TargetDescription, default_target_names, describe
 
 
 class Target(enum.Enum):
-    """A CA-rotation target; the value is the API name (spec.caRotation.targets)."""
+    """A CA-rotation target; the value is the API name (spec.caRotation.targets). What a target is lives in its
+    description (ichord/pki/targets); a unit test keeps these members and the registry the same set."""
 
     TALOS = "talos"
     KUBERNETES = "kubernetes"
@@ -31,30 +33,23 @@ class Target(enum.Enum):
     KUBERNETES_AGGREGATOR = "kubernetes-aggregator"
 
     @property
+    def description(self) -> TargetDescription:
+        return describe(self.value)
+
+    @property
     def ca_kind(self) -> CAKind:
-        return _CA_KIND[self]
+        return self.description.ca_kind
 
     @property
     def rotation_key(self) -> str:
         """The key in rotation.yaml."""
-        return _ROTATION_KEY[self]
+        return self.description.rotation_key
 
 
-_CA_KIND = {
-    Target.TALOS: CAKind.OS,
-    Target.KUBERNETES: CAKind.KUBERNETES,
-    Target.ETCD: CAKind.ETCD,
-    Target.KUBERNETES_AGGREGATOR: CAKind.AGGREGATOR,
-}
-_ROTATION_KEY = {
-    Target.TALOS: "talos",
-    Target.KUBERNETES: "kubernetes",
-    Target.ETCD: "etcd",
-    Target.KUBERNETES_AGGREGATOR: "aggregator",
-}
-#: rotation.yaml key order (also the order targets are listed in).
-TARGET_ORDER = (Target.TALOS, Target.KUBERNETES, Target.ETCD, Target.KUBERNETES_AGGREGATOR)
-DEFAULT_TARGETS = (Target.TALOS, Target.KUBERNETES)
+#: The rotation order (ichord/pki/targets): rotation.yaml's keys, and the order targets are listed in.
+TARGET_ORDER = tuple(Target(t.name) for t in REGISTRY)
+#: Absent spec.caRotation.targets means these (docs/decisions.md#ca-rotation-targets).
+DEFAULT_TARGETS = tuple(Target(name) for name in default_target_names())
 
 
 class RotationError(IchordError):
@@ -115,7 +110,8 @@ class Rotation:
             raise RotationError("rotation.yaml is not valid YAML") from None
         if not isinstance(doc, dict) or not doc:
             raise RotationError(
-                "rotation.yaml holds no CA; it must have at least one of talos, kubernetes, etcd, aggregator"
+                "rotation.yaml holds no CA; it must have at least one of "
+                + ", ".join(t.rotation_key for t in TARGET_ORDER)
             )
         by_key = {t.rotation_key: t for t in TARGET_ORDER}
         new: dict[Target, CertificateAuthority] = {}

@@ -158,13 +158,16 @@ WRITERS: dict[Target, Callable[[MachineConfig, bytes, bool, VersionContract], No
 
 
 def check_targets(targets: Iterable[Target], contract: VersionContract) -> None:
-    """Refuse what a contract cannot do: the aggregator has no accepted list before v1.14."""
-    if Target.KUBERNETES_AGGREGATOR in targets and not contract.multidoc_kubernetes:
-        raise StageRenderError(
-            f"the kubernetes-aggregator target needs the v1.14 contract (KubeAggregatorCAConfig); the cluster "
-            f"uses {contract}, which has a single aggregator CA and no accepted list. Rotate the other targets, "
-            "or move the cluster to contract v1.14 first."
-        )
+    """Refuse what a contract cannot do (each target's minimum contract, ichord/pki/targets): the aggregator has no
+    accepted list before v1.14."""
+    for target in targets:
+        minimum = target.description.minimum_contract
+        if minimum is not None and contract < minimum:
+            why = target.description.minimum_contract_why.format(contract=contract)
+            raise StageRenderError(
+                f"the {target.value} target needs the {minimum} contract {why}. Rotate the other targets, "
+                f"or move the cluster to contract {minimum} first."
+            )
 
 
 def render_stage(

@@ -40,7 +40,7 @@ FIELD = "apiServerInstances"
 def restarts_apiserver(targets: Iterable[Target]) -> bool:
     """A pass of these targets re-renders what kube-apiserver loads on every control plane: its CAs, and
     for etcd its etcd client CA, which Talos restarts the static pod for too (docs/decisions.md#etcd-reboot-roll)."""
-    return bool({Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR, Target.ETCD} & set(targets))
+    return any(t.description.restarts_apiserver for t in targets)
 
 
 @dataclass(frozen=True)

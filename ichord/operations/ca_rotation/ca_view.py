@@ -13,13 +13,14 @@ reads it doubles as; it informs, it never decides.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from ichord.api.views import MachineView
 from ichord.pki import pem as _pem
 from ichord.pki.fingerprint import certificate_fingerprint
 from ichord.pki.rotation import Target
+from ichord.pki.targets import in_certificate_order
 from ichord.talos.client import TalosClient
 
 
@@ -34,34 +35,57 @@ def _entry(issuing: bytes, accepted: Sequence[bytes]) -> dict[str, Any]:
 
 
 def reads(m: MachineView, targets: Iterable[Target]) -> bool:
-    """Whether ``m`` has a CA view for these targets (workers hold only the Talos CA's)."""
-    chosen = set(targets)
-    return Target.TALOS in chosen or (m.is_control_plane and bool(chosen & _CONTROL_PLANE_TARGETS))
+    """Whether ``m`` has a CA view for these targets (workers hold only what is not control-plane-only: Talos's)."""
+    return any(m.is_control_plane or not t.description.control_plane_only for t in targets)
 
 
-_CONTROL_PLANE_TARGETS = frozenset({Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR, Target.ETCD})
+async def _talos(talos: TalosClient, address: str, _read: dict[str, Any]) -> dict[str, Any]:
+    os_root = await talos.os_root(address)
+    return _entry(os_root.issuing_ca, os_root.accepted_cas)
+
+
+async def _kubernetes_root(talos: TalosClient, address: str, read: dict[str, Any]) -> Any:
+    """KubernetesRootSecrets, read once for the Kubernetes and the aggregator CA."""
+    if "kubernetes_root" not in read:
+        read["kubernetes_root"] = await talos.kubernetes_root(address)
+    return read["kubernetes_root"]
+
+
+async def _kubernetes(talos: TalosClient, address: str, read: dict[str, Any]) -> dict[str, Any]:
+    k8s = await _kubernetes_root(talos, address, read)
+    return _entry(k8s.issuing_ca, k8s.accepted_cas)
+
+
+async def _aggregator(talos: TalosClient, address: str, read: dict[str, Any]) -> dict[str, Any]:
+    k8s = await _kubernetes_root(talos, address, read)
+    return _entry(k8s.aggregator_ca, k8s.accepted_aggregator_cas)
+
+
+async def _etcd(talos: TalosClient, address: str, _read: dict[str, Any]) -> dict[str, Any]:
+    try:
+        blocks = _pem.pem_blocks((await talos.etcd_root(address)).ca_bundle)
+    except ValueError:
+        blocks = []
+    return _entry(blocks[0], blocks[1:]) if blocks else {"issuing": "", "trusted": []}
+
+
+#: Where a node keeps each target's CAs (the table of the module's docstring).
+READERS: dict[Target, Callable[[TalosClient, str, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+    Target.TALOS: _talos,
+    Target.KUBERNETES: _kubernetes,
+    Target.KUBERNETES_AGGREGATOR: _aggregator,
+    Target.ETCD: _etcd,
+}
 
 
 async def read_node_cas(talos: TalosClient, m: MachineView, targets: Iterable[Target]) -> dict[str, Any]:
     """The view, one COSI Get per resource; a read that fails raises (the pass's verification relies on it:
     each read is made with the stage's credentials, so it proves them as a Version call would)."""
-    chosen = set(targets)
+    chosen = {t.value for t in targets}
     out: dict[str, Any] = {}
-    if Target.TALOS in chosen:
-        os_root = await talos.os_root(m.address)
-        out[Target.TALOS.value] = _entry(os_root.issuing_ca, os_root.accepted_cas)
-    if not m.is_control_plane:
-        return out
-    if chosen & {Target.KUBERNETES, Target.KUBERNETES_AGGREGATOR}:
-        k8s = await talos.kubernetes_root(m.address)
-        if Target.KUBERNETES in chosen:
-            out[Target.KUBERNETES.value] = _entry(k8s.issuing_ca, k8s.accepted_cas)
-        if Target.KUBERNETES_AGGREGATOR in chosen:
-            out[Target.KUBERNETES_AGGREGATOR.value] = _entry(k8s.aggregator_ca, k8s.accepted_aggregator_cas)
-    if Target.ETCD in chosen:
-        try:
-            blocks = _pem.pem_blocks((await talos.etcd_root(m.address)).ca_bundle)
-        except ValueError:
-            blocks = []
-        out[Target.ETCD.value] = _entry(blocks[0], blocks[1:]) if blocks else {"issuing": "", "trusted": []}
+    read: dict[str, Any] = {}
+    for description in in_certificate_order():  # the order status.certificates shows the CAs in
+        if description.name not in chosen or (description.control_plane_only and not m.is_control_plane):
+            continue
+        out[description.name] = await READERS[Target(description.name)](talos, m.address, read)
     return out

@@ -82,7 +82,8 @@ SHOWN = 3
 
 
 def rolls(targets: Iterable[Target]) -> bool:
-    return Target.ETCD in set(targets)
+    """Some target is loaded only at boot (its description's reboot_roll: the etcd CA)."""
+    return any(t.description.reboot_roll for t in targets)
 
 
 def rolling(inputs: Inputs) -> bool:

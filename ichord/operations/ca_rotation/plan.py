@@ -25,16 +25,19 @@ from ichord.contract import VersionContract
 from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
-from ichord.pki.rotation import Rotation, RotationError, Target, parse_targets
+from ichord.pki.rotation import TARGET_ORDER, Rotation, RotationError, Target, parse_targets
 from ichord.render.stages import StageRenderError, check_targets
 from ichord.talos.dial import DialBundle
 
-#: Targets this executor rotates (docs/decisions.md#ca-rotation-passes); kubernetes-aggregator only on the v1.14
-#: contract (``contract_refusal``).
-SUPPORTED_TARGETS = frozenset({Target.TALOS, Target.KUBERNETES, Target.ETCD, Target.KUBERNETES_AGGREGATOR})
+#: Targets this executor rotates (docs/decisions.md#ca-rotation-passes): every described one, each from its minimum
+#: contract on (``contract_refusal``; kubernetes-aggregator from v1.14).
+SUPPORTED_TARGETS = frozenset(TARGET_ORDER)
 
-#: Targets whose passes restart or reboot kube-apiserver: with one control plane the API is away meanwhile.
-API_DISRUPTING_TARGETS = frozenset({Target.KUBERNETES, Target.ETCD, Target.KUBERNETES_AGGREGATOR})
+
+def api_disrupting(targets: Iterable[Target]) -> bool:
+    """Some target's passes restart kube-apiserver or reboot its node: with one control plane the API is away
+    meanwhile."""
+    return any(t.description.restarts_apiserver or t.description.reboot_roll for t in targets)
 
 #: Status name of each target's certificate entry (the names status.certificates already uses).
 CERT_NAMES = {t: t.value for t in Target}
@@ -71,7 +74,7 @@ def spec_targets(op: dict[str, Any]) -> tuple[Target, ...]:
 
 def targets_in_order(targets: Iterable[Target]) -> list[Target]:
     chosen = set(targets)
-    return [t for t in Target if t in chosen]
+    return [t for t in TARGET_ORDER if t in chosen]
 
 
 def contract_refusal(targets: Iterable[Target], contract: VersionContract) -> str | None:
@@ -86,7 +89,7 @@ def contract_refusal(targets: Iterable[Target], contract: VersionContract) -> st
 def hands_off(targets: Iterable[Target]) -> bool:
     """AwaitingCredentials exists only when the operator's credentials change
     (docs/decisions.md#credentials-handoff)."""
-    return bool({Target.TALOS, Target.KUBERNETES} & set(targets))
+    return any(t.description.hands_off for t in targets)
 
 
 def stages(targets: Iterable[Target]) -> tuple[Stage, ...]:
@@ -135,6 +138,7 @@ def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine],
     if hands_off(targets):
         warnings.append("the rotation waits in AwaitingCredentials until the operator holds a talosconfig and a "
                         "kubeconfig from the new CAs (ichord cluster credentials NAME --acknowledge)")
+    reboots = any(t.description.reboot_roll for t in targets)
     etcd = Target.ETCD in targets
     if etcd:
         # docs/decisions.md#etcd-reboot-roll: the control planes reboot in each pass.
@@ -153,11 +157,11 @@ def plan_status(targets: Sequence[Target], machines: Iterable[PlannedMachine],
         "targets": [t.value for t in targets],
         "stages": [s.value for s in stages(targets)],
         "machines": [{"name": m.name, "role": m.role, "order": i + 1,
-                      "reboots": etcd and m.role == "controlplane"} for i, m in enumerate(ordered)],
+                      "reboots": reboots and m.role == "controlplane"} for i, m in enumerate(ordered)],
         "warnings": warnings,
         # kube-apiserver restarts (Kubernetes, aggregator CA) or its node reboots (etcd CA): with one control plane
         # the API is gone meanwhile.
-        "kubernetesAPIUnavailable": len(cps) == 1 and bool(API_DISRUPTING_TARGETS & set(targets)),
+        "kubernetesAPIUnavailable": len(cps) == 1 and api_disrupting(targets),
     }
     if worker_bound is not None:
         plan["workerBound"] = worker_bound.to_status()
