@@ -277,7 +277,7 @@ class ClusterReconciler:
             self._expiry_due = None
             await self._expiry(scope, {})
         talos = self._client(bundle)
-        rotating = scope.machines_held  # as the operations phase left it in this step
+        held_by = scope.machines_held_by  # as the operations phase left it in this step
         planned = self.rt.registry.planned(scope)  # reboots/restarts ichord asked for: a loss that is no fault
         now = scope.now()
 
@@ -291,7 +291,7 @@ class ClusterReconciler:
                     bundle,
                     inputs,
                     m,
-                    rotation_in_progress=rotating,
+                    held_by=held_by,
                     retry_after=self.rt.timing.retry,
                     resync_after=self.rt.resync,
                     memo=self._memo,

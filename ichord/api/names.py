@@ -89,6 +89,8 @@ class ReadyReason:
     REBOOT_REQUIRED = "RebootRequired"
     API_SERVER_RESTART_REQUIRED = "APIServerRestartRequired"
     CA_ROTATION_IN_PROGRESS = "CARotationInProgress"
+    #: An operation of another kind that holds the reconciler off the nodes is under way (its title in the message).
+    OPERATION_UNDER_WAY = "OperationUnderWay"
     UNREACHABLE = "Unreachable"
     RENDER_FAILED = "RenderFailed"
     INVALID_CONFIG = "InvalidConfig"  # a patch or the render holds what Talos's decoder refuses: nothing applied
@@ -110,6 +112,8 @@ class LockRefusal:
 
     HELD = "LockHeld"
     CLUSTER_CA_ROTATING = "ClusterCARotating"
+    #: Another excluding operation of a kind that rotates no CA is under way (its kind's title in the message).
+    CLUSTER_OPERATION_EXCLUSIVE = "ClusterOperationExclusive"
     CLUSTER_TRANSITIONING = "ClusterTransitioning"
 
 
@@ -195,21 +199,29 @@ class CARotationReason:
     PAUSED = "Paused"  # spec.paused set while the rotation is under way (held at a step boundary)
     UNSUPPORTED_TARGET = "UnsupportedTarget"
     INVALID_SPEC = "InvalidSpec"
-    CLUSTER_UNAVAILABLE = "ClusterUnavailable"  # the step could not read its TalosCluster
     #: extension-apiserver-authentication lacks the new CA (docs/decisions.md#aggregator-ca).
     AWAITING_AGGREGATOR_CA = "AwaitingAggregatorCA"
     SETTLING_AGGREGATOR = "SettlingAggregator"  # AggregatorAuthReset in Finalizing (docs/decisions.md#aggregator-ca)
-    #: The DeletionHeld condition's reason (docs/decisions.md#abandon-or-hold).
-    PAST_POINT_OF_NO_RETURN = "PastPointOfNoReturn"
     #: the bundle Secret was deleted, emptied of rotation.yaml or replaced mid-rotation: `ichord cluster
     #: restore-bundle` puts it back from the custody copy (custody.py)
     BUNDLE_RESTORE_REQUIRED = "BundleRestoreRequired"
 
 
 class DeletionHeldReason:
-    """DeletionHeld on a TalosCluster or TalosMachine deleted while an operation of its cluster runs (guard.py)."""
+    """DeletionHeld on a TalosCluster or TalosMachine deleted while an operation of its cluster runs (guard.py), and
+    on an operation of any kind deleted past its point of no return (operations/deletion.py)."""
 
     OPERATION_IN_PROGRESS = "OperationInProgress"
+    #: docs/decisions.md#abandon-or-hold: the kind's abandon rule refuses; the operation runs on to Done.
+    PAST_POINT_OF_NO_RETURN = "PastPointOfNoReturn"
+
+
+class StepInputsReason:
+    """Why a step of any operation kind could not read its inputs (operations/managed/inputs.py): the reason of the
+    kind's condition while it is blocked."""
+
+    CLUSTER_UNAVAILABLE = "ClusterUnavailable"  # the step could not read its TalosCluster
+    INVALID_SPEC = "InvalidSpec"  # the TalosCluster's spec (or the operation's maxUnavailable) cannot be used
 
 
 class StepsFailingReason:

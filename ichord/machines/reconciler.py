@@ -14,8 +14,9 @@
                                               the node is not dialled (the operation watches it)
     unreachable / render failure           -> Ready=False with the cause (a Warning MachineUnreachable: nobody
                                               planned it, or a planned one outlasted its bound)
-    a ca-rotation under way                -> Ready=Unknown/CARotationInProgress, nothing else
-    (docs/decisions.md#rotation-state)
+    an operation holding the machines      -> Ready=Unknown, nothing else (docs/decisions.md#rotation-state):
+      under way (its kind's holds_machines)   CARotationInProgress when its kind rotates the cluster's CAs,
+                                              OperationUnderWay (its kind's title in the message) for any other
 
 The reconciler never reboots and never restarts the API server behind anyone's back (docs/decisions.md#config-rollout):
 a `config` operation rolls those out. It returns the status it wants; the actor writes it.
@@ -34,7 +35,7 @@ from ichord.api import names
 from ichord.api.conditions import Condition
 from ichord.api.disruptions import Disruption, PlannedDisruption
 from ichord.api.names import ReadyReason
-from ichord.api.views import MachineView
+from ichord.api.views import MachineView, OperationView
 from ichord.machines.memo import ConfigMemo
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.scrub import SCRUBBER
@@ -78,6 +79,17 @@ def _ready(status: str, reason: str, message: str) -> Condition:
     return Condition(names.READY, status, reason, message)
 
 
+def _held(op: OperationView) -> Condition:
+    """Ready while ``op`` holds the reconciler off the node: CARotationInProgress for a kind that rotates the
+    cluster's CAs (the reason users and alerts know), OperationUnderWay for any other; its title in the message."""
+    kind = op.description
+    title = kind.title if kind is not None else f"an operation of kind {op.kind}"
+    reason = (ReadyReason.CA_ROTATION_IN_PROGRESS if kind is not None and kind.rotates_cas
+              else ReadyReason.OPERATION_UNDER_WAY)
+    return _ready("Unknown", reason, f"{title} (TalosOperation {op.namespace}/{op.name}) is under way for this "
+                                     "cluster; the machine is reconciled again when it completes")
+
+
 def _error_message(exc: BaseException) -> str:
     return SCRUBBER.text(str(exc))
 
@@ -88,7 +100,7 @@ async def reconcile_machine(
     cluster: ClusterInputs,
     machine: MachineView,
     *,
-    rotation_in_progress: bool,
+    held_by: OperationView | None,
     retry_after: float,
     resync_after: float,
     memo: ConfigMemo | None = None,
@@ -98,19 +110,14 @@ async def reconcile_machine(
     """One step of one machine; ``memo`` (the caller's, per cluster) spares re-deriving unchanged content.
 
     ``planned``: the reboot or kube-apiserver restart an operation has under way on this machine (from its markers
-    in the API), judged against its bound at ``now``."""
+    in the API), judged against its bound at ``now``. ``held_by``: the operation under way whose kind holds the
+    machine reconciler off the cluster's nodes, if any."""
     now = now if now is not None else dt.datetime.now(dt.UTC)
     if planned is not None and not planned.overdue(now):
         return _planned(planned, retry_after)
-    if rotation_in_progress:
+    if held_by is not None:
         # Standing aside: no render, no dial, no apply (docs/decisions.md#rotation-state).
-        return MachineResult(
-            _ready(
-                "Unknown",
-                ReadyReason.CA_ROTATION_IN_PROGRESS,
-                "a CA rotation is under way for this cluster; the machine is reconciled again when it completes",
-            ),
-        )
+        return MachineResult(_held(held_by))
     memo = memo if memo is not None else ConfigMemo()  # none given: everything is derived afresh
     try:
         inputs = MachineInputs.from_spec(machine.spec)

@@ -38,7 +38,7 @@ from ichord.kube.events import EventRecorder, ObjectRef
 from ichord.kube.forbidden import forbidden_message
 from ichord.kube.status import update_status
 from ichord.metrics import OPERATION_STAGE_DURATION
-from ichord.operations.lock import acquire_disruptive_lock, release_lock
+from ichord.operations.lock import Exclusion, acquire_disruptive_lock, release_lock
 from ichord.operations.outcome import Blocked, Failed
 from ichord.pki.scrub import SCRUBBER
 from ichord.settings import Timing
@@ -358,13 +358,19 @@ async def lock(ctx: Context, kind: OperationKind, subject: Subject, *, approved_
     # A 403 (the Lease not granted in the cluster's namespace) raises: the registry turns it into Forbidden.
     listed = getattr(ctx, "operations", None)
     if other_under_way is not None and other_under_way not in {op.uid for op in listed or []}:
-        # The refusal names the rotation under way: read it once (only on this refusal) when the step did not list it.
+        # The refusal names the operation under way and its kind: read it once (only on this refusal) when the step
+        # did not list it.
         objs, _ = await crds.operations(ctx.kube).list_objects(subject.op_namespace)
         listed = [OperationView.of(o) for o in objs]
     known = {op.uid: f"{op.namespace}/{op.name}" for op in listed or []}
+    excluding = None
+    if other_under_way is not None:
+        other = next((op for op in listed or [] if op.uid == other_under_way), None)
+        excluding = Exclusion(other_under_way, known.get(other_under_way, f"with UID {other_under_way}"),
+                              other.description if other is not None else None)
     decision = await acquire_disruptive_lock(
         ctx.kube, subject.op_namespace, subject.cluster_name, subject.uid,
-        approved_control_planes=approved_control_planes, rotating_operation_uid=other_under_way,
+        approved_control_planes=approved_control_planes, excluding=excluding,
         duration=ctx.timing.cluster_lock_duration, now=ctx.now,
         name_of=lambda uid: known.get(uid, f"with UID {uid}"))
     if decision.acquired:

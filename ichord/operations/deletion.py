@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ichord.api import names
 from ichord.api.conditions import Condition, find, set_condition
-from ichord.api.names import CARotationReason, EventReason
+from ichord.api.names import DeletionHeldReason, EventReason
 from ichord.api.views import OperationView
 from ichord.operations.backbone import Context, Obj, OperationKind, Subject, event, log_transition, write
 from ichord.pki.scrub import SCRUBBER
@@ -37,7 +37,7 @@ async def hold_deletion(ctx: Context, kind: OperationKind, subject: Subject, sta
 
     def m(status: Obj) -> None:
         status["conditions"] = set_condition(status.get("conditions"), Condition(
-            names.DELETION_HELD, "True", CARotationReason.PAST_POINT_OF_NO_RETURN, message), now=now)
+            names.DELETION_HELD, "True", DeletionHeldReason.PAST_POINT_OF_NO_RETURN, message), now=now)
 
     await write(ctx, subject, m)
     event(ctx, subject, "Warning", EventReason.DELETION_HELD, message)

@@ -4,8 +4,9 @@ Holder = the operation's UID, 5 minutes, renewed every step, released at the end
 through ``acquire_disruptive_lock``, which refuses, with a reason the operation shows:
 - LockHeld: another operation holds an unexpired lock;
 - ClusterCARotating: a CA rotation is under way and this is not it (docs/decisions.md#rotation-state: the stage is the
-only
-  record of which CA the nodes accept; nothing else may disturb them meanwhile);
+  only record of which CA the nodes accept; nothing else may disturb them meanwhile);
+- ClusterOperationExclusive: another operation whose kind excludes others (``KindDescription.excludes_others``) and
+  rotates no CA is under way; the message names it by its kind's title;
 - ClusterTransitioning: an even number of approved control planes (etcd would lose quorum while
   one member is down; docs/decisions.md#ca-rotation-passes relies on this for the etcd roll).
 Expiry is judged from the Lease's own renewTime + duration (the lock outlives processes, so a
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 import structlog
 
 from ichord.api.names import CLUSTER_LOCK_PREFIX, LEGACY_CLUSTER_LOCK_PREFIX, LockRefusal
+from ichord.api.operation_kinds import KindDescription
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from ichord.kube.leases import LeaseRecord, create_lease, get_lease, update_lease
@@ -59,6 +61,26 @@ class LockDecision:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class Exclusion:
+    """Another operation of the cluster under way whose kind excludes others: the lock is not taken beside it."""
+
+    uid: str
+    #: How the refusal names it (namespace/name).
+    name: str
+    #: Its kind's description; None only when it could not be read again (the refusal then names no kind).
+    kind: KindDescription | None
+
+    def refusal(self, cluster: str) -> tuple[str, str]:
+        """The reason and message: its kind's title in the message; ClusterCARotating when its kind rotates the
+        cluster's CAs (the reason users, the runbook and alerts know), ClusterOperationExclusive for any other."""
+        title = self.kind.title if self.kind is not None else "an operation that excludes others"
+        reason = (LockRefusal.CLUSTER_CA_ROTATING if self.kind is not None and self.kind.rotates_cas
+                  else LockRefusal.CLUSTER_OPERATION_EXCLUSIVE)
+        return reason, (f"{title} (operation {self.name}) is under way on cluster {cluster}; this operation waits "
+                        "until it completes")
+
+
 def _expired(record: LeaseRecord, now: dt.datetime) -> bool:
     if record.holder is None:
         return True
@@ -73,17 +95,16 @@ async def acquire_disruptive_lock(
     operation_uid: str,
     *,
     approved_control_planes: int,
-    rotating_operation_uid: str | None,
+    excluding: Exclusion | None,
     duration: float,
     now: Clock = _utcnow,
     name_of: Callable[[str], str] = _uid,
 ) -> LockDecision:
-    """Take (or renew) the cluster lock for ``operation_uid``, or say why not (``name_of``: an operation's UID ->
-    how the message names it, namespace/name)."""
-    if rotating_operation_uid is not None and rotating_operation_uid != operation_uid:
-        return LockDecision(False, LockRefusal.CLUSTER_CA_ROTATING,
-                            f"a CA rotation (operation {name_of(rotating_operation_uid)}) is under way on cluster "
-                            f"{cluster}; this operation waits until it completes")
+    """Take (or renew) the cluster lock for ``operation_uid``, or say why not (``excluding``: another operation of
+    the cluster under way whose kind excludes others; ``name_of``: an operation's UID -> how the message names it,
+    namespace/name)."""
+    if excluding is not None and excluding.uid != operation_uid:
+        return LockDecision(False, *excluding.refusal(cluster))
     if approved_control_planes % 2 == 0:
         return LockDecision(False, LockRefusal.CLUSTER_TRANSITIONING,
                             f"cluster {cluster} has {approved_control_planes} approved control planes; etcd keeps "

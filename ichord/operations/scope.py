@@ -84,9 +84,10 @@ class ClusterScope:
         return sorted((m for m in self.machines if m.approved), key=lambda m: (not m.is_control_plane, m.name))
 
     @property
-    def machines_held(self) -> bool:
-        """An operation under way holds the machine reconciler off the cluster's nodes (its kind's description)."""
-        return any(op.holds_machines for op in self.operations)
+    def machines_held_by(self) -> OperationView | None:
+        """The operation under way that holds the machine reconciler off the cluster's nodes (its kind's
+        description), if any."""
+        return next((op for op in self.operations if op.holds_machines), None)
 
     async def write_operation_status(self, op: OperationView, mutate: Callable[[Obj, Obj], Obj | None], *,
                                      from_copy: bool = True) -> bool:

@@ -139,7 +139,7 @@ async def test_after_an_abandon_the_machine_reconciler_reports_the_leftover_cas_
                     "approved": True}
             machine = MachineView.of({"metadata": {"namespace": env.namespace, "name": name}, "spec": spec})
             applies = len(env.applies(name))
-            result = await reconcile_machine(talos, bundle, env.cluster_inputs(), machine, rotation_in_progress=False,
+            result = await reconcile_machine(talos, bundle, env.cluster_inputs(), machine, held_by=None,
                                              retry_after=30.0, resync_after=300.0)
             if role == "controlplane":
                 # Reverting the new Kubernetes CA restarts kube-apiserver: reported, never applied to every

@@ -223,7 +223,7 @@ async def test_a_fake_kind_is_abandoned_when_deleted_in_an_abandonable_stage_and
     await crds.operations(world.kube).patch(world.env.namespace, "late", {"spec": {"paused": True}})
     await crds.operations(world.kube).delete(world.env.namespace, "late")
     op = await world.run_until("late", lambda o: _reason(o) == "Paused"
-                               and _reason(o, names.DELETION_HELD) == names.CARotationReason.PAST_POINT_OF_NO_RETURN)
+                               and _reason(o, names.DELETION_HELD) == names.DeletionHeldReason.PAST_POINT_OF_NO_RETURN)
     assert _stage(op) == census.CONFIRMING and (op or {})["metadata"].get("deletionTimestamp")
     assert census.DESCRIPTION.finalizer in (op or {})["metadata"]["finalizers"]
     assert await world.lease_holder() == (op or {})["metadata"]["uid"]

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from ichord.api.names import LockRefusal
+from ichord.api.operation_kinds import CA_ROTATION, KindDescription
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.leases import LeaseRecord, create_lease, get_lease
-from ichord.operations.lock import acquire_disruptive_lock, lock_holder, release_lock
+from ichord.operations.lock import Exclusion, acquire_disruptive_lock, lock_holder, release_lock
 from ichord.sim.kube import KubeSimulator
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -39,9 +40,9 @@ class Clock:
 async def test_lock_lifecycle(kube: KubeClient) -> None:
     clock = Clock()
 
-    async def take(uid: str, cps: int = 3, rotating: str | None = None):  # type: ignore[no-untyped-def]
+    async def take(uid: str, cps: int = 3):  # type: ignore[no-untyped-def]
         return await acquire_disruptive_lock(kube, NS, "demo", uid, approved_control_planes=cps,
-                                             rotating_operation_uid=rotating, duration=300, now=clock)
+                                             excluding=None, duration=300, now=clock)
 
     assert (await take("op-a")).acquired
     assert await lock_holder(kube, NS, "demo", now=clock) == "op-a"
@@ -64,15 +65,30 @@ async def test_lock_lifecycle(kube: KubeClient) -> None:
 
 async def test_refusals_before_anything_is_written(kube: KubeClient) -> None:
     even = await acquire_disruptive_lock(kube, NS, "demo", "op-a", approved_control_planes=2,
-                                         rotating_operation_uid=None, duration=300)
+                                         excluding=None, duration=300)
     assert not even.acquired and even.reason == LockRefusal.CLUSTER_TRANSITIONING
+    rotation = Exclusion("op-rot", f"{NS}/rotate", CA_ROTATION)
     rotating = await acquire_disruptive_lock(kube, NS, "demo", "op-a", approved_control_planes=3,
-                                             rotating_operation_uid="op-rot", duration=300)
+                                             excluding=rotation, duration=300)
     assert not rotating.acquired and rotating.reason == LockRefusal.CLUSTER_CA_ROTATING
+    assert rotating.message.startswith(f"a CA rotation (operation {NS}/rotate) is under way on cluster demo")
     assert await lock_holder(kube, NS, "demo") is None  # nothing was written
     own = await acquire_disruptive_lock(kube, NS, "demo", "op-rot", approved_control_planes=3,
-                                        rotating_operation_uid="op-rot", duration=300)
+                                        excluding=rotation, duration=300)
     assert own.acquired
+
+
+async def test_another_excluding_kind_refuses_in_its_own_words(kube: KubeClient) -> None:
+    """Issue 29: an excluding kind that rotates no CA is named by its title, with a reason that names no kind."""
+    drill = KindDescription(name="drill", condition_type="Drilled", finalizer="example.test/drill", title="a drill",
+                            section="drill", holds_machines=True, excludes_others=True)
+    refused = await acquire_disruptive_lock(kube, NS, "demo", "op-a", approved_control_planes=3,
+                                            excluding=Exclusion("op-drill", f"{NS}/bore", drill), duration=300)
+    assert not refused.acquired and refused.reason == LockRefusal.CLUSTER_OPERATION_EXCLUSIVE
+    assert refused.message == (f"a drill (operation {NS}/bore) is under way on cluster demo; this operation waits "
+                               "until it completes")
+    assert "rotation" not in refused.message
+    assert await lock_holder(kube, NS, "demo") is None  # nothing was written
 
 
 async def test_an_old_named_lock_still_fences_after_the_upgrade(kube: KubeClient) -> None:
@@ -84,7 +100,7 @@ async def test_an_old_named_lock_still_fences_after_the_upgrade(kube: KubeClient
 
     async def take(uid: str):  # type: ignore[no-untyped-def]
         return await acquire_disruptive_lock(kube, NS, "demo", uid, approved_control_planes=3,
-                                             rotating_operation_uid=None, duration=300, now=clock,
+                                             excluding=None, duration=300, now=clock,
                                              name_of=lambda u: {"op-old": "ns/rotate"}.get(u, u))
 
     refused = await take("op-new")
@@ -104,4 +120,4 @@ async def test_an_old_named_lock_still_fences_after_the_upgrade(kube: KubeClient
     await create_lease(kube, NS, "ichor-lock-other", LeaseRecord("op-gone", 300, t, t))
     clock.t += dt.timedelta(seconds=301)
     assert (await acquire_disruptive_lock(kube, NS, "other", "op-new", approved_control_planes=3,
-                                          rotating_operation_uid=None, duration=300, now=clock)).acquired
+                                          excluding=None, duration=300, now=clock)).acquired

@@ -17,7 +17,7 @@ from typing import Any, cast
 import pytest
 
 from ichord.api.disruptions import Disruption, PlannedDisruption
-from ichord.api.views import MachineView
+from ichord.api.views import MachineView, OperationView
 from ichord.machines.reconciler import reconcile_machine
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.sim.combined import SimEnvironment
@@ -42,7 +42,7 @@ class Row:
     role: str = "worker"
     cluster_patches: tuple[str, ...] = ()
     machine_patches: tuple[str, ...] = ()
-    rotation_in_progress: bool = False
+    held_by: OperationView | None = None
     unreachable: bool = False
 
 
@@ -65,8 +65,14 @@ def machine_patched(*patches: str) -> Any:
     return lambda r: replace(r, machine_patches=patches)
 
 
+#: A ca-rotation under way (Issuing): its kind holds the machine reconciler off the nodes.
+ROTATION = OperationView.of({"metadata": {"namespace": "ns", "name": "rotate", "uid": "rot-uid"},
+                             "spec": {"kind": "ca-rotation", "clusterRef": {"name": "demo"}},
+                             "status": {"phase": "InProgress", "caRotation": {"stage": "Issuing"}}})
+
+
 def rotating(r: Row) -> Row:
-    return replace(r, rotation_in_progress=True)
+    return replace(r, held_by=ROTATION)
 
 
 def unreachable(r: Row) -> Row:
@@ -127,7 +133,7 @@ async def test_never_reboot_table(env: SimEnvironment, bundle: SecretsBundle, ca
     if r.unreachable:
         await env.set_unreachable(name)
     async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=1, rpc_timeout=5) as talos:
-        result = await reconcile_machine(talos, bundle, cluster, machine, rotation_in_progress=r.rotation_in_progress,
+        result = await reconcile_machine(talos, bundle, cluster, machine, held_by=r.held_by,
                                          retry_after=30.0, resync_after=300.0)
     assert (result.ready.status, result.ready.reason) == (status, reason), result.ready.message
     assert result.applied is applied
@@ -137,6 +143,9 @@ async def test_never_reboot_table(env: SimEnvironment, bundle: SecretsBundle, ca
     assert env.node(name).boots == boots_before  # never a reboot, whatever the row
     if r.unreachable:
         assert result.requeue_after == 30.0
+    if r.held_by is not None:  # the holding operation named by its kind's title and namespace/name
+        assert result.ready.message.startswith("a CA rotation (TalosOperation ns/rotate) is under way"), \
+            result.ready.message
     if reason == "InvalidConfig":
         # One Warning naming the field and what Talos expects; no stale reboot paths for a config operation to plan.
         assert result.event is not None and result.event[:2] == ("Warning", "InvalidConfig")
@@ -178,7 +187,7 @@ async def test_a_memo_spares_the_unchanged_and_never_hides_a_change(
     async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=1, rpc_timeout=5) as talos:
         async def step(cluster: Any) -> tuple[str, int, int]:
             before = dict(calls)
-            result = await reconcile_machine(talos, bundle, cluster, machine, rotation_in_progress=False,
+            result = await reconcile_machine(talos, bundle, cluster, machine, held_by=None,
                                              retry_after=30.0, resync_after=300.0, memo=memo)
             return result.ready.reason, calls["render"] - before["render"], calls["parse"] - before["parse"]
 
@@ -230,7 +239,7 @@ async def test_a_machine_waiting_for_its_reboot_is_not_parsed_again_every_step(
     async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=1, rpc_timeout=5) as talos:
         async def step(cluster: Any) -> tuple[str, tuple[str, ...], int]:
             before = dict(calls)
-            result = await reconcile_machine(talos, bundle, cluster, machine, rotation_in_progress=False,
+            result = await reconcile_machine(talos, bundle, cluster, machine, held_by=None,
                                              retry_after=30.0, resync_after=300.0, memo=memo)
             return (result.ready.reason, tuple(result.fields.get("rebootPaths") or ()),
                     calls["parse"] - before["parse"])
@@ -281,7 +290,8 @@ async def test_a_planned_loss_is_no_fault(env: SimEnvironment, bundle: SecretsBu
     async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=1, rpc_timeout=5) as real:
         # Within its bound the node is left to the operation: a client that fails on any use proves no call.
         talos = cast(TalosClient, _NoCalls()) if event_type == "Normal" else real
-        result = await reconcile_machine(talos, bundle, env.cluster_inputs(), machine, rotation_in_progress=rotating_,
+        result = await reconcile_machine(talos, bundle, env.cluster_inputs(), machine,
+                                         held_by=ROTATION if rotating_ else None,
                                          retry_after=30.0, resync_after=300.0, planned=planned, now=NOW)
     assert (result.ready.status, result.ready.reason) == (status, reason), result.ready.message
     assert result.event is not None and result.event[:2] == (event_type, event_reason), result.event

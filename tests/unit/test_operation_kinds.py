@@ -14,15 +14,20 @@ from typing import Any, cast
 
 import pytest
 
-from ichord.api import operation_kinds
+from ichord.api import names, operation_kinds
 from ichord.api.operation_kinds import KINDS, KindDescription, describe, register
-from ichord.api.views import OperationView
+from ichord.api.views import MachineView, OperationView
 from ichord.cluster_status import ClusterView, format_status, next_step
 from ichord.kube.client import KubeClient
 from ichord.kube.events import EventRecorder
+from ichord.machines.reconciler import reconcile_machine
 from ichord.operations import backbone
+from ichord.operations.lock import Exclusion
 from ichord.operations.scope import ClusterScope
+from ichord.pki.bundle import SecretsBundle
+from ichord.render.inputs import ClusterInputs
 from ichord.settings import Timing
+from ichord.talos.client import TalosClient
 
 Obj = dict[str, Any]
 NS = "ops"
@@ -119,9 +124,49 @@ def test_the_actors_scope_holds_machines_off_for_a_holding_kind(described: None)
         return ClusterScope(cast(KubeClient, None), "ichord", NS, "demo", None, [],
                             [OperationView.of(o) for o in ops], cast(EventRecorder, None), Timing())
 
-    assert scope(op("drill", status=drilling())).machines_held
-    assert not scope(op("probe", status={"phase": "InProgress", "stage": "Probing"})).machines_held
-    assert not scope(op("drill", status=drilling(phase="Completed"))).machines_held
+    held = scope(op("probe", "p", status={"phase": "InProgress", "stage": "Probing"}, uid="probe-uid"),
+                 op("drill", "d", status=drilling(), uid="drill-uid")).machines_held_by
+    assert held is not None and held.uid == "drill-uid"
+    assert scope(op("probe", status={"phase": "InProgress", "stage": "Probing"})).machines_held_by is None
+    assert scope(op("drill", status=drilling(phase="Completed"))).machines_held_by is None
+
+
+@pytest.mark.anyio
+async def test_the_reconciler_stands_aside_for_a_holding_kind_in_its_words(described: None) -> None:
+    """Issue 29: a holding kind that rotates no CA: Ready=Unknown/OperationUnderWay, its title and name in the
+    message, the node not touched; ca-rotation keeps CARotationInProgress."""
+    machine = MachineView.of({"metadata": {"namespace": NS, "name": "w1"},
+                              "spec": {"clusterRef": {"name": "demo"}, "role": "worker", "address": "10.0.0.9",
+                                       "approved": True}})
+
+    async def ready(holder: Obj) -> tuple[str, str, str]:
+        # No Talos client, no bundle, no cluster: standing aside uses none of them.
+        result = await reconcile_machine(cast(TalosClient, None), cast(SecretsBundle, None),
+                                         cast(ClusterInputs, None), machine, held_by=OperationView.of(holder),
+                                         retry_after=30.0, resync_after=300.0, now=NOW)
+        assert not result.applied and result.event is None
+        return result.ready.status, result.ready.reason, result.ready.message
+
+    status, reason, message = await ready(op("drill", "bore-1", status=drilling()))
+    assert (status, reason) == ("Unknown", names.ReadyReason.OPERATION_UNDER_WAY)
+    assert message.startswith(f"a drill (TalosOperation {NS}/bore-1) is under way") and "rotation" not in message
+    rotation = op("ca-rotation", "rotate", status={"phase": "InProgress", "caRotation": {"stage": "Issuing"}})
+    status, reason, message = await ready(rotation)
+    assert (status, reason) == ("Unknown", names.ReadyReason.CA_ROTATION_IN_PROGRESS)
+    assert message.startswith(f"a CA rotation (TalosOperation {NS}/rotate) is under way")
+
+
+def test_the_lock_refusal_names_an_excluding_kind_by_its_title(described: None) -> None:
+    """Issue 29: beside a drill the lock refuses with ClusterOperationExclusive and the drill's title; beside a
+    ca-rotation with ClusterCARotating, as users, the runbook and alerts know it."""
+    drill = Exclusion("drill-uid", f"{NS}/bore-1", describe("drill"))
+    reason, message = drill.refusal("demo")
+    assert reason == names.LockRefusal.CLUSTER_OPERATION_EXCLUSIVE
+    assert message == f"a drill (operation {NS}/bore-1) is under way on cluster demo; this operation waits until it " \
+        "completes"
+    reason, message = Exclusion("rot-uid", f"{NS}/rotate", operation_kinds.CA_ROTATION).refusal("demo")
+    assert reason == names.LockRefusal.CLUSTER_CA_ROTATING
+    assert message.startswith(f"a CA rotation (operation {NS}/rotate) is under way on cluster demo")
 
 
 def test_cluster_status_reads_the_description(described: None) -> None:

@@ -87,13 +87,13 @@ async def load_inputs(ctx: StepContext, op: Obj) -> Inputs:
     try:
         cluster = await crds.clusters(ctx.kube).get(ns, cluster_name)
     except KubeError as exc:  # NotFound and transport errors alike block the step
-        raise InputsError(names.CARotationReason.CLUSTER_UNAVAILABLE,
+        raise InputsError(names.StepInputsReason.CLUSTER_UNAVAILABLE,
                           f"cannot read TalosCluster {ns}/{cluster_name}: {SCRUBBER.exception(exc)}") from None
     cluster_view = ClusterView.of(cluster)
     try:
         cluster_inputs = ClusterInputs.from_spec(cluster_view.cluster_name, cluster_view.spec)
     except RenderError as exc:
-        raise InputsError(names.CARotationReason.INVALID_SPEC,
+        raise InputsError(names.StepInputsReason.INVALID_SPEC,
                           f"the TalosCluster spec is invalid: {SCRUBBER.exception(exc)}") from None
     objs, _ = await crds.machines(ctx.kube).list_objects(ns)
     machines = []
@@ -110,7 +110,7 @@ async def load_inputs(ctx: StepContext, op: Obj) -> Inputs:
                                ctx.timing.max_unavailable, sum(1 for m in machines if not m.is_control_plane))
     except MaxUnavailableError as exc:
         # Only past the CRD's own validation (an older CRD, a write that bypassed it): nothing is applied until fixed.
-        raise InputsError(names.CARotationReason.INVALID_SPEC, str(exc)) from None
+        raise InputsError(names.StepInputsReason.INVALID_SPEC, str(exc)) from None
     try:
         read = await read_cluster_bundle(ctx.kube, cluster_view, ctx.allowed_secret_namespaces)
         bundle, rotation = read.full(), read.rotation()
