@@ -18,6 +18,7 @@ The CRD ichord ships admits only its own kinds: ``census_crd`` is the copy a tes
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -59,13 +60,18 @@ DESCRIPTION = KindDescription(KIND, CONDITION, f"{names.GROUP}/census", "a censu
 CENSUS = OperationKind(DESCRIPTION)
 
 
+#: The census as a kind that, under way, holds the machine reconciler off the nodes and excludes other operations
+#: (as ca-rotation does) while rotating no CA: the reconciler and the lock say so in its own words.
+HOLDING = dataclasses.replace(DESCRIPTION, holds_machines=True, excludes_others=True)
+
+
 @contextmanager
-def described() -> Iterator[KindDescription]:
+def described(description: KindDescription = DESCRIPTION) -> Iterator[KindDescription]:
     """The description in ichord's table of kinds (what views and the backbone read) for the caller's span only:
     the table is process-wide, and the CRD-agreement tests expect ichord's own kinds alone."""
-    operation_kinds.register(DESCRIPTION)
+    operation_kinds.register(description)
     try:
-        yield DESCRIPTION
+        yield description
     finally:
         del operation_kinds.KINDS[KIND]
 

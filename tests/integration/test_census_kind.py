@@ -23,6 +23,7 @@ import pytest
 from ichord.actors.cluster import ClusterReconciler, Runtime
 from ichord.api import names
 from ichord.api.conditions import find
+from ichord.api.operation_kinds import KindDescription
 from ichord.daemon import Daemon, DaemonSettings
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
@@ -116,7 +117,13 @@ def _resource(kind: str) -> Resource:
 
 
 @pytest.fixture
-async def world(env: SimEnvironment) -> AsyncIterator[World]:
+def description() -> KindDescription:
+    """The census's description in ichord's table while the test runs (a test parametrizes another)."""
+    return census.DESCRIPTION
+
+
+@pytest.fixture
+async def world(env: SimEnvironment, description: KindDescription) -> AsyncIterator[World]:
     async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
         # The served CRD with census admitted (the simulator, like kube-apiserver, refuses a kind not in the enum).
         served = await kube.raw("GET", CRD_PATH)
@@ -125,7 +132,7 @@ async def world(env: SimEnvironment) -> AsyncIterator[World]:
                      for k in (names.TALOS_CLUSTER, names.TALOS_MACHINE, names.TALOS_OPERATION)}
         recorder = EventRecorder(kube, instance="test")
         registry = Registry()
-        with census.described():  # the description, in ichord's table of kinds while the test runs
+        with census.described(description):  # the description, in ichord's table of kinds while the test runs
             registry.register(census.census_operation())  # the one registration line
             rt = Runtime(kube, env.namespace, informers[names.TALOS_CLUSTER], informers[names.TALOS_MACHINE],
                          informers[names.TALOS_OPERATION], recorder, TIMING, resync=3600, registry=registry)
@@ -282,3 +289,42 @@ async def test_a_fake_kind_blocked_by_a_node_that_does_not_answer_resumes_where_
     await env.set_unreachable(silent, False)
     op = await world.run_until("outage", lambda o: _status(o).get("phase") == names.Phase.COMPLETED)
     assert set(_versions(op)) == set(env.machine_names) and _reason(op) == census.SURVEYED
+
+
+@pytest.mark.parametrize("description", [census.HOLDING])
+async def test_a_holding_and_excluding_kind_is_named_in_its_own_words(world: World) -> None:
+    """Issue 29: a census that holds the machines and excludes others (and rotates no CA): under way, every machine
+    reads Ready=Unknown/OperationUnderWay naming it, and a second census is refused the lock (Blocked) in words
+    naming it, not "a CA rotation". Once it is done, the second runs."""
+    env = world.env
+    silent = next(m for m in env.machine_names if "worker" in m)  # holds the census in Surveying, Blocked
+    await env.set_unreachable(silent)
+    await world.create("holder")
+    await world.run_until("holder", lambda o: _reason(o) == "Blocked")
+    await world.step()  # the machine phase, after the operations phase of the same step
+
+    def ready(machine: Obj) -> tuple[str, str, str]:
+        cond = find(_status(machine).get("conditions"), names.READY) or {}
+        return str(cond.get("status")), str(cond.get("reason")), str(cond.get("message"))
+
+    machines = [m for m in (await crds.machines(world.kube).list_objects(env.namespace))[0]
+                if m["metadata"]["name"] in env.machine_names]
+    assert {m["metadata"]["name"] for m in machines} == set(env.machine_names)
+    for machine in machines:
+        status, reason, message = ready(machine)
+        assert (status, reason) == ("Unknown", names.ReadyReason.OPERATION_UNDER_WAY), (machine, message)
+        assert message.startswith(f"a census (TalosOperation {env.namespace}/holder) is under way"), message
+
+    await world.create("second")
+    # The lock's refusal (ClusterOperationExclusive, tests/integration/test_cluster_lock.py) as the user reads it:
+    # Blocked, its message naming the census under way by its kind's title.
+    op = await world.run_until("second", lambda o: _reason(o) == "Blocked")
+    message = str((find(_status(op)["conditions"], census.CONDITION) or {}).get("message"))
+    assert message == (f"a census (operation {env.namespace}/holder) is under way on cluster {env.cluster_name}; "
+                       "this operation waits until it completes")
+    assert _status(op)["phase"] == names.Phase.PAUSED and await world.lease_holder() != op["metadata"]["uid"]
+
+    await env.set_unreachable(silent, False)
+    await world.run_until("holder", lambda o: _status(o).get("phase") == names.Phase.COMPLETED)
+    op = await world.run_until("second", lambda o: _status(o).get("phase") == names.Phase.COMPLETED)
+    assert set(_versions(op)) == set(env.machine_names)
