@@ -25,7 +25,7 @@ import structlog
 
 from ichord.actors.machine_index import ByCluster
 from ichord.api import names
-from ichord.api.conditions import Condition, find, set_condition, set_operation_phase
+from ichord.api.conditions import Condition, find, set_condition
 from ichord.api.names import ReadyReason
 from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView, operations_of
 from ichord.errors import IchordError
@@ -39,11 +39,12 @@ from ichord.kube.status import update_status
 from ichord.machines.memo import ConfigMemo
 from ichord.machines.reconciler import OWNED_FIELDS, MachineResult, reconcile_machine
 from ichord.metrics import RECONCILE_OUTCOMES
-from ichord.operations import guard
+from ichord.operations import guard, op_status
 from ichord.operations.backbone import OperationKind
 from ichord.operations.bundle_source import BundleSourceError
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, expiry_pass, forget_cluster
 from ichord.operations.kinds import default_registry
+from ichord.operations.op_status import Transition
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, describe, earliest, soonest
 from ichord.operations.registry import Registry
 from ichord.operations.renewal import RenewalPass
@@ -379,7 +380,7 @@ class ClusterReconciler:
         except IchordError as exc:
             log.warning("cannot let go of the machines of a missing cluster", cluster=self.key,
                         error=SCRUBBER.exception(exc))
-        await self._operations_without_cluster(message)
+        await self._operations_without_cluster(scope, message)
         for m in scope.machines:
             await self._write_machine(
                 m,
@@ -389,7 +390,7 @@ class ClusterReconciler:
                 ),
             )
 
-    async def _operations_without_cluster(self, message: str) -> None:
+    async def _operations_without_cluster(self, scope: ClusterScope, message: str) -> None:
         """Every unfinished TalosOperation naming this missing cluster says so (a typo must not be silent).
 
         Not started: phase Pending; started (the cluster was deleted under it): Paused. The condition is the
@@ -397,43 +398,27 @@ class ClusterReconciler:
         creation wakes this actor, and the operation's own step then replaces the condition.
         """
         for op in self.rt.operations_of(self.namespace, self.name):
-            ns, name, obj = op.namespace, op.name, op.obj
             if op.finished:
                 continue
             current = op.condition()
             if current is not None and current.get("reason") == names.EventReason.CLUSTER_NOT_FOUND:
                 continue
-            cond = Condition(op.condition_type, "False", names.EventReason.CLUSTER_NOT_FOUND, message)
-
-            said_now: list[bool] = []  # the mutation of the write that was sent
-
-            def mutate(st: Obj, latest: Obj, cond: Condition = cond, said_now: list[bool] = said_now) -> Obj | None:
-                # Decided on the object as read for the write, not the informer's copy: a status written in
-                # between (the operation finished, or already says so) is never overwritten by a stale view.
-                fresh = OperationView.of(latest)
-                said = fresh.condition()
-                said_now.clear()
-                if fresh.finished or (said is not None and said.get("reason") == names.EventReason.CLUSTER_NOT_FOUND):
-                    return None
-                said_now.append(True)
-                set_operation_phase(st, names.Phase.PAUSED if fresh.stage else names.Phase.PENDING, cond.message,
-                                    observed_generation=fresh.generation)
-                st["conditions"] = set_condition(st.get("conditions"), cond,
-                                                 observed_generation=fresh.generation)
-                return st
-
+            # Decided on the object as read for the write, not the informer's copy: a status written in between
+            # (the operation finished, or already says so) is never overwritten by a stale view.
+            change = Transition(Condition(op.condition_type, "False", names.EventReason.CLUSTER_NOT_FOUND, message),
+                                phase=_pending_or_paused, event=("Warning", names.EventReason.CLUSTER_NOT_FOUND),
+                                generation=True, unfinished_only=True)
             try:
-                await update_status(crds.operations(self.rt.kube), ns, name, mutate, current=obj)
+                _, moved = await op_status.transition(self.rt.kube, self.rt.recorder, scope.now, op.obj, change,
+                                                      current=op.obj)
             except NotFound:
                 continue
             except IchordError as exc:
-                log.warning("operation status write failed", cluster=self.key, operation=name,
+                log.warning("operation status write failed", cluster=self.key, operation=op.name,
                             error=SCRUBBER.exception(exc))
                 continue
-            if not said_now:
-                continue  # written meanwhile: finished, or already saying so (and its one Warning posted)
-            log.warning("operation names a cluster that does not exist", cluster=self.key, operation=name)
-            self.rt.recorder.record(ObjectRef.of(obj), "Warning", names.EventReason.CLUSTER_NOT_FOUND, message)
+            if moved:  # else written meanwhile: finished, or already saying so (and its one Warning posted)
+                log.warning("operation names a cluster that does not exist", cluster=self.key, operation=op.name)
 
     # ---- writes (the one place) -------------------------------------------------------------
 
@@ -543,3 +528,8 @@ class ClusterReconciler:
             self.rt.recorder.record(
                 ObjectRef(names.TALOS_MACHINE, m.namespace, m.name, m.uid, names.API_VERSION), type_, reason, message
             )
+
+
+def _pending_or_paused(op: OperationView) -> str:
+    """An operation whose cluster is missing: Paused once started (its stage kept), else Pending."""
+    return names.Phase.PAUSED if op.stage else names.Phase.PENDING

@@ -11,7 +11,10 @@
     Completed / Failed               -> the lock released, the finalizer removed
 
 Status is written in one place (``write``): a fresh read on conflict, messages scrubbed, the Succeeded
-condition kept with the phase, observedGeneration recorded, and the step's scope told of the new copy. An
+condition kept with the phase, observedGeneration recorded, and the step's scope told of the new copy. A change of
+phase and condition that goes with an Event is a ``Transition`` (operations/op_status.py, the one writer of them):
+decided on the object as read for the write, stamped with the step's clock, its Event posted only when the write
+sent moved the condition. An
 operation kind declares only its stage table and its stage functions; everything here is shared.
 The abandon/DeletionHeld decision (docs/decisions.md#abandon-or-hold) plugs in through ``OperationKind.abandonable``.
 """
@@ -27,7 +30,7 @@ from typing import Any, Protocol
 import structlog
 
 from ichord.api import names
-from ichord.api.conditions import Condition, find, now_rfc3339, parse_time, set_condition, set_operation_phase
+from ichord.api.conditions import Condition, find, now_rfc3339, parse_time
 from ichord.api.names import Phase
 from ichord.api.operation_kinds import KindDescription, describe, sections
 from ichord.api.views import MachineView, OperationView
@@ -38,7 +41,9 @@ from ichord.kube.events import EventRecorder, ObjectRef
 from ichord.kube.forbidden import forbidden_message
 from ichord.kube.status import update_status
 from ichord.metrics import OPERATION_STAGE_DURATION
+from ichord.operations import op_status
 from ichord.operations.lock import Exclusion, acquire_disruptive_lock, release_lock
+from ichord.operations.op_status import Decision, Transition
 from ichord.operations.outcome import Blocked, Failed
 from ichord.pki.scrub import SCRUBBER
 from ichord.settings import Timing
@@ -125,11 +130,26 @@ class Subject(Protocol):
 
 async def write(ctx: Context, subject: Subject, *mutations: Mutation) -> Obj:
     """Apply ``mutations`` to a fresh read of the status (conflicts retried); keeps ``subject.op`` current."""
+    return await _write(ctx, subject, mutations)
 
+
+async def transition(ctx: Context, subject: Subject, change: Transition, *also: Mutation) -> bool:
+    """Write ``change`` (with ``also`` in the same write) on a fresh read; True when the condition transitioned
+    (the change's Event then posted)."""
+    decision = Decision()
+    await _write(ctx, subject, also, change, decision)
+    return op_status.announce(ctx.recorder, subject.op, change, decision)
+
+
+async def _write(ctx: Context, subject: Subject, mutations: tuple[Mutation, ...], change: Transition | None = None,
+                 decision: Decision | None = None) -> Obj:
     ended: list[StageEnded] = []
 
-    def mutate(status: Obj, obj: Obj) -> Obj:
+    def mutate(status: Obj, obj: Obj) -> Obj | None:
         before = stage_of(status)
+        ended.clear()
+        if change is not None and decision is not None and not decision.track(change, status, obj, ctx.now()):
+            return None  # the object as read already says it
         for m in mutations:
             m(status)
         mirror_stage(status, obj)
@@ -201,19 +221,12 @@ def observe_stages(ended: list[StageEnded]) -> None:
 def phase(ctx: Context, value: str, message: str) -> Mutation:
     """The operation's phase and its Succeeded condition, stamped with the step's clock (as the kind's condition is)."""
     def m(status: Obj) -> None:
-        set_operation_phase(status, value, SCRUBBER.text(message), now=ctx.now())
+        op_status.set_phase(status, value, SCRUBBER.text(message), ctx.now())
 
     return m
 
 
-def set_kind_condition(status: Obj, cond: Condition, now: dt.datetime, *, timed: bool = False) -> None:
-    """Set the kind's condition; ``timed``: a change of reason restarts lastTransitionTime (the wait named by the
-    reason is timed from when the reason was first written, and survives a restart)."""
-    conditions = status.get("conditions") or []
-    old = find(conditions, cond.type)
-    if timed and old is not None and old.get("reason") != cond.reason:
-        conditions = [c for c in conditions if c.get("type") != cond.type]
-    status["conditions"] = set_condition(conditions, cond, now=now)
+set_kind_condition = op_status.set_kind_condition
 
 
 def condition(ctx: Context, kind: OperationKind, status_value: str, reason: str, message: str, *,
@@ -257,31 +270,24 @@ async def blocked(ctx: Context, kind: OperationKind, subject: Subject, message: 
                   reason: str = BLOCKED, machines: list[Obj] | None = None) -> Blocked:
     """Paused, the kind's condition False/Blocked naming the cause, one Warning per cause; retried."""
     message = SCRUBBER.text(message)
-    before = find(subject.status.get("conditions"), kind.condition_type)
-    muts: list[Mutation] = [phase(ctx, Phase.PAUSED, message), condition(ctx, kind, "False", BLOCKED, message)]
-    if machines is not None:
-        muts.append(lambda s: s.__setitem__("machines", machines))
-    await write(ctx, subject, *muts)
-    if before is None or before.get("message") != message or before.get("reason") != BLOCKED:
-        event(ctx, subject, "Warning", names.EventReason.OPERATION_BLOCKED, message)
+    change = Transition(Condition(kind.condition_type, "False", BLOCKED, message), phase=Phase.PAUSED,
+                        event=("Warning", names.EventReason.OPERATION_BLOCKED), per_message=True, said=None)
+    also: list[Mutation] = [] if machines is None else [lambda s: s.__setitem__("machines", machines)]
+    if await transition(ctx, subject, change, *also):
         log_transition(kind, subject, f"{kind.kind} blocked", cause=message)
     return Blocked(reason, message, ctx.timing.retry)
 
 
 async def _write_without_subject(ctx: Context, kind: OperationKind, op: Obj, phase_value: str, reason: str,
-                                 message: str) -> None:
-    """Phase and the kind's condition (False, ``reason``) on an operation whose inputs were never read."""
-    meta = op["metadata"]
-    now = ctx.now()
-
-    def mutate(status: Obj, obj: Obj) -> Obj:
-        generation = int((obj.get("metadata") or {}).get("generation") or 0)
-        set_operation_phase(status, phase_value, message, now=now, observed_generation=generation)
-        status["conditions"] = set_condition(status.get("conditions"),
-                                             Condition(kind.condition_type, "False", reason, message), now=now)
-        return status
-
-    ctx.observe(await update_status(crds.operations(ctx.kube), meta["namespace"], meta["name"], mutate))
+                                 message: str, event_reason: str | None = None) -> bool:
+    """Phase and the kind's condition (False, ``reason``) on an operation whose inputs were never read; True when
+    the condition transitioned (a new reason or message: ``event_reason``'s Warning then posted)."""
+    change = Transition(Condition(kind.condition_type, "False", reason, message), phase=phase_value,
+                        event=None if event_reason is None else ("Warning", event_reason), per_message=True,
+                        generation=True, said=None)
+    written, moved = await op_status.transition(ctx.kube, ctx.recorder, ctx.now, op, change)
+    ctx.observe(written)
+    return moved
 
 
 async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, message: str, *, reason: str = BLOCKED,
@@ -291,12 +297,9 @@ async def blocked_before_read(ctx: Context, kind: OperationKind, op: Obj, messag
     ``reason``: the condition's (Blocked, or one naming what the operator must do, e.g. BundleRestoreRequired);
     FORBIDDEN: a 403 of the management API (the condition's reason and the Warning's are Forbidden)."""
     message = SCRUBBER.text(message)
-    before = find((op.get("status") or {}).get("conditions"), kind.condition_type)
     event_reason = FORBIDDEN if reason == FORBIDDEN else event_reason
     with contextlib.suppress(KubeError):
-        await _write_without_subject(ctx, kind, op, Phase.PAUSED, reason, message)
-        if before is None or (before.get("reason"), before.get("message")) != (reason, message):
-            ctx.recorder.record(ObjectRef.of(op), "Warning", event_reason, message)
+        await _write_without_subject(ctx, kind, op, Phase.PAUSED, reason, message, event_reason)
     return Blocked(reason, message, ctx.timing.retry)
 
 
@@ -333,10 +336,11 @@ async def hold_paused(ctx: Context, kind: OperationKind, subject: Subject, stage
     message = (f"paused in {stage} by spec.paused: nothing is applied until it is set to false; the cluster lock "
                f"stays held")
     before = find(subject.status.get("conditions"), kind.condition_type)
-    if before is None or before.get("reason") != PAUSED:
-        await write(ctx, subject, phase(ctx, Phase.PAUSED, message), condition(ctx, kind, "False", PAUSED, message))
-        event(ctx, subject, "Normal", names.EventReason.OPERATION_PAUSED, message)
-        log_transition(kind, subject, f"{kind.kind} paused by spec")
+    if before is None or before.get("reason") != PAUSED:  # the step's copy saves a read on every paused step
+        change = Transition(Condition(kind.condition_type, "False", PAUSED, SCRUBBER.text(message)),
+                            phase=Phase.PAUSED, event=("Normal", names.EventReason.OPERATION_PAUSED))
+        if await transition(ctx, subject, change):
+            log_transition(kind, subject, f"{kind.kind} paused by spec")
     return Blocked(PAUSED, message, ctx.timing.retry)
 
 
@@ -346,9 +350,16 @@ async def resume_if_paused(ctx: Context, kind: OperationKind, subject: Subject, 
     if cond is None or cond.get("reason") != PAUSED:
         return
     message = f"resumed in {stage}: spec.paused is false"
-    await write(ctx, subject, *in_progress(ctx, kind, IN_PROGRESS, message))
-    event(ctx, subject, "Normal", names.EventReason.OPERATION_RESUMED, message)
-    log_transition(kind, subject, f"{kind.kind} resumed")
+    change = Transition(Condition(kind.condition_type, "Unknown", IN_PROGRESS, SCRUBBER.text(message)),
+                        phase=Phase.IN_PROGRESS, event=("Normal", names.EventReason.OPERATION_RESUMED),
+                        said=_not_paused)
+    if await transition(ctx, subject, change):
+        log_transition(kind, subject, f"{kind.kind} resumed")
+
+
+def _not_paused(_cond: Condition, before: Obj | None) -> bool:
+    """Resumed already (or never paused) as the object reads now: nothing to say."""
+    return before is None or before.get("reason") != PAUSED
 
 
 async def lock(ctx: Context, kind: OperationKind, subject: Subject, *, approved_control_planes: int,

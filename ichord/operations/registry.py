@@ -13,19 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
-from ichord.api.conditions import Condition, set_condition, set_operation_phase
+from ichord.api.conditions import Condition
 from ichord.api.disruptions import PlannedDisruption, by_machine
 from ichord.api.names import Phase
 from ichord.api.views import OperationView
 from ichord.errors import IchordError
 from ichord.kube.errors import Forbidden
-from ichord.kube.events import ObjectRef
 from ichord.operations import intent
 from ichord.operations.backbone import OperationKind, forbidden
+from ichord.operations.op_status import Transition
 from ichord.operations.outcome import Done, Outcome, soonest
 from ichord.operations.scope import ClusterScope
 from ichord.operations.step_errors import StepRetries
@@ -142,14 +141,7 @@ async def _unknown_kind(scope: ClusterScope, op: OperationView, known: list[str]
     message = (f"this version of ichord does not run operations of kind {op.kind!r} (it runs: {', '.join(known)}); "
                f"nothing was done. Delete the TalosOperation, or keep it for a version of ichord that runs the kind")
 
-    def mutate(status: dict[str, Any], _obj: dict[str, Any]) -> dict[str, Any]:
-        set_operation_phase(status, Phase.PENDING, message, observed_generation=op.generation)
-        status["conditions"] = set_condition(status.get("conditions"),
-                                             Condition(op.condition_type, "False", UNSUPPORTED_KIND, message),
-                                             observed_generation=op.generation)
-        return status
-
-    if not await scope.write_operation_status(op, mutate):
-        return
-    log.warning("operation of an unknown kind", cluster=scope.key, operation=op.name, kind=op.kind)
-    scope.recorder.record(ObjectRef.of(op.obj), "Warning", UNSUPPORTED_KIND, message)
+    change = Transition(Condition(op.condition_type, "False", UNSUPPORTED_KIND, message), phase=Phase.PENDING,
+                        event=("Warning", UNSUPPORTED_KIND), generation=True, unfinished_only=True)
+    if await scope.transition(op, change):
+        log.warning("operation of an unknown kind", cluster=scope.key, operation=op.name, kind=op.kind)

@@ -25,6 +25,7 @@ from ichord.kube.client import KubeClient
 from ichord.kube.errors import NotFound
 from ichord.kube.events import EventRecorder
 from ichord.kube.status import update_status
+from ichord.operations import op_status
 from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_cluster_bundle
 from ichord.pki.scrub import SCRUBBER
 from ichord.settings import Timing
@@ -104,6 +105,21 @@ class ClusterScope:
                         error=SCRUBBER.exception(exc))
             return False
         return True
+
+    async def transition(self, op: OperationView, change: op_status.Transition) -> bool:
+        """Write ``change`` (operations/op_status.py) to one of the cluster's operations, best effort like
+        ``write_operation_status``, on the scope's clock; True when the condition transitioned (its Event posted)."""
+        try:
+            written, moved = await op_status.transition(self.kube, self.recorder, self.now, op.obj, change,
+                                                        current=op.obj)
+        except NotFound:
+            return False
+        except IchordError as exc:
+            log.warning("operation status write failed", cluster=self.key, operation=f"{op.namespace}/{op.name}",
+                        error=SCRUBBER.exception(exc))
+            return False
+        self.observe(written)
+        return moved
 
     async def reread(self, op: OperationView) -> OperationView | None:
         """``op`` read fresh from the API (one GET) and kept as the scope's copy; None when it is gone (or is now

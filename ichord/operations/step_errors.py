@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
-from ichord.api.conditions import Condition, set_condition
+from ichord.api.conditions import Condition
 from ichord.api.names import STEPS_FAILING, EventReason, StepsFailingReason
 from ichord.api.views import OperationView
 from ichord.errors import IchordError
 from ichord.kube.errors import KubeError
-from ichord.kube.events import ObjectRef
+from ichord.operations.op_status import Obj, Transition
 from ichord.operations.outcome import Requeue
 from ichord.operations.scope import ClusterScope
 from ichord.pki.scrub import SCRUBBER
@@ -70,8 +69,8 @@ class StepRetries:
         current = op.condition(STEPS_FAILING)
         if current is None or current.get("status") != "True":
             return
-        await _write(scope, op, Condition(STEPS_FAILING, "False", StepsFailingReason.RECOVERED,
-                                          "steps run again"))
+        await scope.transition(op, Transition(Condition(STEPS_FAILING, "False", StepsFailingReason.RECOVERED,
+                                                        "steps run again"), generation=True, said=_lowered))
 
     def keep_only(self, scope: ClusterScope) -> None:
         """Drop the counts of the cluster's operations that are gone."""
@@ -96,15 +95,16 @@ async def _raise_condition(scope: ClusterScope, op: OperationView, exc: IchordEr
     reason = _reason(exc)
     message = (f"{steps} steps in a row failed since {since.strftime('%Y-%m-%dT%H:%M:%SZ')}: "
                f"{SCRUBBER.text(str(exc))}; ichord keeps retrying. Check that the API or node it names answers")
-    if await _write(scope, op, Condition(STEPS_FAILING, "True", reason, message)):
-        scope.recorder.record(ObjectRef.of(op.obj), "Warning", EventReason.STEPS_FAILING, message)
-
-
-async def _write(scope: ClusterScope, op: OperationView, condition: Condition) -> bool:
-    def mutate(status: dict[str, Any], _obj: dict[str, Any]) -> dict[str, Any]:
-        status["conditions"] = set_condition(status.get("conditions"), condition, now=scope.now(),
-                                             observed_generation=op.generation)
-        return status
-
     # The API that fails the steps may fail this write too: the next retry tries again.
-    return await scope.write_operation_status(op, mutate)
+    await scope.transition(op, Transition(Condition(STEPS_FAILING, "True", reason, message),
+                                          event=("Warning", EventReason.STEPS_FAILING), generation=True,
+                                          said=_raised))
+
+
+def _raised(_cond: Condition, before: Obj | None) -> bool:
+    """Raised already this episode (as the object reads now): one Warning, no write per retry."""
+    return before is not None and before.get("status") == "True"
+
+
+def _lowered(cond: Condition, before: Obj | None) -> bool:
+    return not _raised(cond, before)

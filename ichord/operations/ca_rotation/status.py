@@ -13,8 +13,8 @@ import datetime as dt
 from typing import Any
 
 from ichord.api import names, operation_kinds
-from ichord.api.conditions import Condition, find, now_rfc3339, set_operation_phase
-from ichord.operations import backbone, intent
+from ichord.api.conditions import Condition, find, now_rfc3339
+from ichord.operations import backbone, intent, op_status
 from ichord.operations.backbone import Mutation, OperationKind
 from ichord.operations.managed.context import Obj, StepContext
 from ichord.operations.managed.inputs import Inputs
@@ -80,8 +80,8 @@ def started(ctx: StepContext, op: Obj) -> list[Mutation]:
     def m(status: Obj) -> None:
         status.setdefault("startedAt", stamp)
         if status.get("phase") in (None, "", names.Phase.PENDING):
-            set_operation_phase(status, names.Phase.IN_PROGRESS, "started: checking the cluster before the first "
-                                "change", now=now)
+            op_status.set_phase(status, names.Phase.IN_PROGRESS, "started: checking the cluster before the first "
+                                "change", now)
 
     return [m, intent.accept(op)]
 
