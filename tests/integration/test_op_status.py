@@ -1,0 +1,102 @@
+"""Issue 29: one writer of an operation's phase, condition and the Event of a transition (operations/op_status.py).
+
+On the simulator's API server, through the registry and the error policy as the cluster actor calls them: the
+write is decided on the object as read for it (a Warning only when the write sent moved the condition, never
+again because the step's copy was stale) and stamped with the step's clock, not the wall clock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from ichord.api import names
+from ichord.api.conditions import find
+from ichord.api.views import OperationView
+from ichord.errors import IchordError
+from ichord.kube import crds
+from ichord.kube.events import EventRecorder, ObjectRef
+from ichord.operations.registry import UNSUPPORTED_KIND, Registry
+from ichord.operations.scope import ClusterScope
+from ichord.operations.step_errors import StepRetries
+from ichord.settings import Timing
+from ichord.sim.combined import SimEnvironment
+from tests.integration._config_world import World, world_on
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+Obj = dict[str, Any]
+#: The step's clock, far from the wall clock: a stamp from the wall clock cannot pass for it.
+STEP_CLOCK = dt.datetime(2031, 5, 6, 7, 8, 9, tzinfo=dt.UTC)
+
+
+class Said(EventRecorder):
+    """The Events a step records, as it records them (the recorder's sending is tested in tests/unit)."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(world.kube, instance="test")
+        self.said: list[tuple[str, str, str]] = []
+
+    def record(self, obj: ObjectRef, type_: str, reason: str, message: str) -> None:
+        self.said.append((obj.name, type_, reason))
+
+
+@pytest.fixture
+async def world(env: SimEnvironment) -> AsyncIterator[World]:
+    async for w in world_on(env, replace(Timing().scaled(0.01), step_retry_bound=0.0)):
+        yield w
+
+
+async def _create(world: World, name: str) -> OperationView:
+    obj = await crds.operations(world.kube).create(world.env.namespace, {"metadata": {"name": name}, "spec": {
+        "clusterRef": {"name": world.env.cluster_name}, "kind": names.KIND_CONFIG, "paused": False}})
+    return OperationView.of(obj)
+
+
+def _scope(world: World, recorder: EventRecorder, ops: list[OperationView]) -> ClusterScope:
+    return ClusterScope(world.kube, world.env.namespace, world.env.namespace, world.env.cluster_name, None, [], ops,
+                        recorder, world.timing, now=lambda: STEP_CLOCK)
+
+
+async def test_an_unknown_kinds_condition_and_phase_are_stamped_with_the_steps_clock(world: World) -> None:
+    op = await _create(world, "later")
+    said = Said(world)
+    await Registry().advance_all(_scope(world, said, [op]))  # a registry that runs no kind: "config" is unknown
+    status = (await world.op("later"))["status"]
+    assert status["phase"] == names.Phase.PENDING
+    stamp = STEP_CLOCK.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for ctype in (names.CONFIG_ROLLOUT, "Succeeded"):
+        cond = find(status["conditions"], ctype)
+        assert cond is not None and cond["lastTransitionTime"] == stamp, (ctype, cond)
+    assert find(status["conditions"], names.CONFIG_ROLLOUT)["reason"] == UNSUPPORTED_KIND  # type: ignore[index]
+    assert said.said == [("later", "Warning", UNSUPPORTED_KIND)]
+
+
+async def test_an_unknown_kind_said_already_is_not_warned_again_from_a_stale_copy(world: World) -> None:
+    """Another step (this process's, or a previous leader's) said it after the copy was taken: no second Warning."""
+    stale = await _create(world, "later")
+    first, second = Said(world), Said(world)
+    await Registry().advance_all(_scope(world, first, [stale]))
+    await Registry().advance_all(_scope(world, second, [stale]))  # the copy predates the first write
+    assert first.said == [("later", "Warning", UNSUPPORTED_KIND)]
+    assert second.said == []
+
+
+async def test_steps_failing_raised_already_is_neither_rewritten_nor_warned_again_from_a_stale_copy(
+        world: World) -> None:
+    stale = await _create(world, "cfg")
+    first, second = Said(world), Said(world)
+    await StepRetries().failed(_scope(world, first, [stale]), stale, IchordError("the API did not answer"))
+    raised = await world.op("cfg")
+    await StepRetries().failed(_scope(world, second, [stale]), stale, IchordError("the API did not answer"))
+    assert first.said == [("cfg", "Warning", names.EventReason.STEPS_FAILING)]
+    assert second.said == []
+    again = await world.op("cfg")
+    assert again["metadata"]["resourceVersion"] == raised["metadata"]["resourceVersion"]  # nothing written
+    cond = find(again["status"]["conditions"], names.STEPS_FAILING)
+    assert cond is not None and cond["status"] == "True" and cond["lastTransitionTime"] == STEP_CLOCK.strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
