@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import AsyncIterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -19,7 +19,10 @@ from ichord.api.conditions import find
 from ichord.api.views import OperationView
 from ichord.errors import IchordError
 from ichord.kube import crds
+from ichord.kube.client import KubeClient
 from ichord.kube.events import EventRecorder, ObjectRef
+from ichord.operations import backbone
+from ichord.operations.kinds import default_registry
 from ichord.operations.registry import UNSUPPORTED_KIND, Registry
 from ichord.operations.scope import ClusterScope
 from ichord.operations.step_errors import StepRetries
@@ -100,3 +103,69 @@ async def test_steps_failing_raised_already_is_neither_rewritten_nor_warned_agai
     cond = find(again["status"]["conditions"], names.STEPS_FAILING)
     assert cond is not None and cond["status"] == "True" and cond["lastTransitionTime"] == STEP_CLOCK.strftime(
         "%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _Step:
+    """What backbone.Context asks of a step (managed.context.StepContext is the daemon's)."""
+
+    kube: KubeClient
+    namespace: str
+    recorder: EventRecorder
+    timing: Timing
+
+    def now(self) -> dt.datetime:
+        return STEP_CLOCK
+
+    def observe(self, obj: Obj) -> None:
+        """Nothing keeps a scope here."""
+
+
+@dataclass
+class _Subject:
+    """What backbone.Subject asks of the operation a step works on (managed.inputs.Inputs is the daemon's)."""
+
+    op: Obj
+
+    @property
+    def name(self) -> str:
+        return str(self.op["metadata"]["name"])
+
+    @property
+    def op_namespace(self) -> str:
+        return str(self.op["metadata"]["namespace"])
+
+    @property
+    def uid(self) -> str:
+        return str(self.op["metadata"]["uid"])
+
+    @property
+    def status(self) -> Obj:
+        return dict(self.op.get("status") or {})
+
+    @property
+    def cluster_name(self) -> str:
+        return str(self.op["spec"]["clusterRef"]["name"])
+
+
+async def test_blocked_for_a_cause_said_already_is_not_warned_again_from_a_stale_copy(world: World) -> None:
+    """One Warning per cause, decided on the object written: a step holding an older copy (read before another
+    step blocked the operation for the same cause) rewrites nothing it would Warn about."""
+    stale = (await _create(world, "cfg")).obj
+    kind = default_registry().kinds[names.KIND_CONFIG].spec
+    first, second = Said(world), Said(world)
+    cause = "machine cp-1 does not answer"
+    await backbone.blocked(_Step(world.kube, world.env.namespace, first, world.timing), kind, _Subject(stale), cause)
+    await backbone.blocked(_Step(world.kube, world.env.namespace, second, world.timing), kind, _Subject(stale), cause)
+    assert first.said == [("cfg", "Warning", names.EventReason.OPERATION_BLOCKED)]
+    assert second.said == []
+    status = (await world.op("cfg"))["status"]
+    assert status["phase"] == names.Phase.PAUSED
+    cond = find(status["conditions"], names.CONFIG_ROLLOUT)
+    assert cond is not None and (cond["reason"], cond["message"]) == ("Blocked", cause)
+    assert cond["lastTransitionTime"] == STEP_CLOCK.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    another = "machine cp-2 does not answer"  # a new cause is a new Warning, even from the stale copy
+    await backbone.blocked(_Step(world.kube, world.env.namespace, second, world.timing), kind, _Subject(stale),
+                           another)
+    assert second.said == [("cfg", "Warning", names.EventReason.OPERATION_BLOCKED)]
