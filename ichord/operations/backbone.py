@@ -154,7 +154,7 @@ async def _write(ctx: Context, subject: Subject, mutations: tuple[Mutation, ...]
             m(status)
         mirror_stage(status, obj)
         status["observedGeneration"] = int((obj.get("metadata") or {}).get("generation") or 0)
-        ended[:] = note_stage_change(obj, status, before)
+        ended[:] = note_stage_change(obj, status, before, ctx.now())
         return status
 
     obj = await update_status(crds.operations(ctx.kube), subject.op_namespace, subject.name, mutate)
@@ -193,15 +193,15 @@ class StageEnded:
     seconds: float
 
 
-def note_stage_change(obj: Obj, status: Obj, before: str) -> list[StageEnded]:
+def note_stage_change(obj: Obj, status: Obj, before: str, now: dt.datetime) -> list[StageEnded]:
     """When a write moves the stage: stamp when the new one began (status.stageSince) and say how long the last
-    one took, for ``observe_stages`` once the write succeeded.
+    one took, for ``observe_stages`` once the write succeeded. ``now``: the step's clock, as every other time the
+    step writes.
 
     Every status write that can move a stage calls it (``write``, and any write made outside it, such as the
     hand-off's resourceVersion-guarded one)."""
     if stage_of(status) == before:
         return []
-    now = dt.datetime.now(dt.UTC)
     since = status.get("stageSince")
     status["stageSince"] = now_rfc3339(now)
     if not before or not since:

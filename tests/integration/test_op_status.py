@@ -169,3 +169,11 @@ async def test_blocked_for_a_cause_said_already_is_not_warned_again_from_a_stale
     await backbone.blocked(_Step(world.kube, world.env.namespace, second, world.timing), kind, _Subject(stale),
                            another)
     assert second.said == [("cfg", "Warning", names.EventReason.OPERATION_BLOCKED)]
+
+
+async def test_a_stage_entered_is_stamped_with_the_steps_clock(world: World) -> None:
+    """status.stageSince (and the stage's duration measured from it) is on the step's clock, as the conditions are."""
+    subject = _Subject((await _create(world, "cfg")).obj)
+    step = _Step(world.kube, world.env.namespace, Said(world), world.timing)
+    await backbone.write(step, subject, lambda s: s.__setitem__("stage", "Rolling"))
+    assert subject.op["status"]["stageSince"] == STEP_CLOCK.strftime("%Y-%m-%dT%H:%M:%SZ")

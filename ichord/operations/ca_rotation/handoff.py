@@ -47,7 +47,7 @@ async def enter(ctx: StepContext, inputs: Inputs, *mutations: Mutation) -> bool:
         m(status)
     backbone.mirror_stage(status, patched)
     status["observedGeneration"] = int((patched.get("metadata") or {}).get("generation") or 0)
-    ended = backbone.note_stage_change(patched, status, before)
+    ended = backbone.note_stage_change(patched, status, before, ctx.now())
     # A merge patch keeps what it does not name: what the mutations removed (the previous stage's step, its
     # apiServerInstances) is sent as null, or AwaitingCredentials would carry Accepting's step on.
     old_status = patched.get("status") or {}
