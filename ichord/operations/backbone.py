@@ -317,10 +317,12 @@ async def forbidden(ctx: Context, kind: OperationKind, op: Obj, exc: Forbidden) 
     return await blocked_before_read(ctx, kind, op, message, reason=FORBIDDEN)
 
 
-async def fail(ctx: Context, kind: OperationKind, op: Obj, reason: str, message: str) -> Failed:
-    """Failed for good (an invalid spec): nothing was started, nothing will run until the spec changes."""
+async def fail(ctx: Context, kind: OperationKind, op: Obj, reason: str, message: str, *,
+               event_reason: str | None = None) -> Failed:
+    """Failed for good (an invalid spec): nothing was started, nothing will run until the spec changes.
+    ``event_reason``: the Warning posted with it (once, when the write moved the condition)."""
     message = SCRUBBER.text(message)
-    await _write_without_subject(ctx, kind, op, Phase.FAILED, reason, message)
+    await _write_without_subject(ctx, kind, op, Phase.FAILED, reason, message, event_reason)
     return Failed(reason, message)
 
 

@@ -177,3 +177,19 @@ async def test_a_stage_entered_is_stamped_with_the_steps_clock(world: World) -> 
     step = _Step(world.kube, world.env.namespace, Said(world), world.timing)
     await backbone.write(step, subject, lambda s: s.__setitem__("stage", "Rolling"))
     assert subject.op["status"]["stageSince"] == STEP_CLOCK.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def test_a_refused_operation_is_failed_with_one_warning_from_the_write_that_failed_it(world: World) -> None:
+    stale = (await _create(world, "cfg")).obj
+    kind = default_registry().kinds[names.KIND_CONFIG].spec
+    first, second = Said(world), Said(world)
+    why, invalid = "machine.env: expected a mapping", names.EventReason.INVALID_CONFIG
+    for said in (first, second):  # the second from a copy older than the first write
+        await backbone.fail(_Step(world.kube, world.env.namespace, said, world.timing), kind, stale, invalid, why,
+                            event_reason=invalid)
+    assert first.said == [("cfg", "Warning", names.EventReason.INVALID_CONFIG)]
+    assert second.said == []
+    status = (await world.op("cfg"))["status"]
+    assert status["phase"] == names.Phase.FAILED and status["observedGeneration"] == 1
+    cond = find(status["conditions"], names.CONFIG_ROLLOUT)
+    assert cond is not None and (cond["status"], cond["reason"], cond["message"]) == ("False", invalid, why)

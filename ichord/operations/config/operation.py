@@ -177,13 +177,13 @@ async def _start(ctx: StepContext, scope: ClusterScope, op: OperationView, input
     if refused is not None:
         reason, message = refused
         log.info("config operation refused", operation=op.name, reason=reason)
-        backbone.event(ctx, inputs, "Warning", names.EventReason.OPERATION_BLOCKED, message)
-        return await backbone.fail(ctx, CONFIG, op.obj, reason, message)
+        return await backbone.fail(ctx, CONFIG, op.obj, reason, message,
+                                   event_reason=names.EventReason.OPERATION_BLOCKED)
     invalid = _invalid_render(inputs, planned)
     if invalid is not None:
         log.info("config operation refused", operation=op.name, reason=Refusal.INVALID_CONFIG)
-        backbone.event(ctx, inputs, "Warning", names.EventReason.INVALID_CONFIG, invalid)
-        return await backbone.fail(ctx, CONFIG, op.obj, Refusal.INVALID_CONFIG, invalid)
+        return await backbone.fail(ctx, CONFIG, op.obj, Refusal.INVALID_CONFIG, invalid,
+                                   event_reason=names.EventReason.INVALID_CONFIG)
     destination = etcd_snapshot.Destination.of(inputs.cluster.get("spec") or {})
     plan = plan_status(planned, len(inputs.control_planes), inputs.worker_bound,
                        etcd_snapshot=etcd_snapshot.plan_entry(destination, inputs.status),
