@@ -29,6 +29,7 @@ from ichord.operations.step_errors import StepRetries
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from tests.integration._config_world import World, world_on
+from tests.integration._subject import OperationSubject
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -121,33 +122,6 @@ class _Step:
         """Nothing keeps a scope here."""
 
 
-@dataclass
-class _Subject:
-    """What backbone.Subject asks of the operation a step works on (managed.inputs.Inputs is the daemon's)."""
-
-    op: Obj
-
-    @property
-    def name(self) -> str:
-        return str(self.op["metadata"]["name"])
-
-    @property
-    def op_namespace(self) -> str:
-        return str(self.op["metadata"]["namespace"])
-
-    @property
-    def uid(self) -> str:
-        return str(self.op["metadata"]["uid"])
-
-    @property
-    def status(self) -> Obj:
-        return dict(self.op.get("status") or {})
-
-    @property
-    def cluster_name(self) -> str:
-        return str(self.op["spec"]["clusterRef"]["name"])
-
-
 async def test_blocked_for_a_cause_said_already_is_not_warned_again_from_a_stale_copy(world: World) -> None:
     """One Warning per cause, decided on the object written: a step holding an older copy (read before another
     step blocked the operation for the same cause) rewrites nothing it would Warn about."""
@@ -155,8 +129,11 @@ async def test_blocked_for_a_cause_said_already_is_not_warned_again_from_a_stale
     kind = default_registry().kinds[names.KIND_CONFIG].spec
     first, second = Said(world), Said(world)
     cause = "machine cp-1 does not answer"
-    await backbone.blocked(_Step(world.kube, world.env.namespace, first, world.timing), kind, _Subject(stale), cause)
-    await backbone.blocked(_Step(world.kube, world.env.namespace, second, world.timing), kind, _Subject(stale), cause)
+    # A subject each: a write keeps its subject current, and the second step must hold the stale copy.
+    await backbone.blocked(_Step(world.kube, world.env.namespace, first, world.timing), kind,
+                           OperationSubject(stale), cause)
+    await backbone.blocked(_Step(world.kube, world.env.namespace, second, world.timing), kind,
+                           OperationSubject(stale), cause)
     assert first.said == [("cfg", "Warning", names.EventReason.OPERATION_BLOCKED)]
     assert second.said == []
     status = (await world.op("cfg"))["status"]
@@ -166,14 +143,14 @@ async def test_blocked_for_a_cause_said_already_is_not_warned_again_from_a_stale
     assert cond["lastTransitionTime"] == STEP_CLOCK.strftime("%Y-%m-%dT%H:%M:%SZ")
 
     another = "machine cp-2 does not answer"  # a new cause is a new Warning, even from the stale copy
-    await backbone.blocked(_Step(world.kube, world.env.namespace, second, world.timing), kind, _Subject(stale),
+    await backbone.blocked(_Step(world.kube, world.env.namespace, second, world.timing), kind, OperationSubject(stale),
                            another)
     assert second.said == [("cfg", "Warning", names.EventReason.OPERATION_BLOCKED)]
 
 
 async def test_a_stage_entered_is_stamped_with_the_steps_clock(world: World) -> None:
     """status.stageSince (and the stage's duration measured from it) is on the step's clock, as the conditions are."""
-    subject = _Subject((await _create(world, "cfg")).obj)
+    subject = OperationSubject((await _create(world, "cfg")).obj)
     step = _Step(world.kube, world.env.namespace, Said(world), world.timing)
     await backbone.write(step, subject, lambda s: s.__setitem__("stage", "Rolling"))
     assert subject.op["status"]["stageSince"] == STEP_CLOCK.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -39,6 +39,7 @@ from ichord.sim.combined import SimEnvironment
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 from ichord.watchers.informer import Informer, Resource
+from tests.integration._subject import OperationSubject
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -82,31 +83,9 @@ class ToyContext:
         self.scope.observe(obj)
 
 
-@dataclass
-class ToySubject:
-    op: Obj
-    cluster_name: str
-
-    @property
-    def name(self) -> str:
-        return str(self.op["metadata"]["name"])
-
-    @property
-    def op_namespace(self) -> str:
-        return str(self.op["metadata"]["namespace"])
-
-    @property
-    def uid(self) -> str:
-        return str(self.op["metadata"]["uid"])
-
-    @property
-    def status(self) -> Obj:
-        return dict(self.op.get("status") or {})
-
-
 def toy_kind(env: SimEnvironment, talos: TalosClient, managed: KubeClient) -> Operation:
     async def advance(scope: ClusterScope, view: OperationView) -> Outcome:
-        ctx, subject = ToyContext(scope), ToySubject(view.obj, scope.name)
+        ctx, subject = ToyContext(scope), OperationSubject(view.obj)
         if view.finished:
             await backbone.let_go(ctx, TOY, view.obj)
             return Done()
