@@ -12,9 +12,9 @@ stage.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -29,6 +29,8 @@ from ichord.operations import op_status
 from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_cluster_bundle
 from ichord.pki.scrub import SCRUBBER
 from ichord.settings import Timing
+
+T = TypeVar("T")
 
 log = structlog.get_logger("ichord.operations")
 
@@ -95,31 +97,35 @@ class ClusterScope:
         """A best-effort status write of one of the cluster's operations (a condition the step reports beside its
         work); True when written. ``from_copy``: start from the scope's copy (one 409 if it went stale) rather than a
         GET. Gone is False; an API error is logged and False: the next step tries again."""
-        try:
-            self.observe(await update_status(crds.operations(self.kube), op.namespace, op.name, mutate,
-                                             current=op.obj if from_copy else None))
-        except NotFound:
+        written = await self._best_effort(op, update_status(crds.operations(self.kube), op.namespace, op.name,
+                                                             mutate, current=op.obj if from_copy else None))
+        if written is None:
             return False
-        except IchordError as exc:
-            log.warning("operation status write failed", cluster=self.key, operation=f"{op.namespace}/{op.name}",
-                        error=SCRUBBER.exception(exc))
-            return False
+        self.observe(written)
         return True
 
     async def transition(self, op: OperationView, change: op_status.Transition) -> bool:
         """Write ``change`` (operations/op_status.py) to one of the cluster's operations, best effort like
         ``write_operation_status``, on the scope's clock; True when the condition transitioned (its Event posted)."""
-        try:
-            written, moved = await op_status.transition(self.kube, self.recorder, self.now, op.obj, change,
-                                                        current=op.obj)
-        except NotFound:
+        result = await self._best_effort(op, op_status.transition(self.kube, self.recorder, self.now, op.obj, change,
+                                                                  current=op.obj))
+        if result is None:
             return False
+        written, moved = result
+        self.observe(written)
+        return moved
+
+    async def _best_effort(self, op: OperationView, write: Awaitable[T]) -> T | None:
+        """``write``'s result; None when the operation is gone or the API refused (logged: the next step tries
+        again)."""
+        try:
+            return await write
+        except NotFound:
+            return None
         except IchordError as exc:
             log.warning("operation status write failed", cluster=self.key, operation=f"{op.namespace}/{op.name}",
                         error=SCRUBBER.exception(exc))
-            return False
-        self.observe(written)
-        return moved
+            return None
 
     async def reread(self, op: OperationView) -> OperationView | None:
         """``op`` read fresh from the API (one GET) and kept as the scope's copy; None when it is gone (or is now
