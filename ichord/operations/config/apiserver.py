@@ -28,9 +28,9 @@ from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.kube import crds
 from ichord.kube.status import update_status
-from ichord.operations.config import checks
 from ichord.operations.config.world import World
 from ichord.operations.managed.readyz import node_host, readyz
+from ichord.operations.managed.rendered import runs_render
 from ichord.operations.outcome import Blocked, Requeue
 from ichord.operations.roll_store import format_time, parse_time
 from ichord.pki.scrub import SCRUBBER
@@ -94,7 +94,7 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
     now = world.now()
     if marker.machine != m.name:
         try:
-            converged = await checks.runs_rendered(world.talos, m.address, rendered)
+            converged = await runs_render(world.talos, m.address, rendered)
             if converged:
                 await _write(world, RestartMarker(done=(*marker.done, m.name)))
                 return RestartOutcome(Requeue(0.0, "converged"), ReadyReason.CONVERGED,
@@ -123,7 +123,7 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
     spent = (now - since).total_seconds()
     waiting = ""
     try:
-        if not await checks.runs_rendered(world.talos, m.address, rendered):
+        if not await runs_render(world.talos, m.address, rendered):
             await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.NO_REBOOT)
             waiting = "applied again (the last apply did not land)"
         else:
