@@ -33,7 +33,8 @@ import anyio.abc
 import structlog
 
 from ichord.actors.actor import ClusterActor, StepFn, Supervisor
-from ichord.actors.cluster import ClusterReconciler, Runtime
+from ichord.actors.cluster import ClusterReconciler
+from ichord.actors.runtime import Runtime
 from ichord.api.names import (
     BUNDLE_LABEL,
     GROUP,

@@ -1,63 +1,57 @@
 """One step of a cluster actor: everything done to one TalosCluster, re-derived from the API and nodes.
 
 A step reads a ``ClusterScope`` once (the cluster, its machines and its operations from the informers, the
-operations never older than this process's own writes of them; the bundle Secret at most once) and runs three
+operations never older than this process's own writes of them; the bundle Secret at most once) and runs its
 phases over it, each returning a typed Outcome (cluster-api's phase functions, the soonest requeue wins):
 
     expiry       CA expiry: status.certificates, CertificatesExpiring, the expiry metric
     renewal      spec.caRotation: one ca-rotation TalosOperation per renewal period of a CA, RotationDue
-    (docs/decisions.md#rotation-state) operations   one step of each operation of the cluster, through the registry (the
-    actor names no kind) machines     keep every approved machine on its render, apply safe differences, report the rest
+                 (docs/decisions.md#rotation-state)
+    operations   one step of each operation of the cluster, through the registry (the actor names no kind)
+    guard        the cluster and the machines a running operation covers held against deletion
+    machines     keep every approved machine on its render, apply safe differences, report the rest
 
 The outcome of each phase is logged and counted here, in one place. Steps are short: waits are requeues.
+Elsewhere: what every actor shares (runtime.py), the status writes on the cluster and its machines
+(status_writes.py), a cluster that does not exist (missing_cluster.py).
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Hashable
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import structlog
 
-from ichord.actors.machine_index import ByCluster
+from ichord.actors import missing_cluster
+from ichord.actors.runtime import Runtime
+from ichord.actors.status_writes import StatusWrites
 from ichord.api import names
-from ichord.api.conditions import Condition, find, set_condition
+from ichord.api.conditions import Condition, find
 from ichord.api.names import ReadyReason
-from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView, operations_of
+from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView
 from ichord.errors import IchordError
-from ichord.kube import crds
-from ichord.kube.client import KubeClient
-from ichord.kube.errors import Forbidden, KubeError, NotFound
-from ichord.kube.events import EventRecorder, ObjectRef
+from ichord.kube.errors import Forbidden, KubeError
 from ichord.kube.forbidden import forbidden_message
 from ichord.kube.reads import label_secret
-from ichord.kube.status import update_status
 from ichord.machines.memo import ConfigMemo
-from ichord.machines.reconciler import OWNED_FIELDS, MachineResult, reconcile_machine
+from ichord.machines.reconciler import MachineResult, reconcile_machine
 from ichord.metrics import RECONCILE_OUTCOMES
-from ichord.operations import guard, op_status
+from ichord.operations import guard
 from ichord.operations.backbone import OperationKind
 from ichord.operations.bundle_source import BundleSourceError
-from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, expiry_pass, forget_cluster
-from ichord.operations.kinds import default_registry
-from ichord.operations.op_status import Transition
+from ichord.operations.cert_expiry import expiry_pass
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, describe, earliest, soonest
-from ichord.operations.registry import Registry
 from ichord.operations.renewal import RenewalPass
-from ichord.operations.scope import ClusterScope, TrustHooks
+from ichord.operations.scope import ClusterScope
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.errors import RenderError
 from ichord.render.inputs import ClusterInputs
-from ichord.settings import Timing
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
-from ichord.watchers.informer import Informer
-from ichord.watchers.written import ReadYourWrites
 
 log = structlog.get_logger("ichord.actors.cluster")
 Obj = dict[str, Any]
@@ -66,47 +60,6 @@ MAX_PARALLEL_MACHINES = 4
 #: Ready reasons of the TalosCluster for a bundle that cannot be used (BundleSourceError reasons are the same).
 _UNUSABLE_BUNDLE = {BundleSourceError.SECRET_NOT_FOUND, BundleSourceError.INVALID,
                     BundleSourceError.CROSS_NAMESPACE_REFUSED, BundleSourceError.FORBIDDEN}
-#: Machine Ready reasons that say the same as the cluster's (the rest of the unusable bundles are BundleInvalid).
-_MACHINE_REASON_AS_CLUSTER = {ReadyReason.FORBIDDEN}
-
-
-@dataclass
-class Runtime:
-    """What every cluster actor of this process shares."""
-
-    kube: KubeClient
-    namespace: str  # the controller namespace: the leader Lease (bundle Secrets and locks: each cluster's own)
-    clusters: Informer
-    machines: Informer
-    operations: Informer
-    recorder: EventRecorder
-    timing: Timing
-    resync: float = 300.0  # how often a converged machine's node is read again (drift)
-    warning_days: float = DEFAULT_WARNING_DAYS  # --certificate-expiry-warning-days
-    registry: Registry = field(default_factory=default_registry)
-    trust: TrustHooks = field(default_factory=TrustHooks)
-    #: Namespaces other than a cluster's own that its secretsRef may name (--allow-secret-namespace).
-    allowed_secret_namespaces: frozenset[str] = frozenset()
-    #: Each cluster's machines, from the machines informer's events (a step never scans the whole fleet).
-    machine_index: ByCluster = field(init=False, repr=False)
-    #: Each cluster's operations, likewise.
-    operation_index: ByCluster = field(init=False, repr=False)
-    #: The operations as this process last wrote them, until the informer has caught up (watchers/written.py).
-    operations_written: ReadYourWrites = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.machine_index = ByCluster(self.machines)
-        self.operation_index = ByCluster(self.operations)
-        self.operations_written = ReadYourWrites(self.operations)
-        self.kube.on_written(names.PLURALS[names.TALOS_OPERATION], self.operations_written.note)
-
-    def operations_of(self, namespace: str, cluster: str) -> list[OperationView]:
-        """The cluster's operations, oldest first, from the informer's cache read through this process's own writes:
-        no request (docs/architecture.md#read-your-writes says why that is as safe as the LIST it replaced)."""
-        keys = self.operation_index.keys(namespace, cluster) | set(self.operations_written.keys(namespace))
-        found = (self.operations_written.get(key) for key in keys)
-        # Copies, as a LIST gave: a step's kinds may change what they hold; the cache must not change with it.
-        return operations_of([copy.deepcopy(obj) for obj in found if obj is not None], namespace, cluster)
 
 
 def _idle_for(outcome: Outcome) -> float | None:
@@ -129,11 +82,8 @@ class ClusterReconciler:
         self._last: dict[str, tuple[str, str]] = {}  # phase -> (outcome type, reason) last logged
         #: Configuration hashes by content, shared by this cluster's machines (ichord.machines.memo).
         self._memo = ConfigMemo()
-        #: The TalosCluster as this step last wrote it: the next status write starts from it, not from a GET.
-        self._written: Obj | None = None
-        #: 403s on status writes already told by a Warning (object key, message): a refused status write cannot
-        #: carry its own condition, so its one Warning is remembered here instead of in the object.
-        self._denied: set[tuple[str, str]] = set()
+        #: The status writes on the TalosCluster and its machines (status_writes.py).
+        self._writes = StatusWrites(rt, namespace, name)
 
     def close(self) -> None:
         if self._talos is not None:
@@ -153,10 +103,11 @@ class ClusterReconciler:
         return outcome
 
     async def _step(self, messages: dict[Hashable, str]) -> Outcome:
-        self._written = None
+        self._writes.written = None
         scope = self._scope()
         if scope.cluster is None:
-            await self._cluster_missing(scope)
+            self._expiry_due = None
+            await missing_cluster.report(self.rt, self._writes, scope)
             return self._record("cluster", Done())
         expiry = self._record("expiry", await self._expiry(scope, messages))
         renewal = self._record("renewal", await self._renewal(scope))
@@ -207,7 +158,7 @@ class ClusterReconciler:
                 timing=self.rt.timing,
                 warning_days=self.rt.warning_days,
                 bundle=scope.bundle,
-                on_written=self._wrote,
+                on_written=self._writes.wrote,
             )
             self._expiry_due = now + delay
         return Requeue(max(0.0, self._expiry_due - now), "expiry re-read")
@@ -228,8 +179,8 @@ class ClusterReconciler:
         def created(obj: Obj) -> None:
             scope.operations.append(OperationView.of(obj))
 
-        renewal = RenewalPass(self.rt.kube, self.rt.recorder, ClusterView.of(self._written or scope.cluster.obj),
-                              scope.operations, self.rt.timing.retry, scope.now(), self._wrote, created)
+        renewal = RenewalPass(self.rt.kube, self.rt.recorder, ClusterView.of(self._writes.written or scope.cluster.obj),
+                              scope.operations, self.rt.timing.retry, scope.now(), self._writes.wrote, created)
         return await renewal.run(public_bundle)
 
     # ---- guarded deletes ----------------------------------------------------------------------
@@ -263,14 +214,14 @@ class ClusterReconciler:
         try:
             inputs = ClusterInputs.from_spec(cluster.cluster_name, cluster.spec)
         except RenderError as exc:
-            await self._blocked(cluster, machines, ReadyReason.INVALID_SPEC,
+            await self._writes.blocked(cluster, machines, ReadyReason.INVALID_SPEC,
                                 f"the TalosCluster spec is invalid: {exc}")
             return Done()  # only a spec change can fix it
         bundle = await self._bundle(scope)
         if bundle is None:
             return Requeue(self.rt.timing.retry, "bundle unreadable")
         before = find(cluster.status.get("conditions"), names.READY)
-        if await self._set_cluster_ready(cluster.obj, Condition(names.READY, "True", "Reconciled",
+        if await self._writes.set_cluster_ready(cluster.obj, Condition(names.READY, "True", "Reconciled",
                                                                 "the bundle is readable")) and (
                 before is not None and before.get("reason") in _UNUSABLE_BUNDLE):
             # The bundle just became usable (it was missing or invalid): publish expiry now, not at its retry.
@@ -308,7 +259,7 @@ class ClusterReconciler:
         delays: list[float | None] = []
         for m in machines:
             if not m.approved:
-                await self._write_machine(
+                await self._writes.write_machine(
                     m,
                     MachineResult(
                         Condition(
@@ -321,7 +272,7 @@ class ClusterReconciler:
                 )
                 continue
             result = results[m.key]
-            await self._write_machine(m, result)
+            await self._writes.write_machine(m, result)
             delays.append(result.requeue_after)
         delay = earliest(*delays)
         return Done() if delay is None else Requeue(delay, "machines")
@@ -334,7 +285,7 @@ class ClusterReconciler:
             bundle = read.full()
         except BundleSourceError as exc:
             if exc.reason in _UNUSABLE_BUNDLE:
-                await self._blocked(scope.cluster, scope.machines, exc.reason, exc.message)
+                await self._writes.blocked(scope.cluster, scope.machines, exc.reason, exc.message)
             else:
                 log.warning("bundle read failed", cluster=self.key, error=exc.message)
             return None
@@ -352,7 +303,7 @@ class ClusterReconciler:
         try:
             await label_secret(self.rt.kube, namespace, secret_name, {names.BUNDLE_LABEL: "true"})
         except Forbidden as exc:
-            await self._blocked(scope.cluster, scope.machines, ReadyReason.FORBIDDEN,
+            await self._writes.blocked(scope.cluster, scope.machines, ReadyReason.FORBIDDEN,
                                 f"cannot label Secret {namespace}/{secret_name} (spec.secretsRef): "
                                 f"{forbidden_message(exc, cluster_namespace=self.namespace)}")
             return False
@@ -368,168 +319,3 @@ class ClusterReconciler:
         else:
             self._talos.set_dial(dial)
         return self._talos
-
-    # ---- a cluster that does not exist -------------------------------------------------------
-
-    async def _cluster_missing(self, scope: ClusterScope) -> None:
-        forget_cluster(self.namespace, self.name)
-        self._expiry_due = None
-        message = f"TalosCluster {self.key} does not exist; create it or fix spec.clusterRef.name"
-        try:
-            await guard.release_machines(self.rt.kube, scope.machines)  # no operation of a missing cluster runs
-        except IchordError as exc:
-            log.warning("cannot let go of the machines of a missing cluster", cluster=self.key,
-                        error=SCRUBBER.exception(exc))
-        await self._operations_without_cluster(scope, message)
-        for m in scope.machines:
-            await self._write_machine(
-                m,
-                MachineResult(
-                    Condition(names.READY, "False", ReadyReason.CLUSTER_NOT_FOUND, message),
-                    event=("Warning", ReadyReason.CLUSTER_NOT_FOUND, message),
-                ),
-            )
-
-    async def _operations_without_cluster(self, scope: ClusterScope, message: str) -> None:
-        """Every unfinished TalosOperation naming this missing cluster says so (a typo must not be silent).
-
-        Not started: phase Pending; started (the cluster was deleted under it): Paused. The condition is the
-        kind's own, reason ClusterNotFound, with one Warning Event when it is first set. The cluster's
-        creation wakes this actor, and the operation's own step then replaces the condition.
-        """
-        for op in self.rt.operations_of(self.namespace, self.name):
-            if op.finished:
-                continue
-            current = op.condition()
-            if current is not None and current.get("reason") == names.EventReason.CLUSTER_NOT_FOUND:
-                continue
-            # Decided on the object as read for the write, not the informer's copy: a status written in between
-            # (the operation finished, or already says so) is never overwritten by a stale view.
-            change = Transition(Condition(op.condition_type, "False", names.EventReason.CLUSTER_NOT_FOUND, message),
-                                phase=_pending_or_paused, event=("Warning", names.EventReason.CLUSTER_NOT_FOUND),
-                                generation=True, unfinished_only=True)
-            try:
-                _, moved = await op_status.transition(self.rt.kube, self.rt.recorder, scope.now, op.obj, change,
-                                                      current=op.obj)
-            except NotFound:
-                continue
-            except IchordError as exc:
-                log.warning("operation status write failed", cluster=self.key, operation=op.name,
-                            error=SCRUBBER.exception(exc))
-                continue
-            if moved:  # else written meanwhile: finished, or already saying so (and its one Warning posted)
-                log.warning("operation names a cluster that does not exist", cluster=self.key, operation=op.name)
-
-    # ---- writes (the one place) -------------------------------------------------------------
-
-    async def _blocked(self, cluster: ClusterView, machines: list[MachineView], reason: str, message: str) -> None:
-        changed = await self._set_cluster_ready(cluster.obj, Condition(names.READY, "False", reason, message))
-        if changed:
-            self.rt.recorder.record(ObjectRef.of(cluster.obj), "Warning", reason, message)
-        for m in machines:
-            if m.approved:
-                await self._write_machine(
-                    m,
-                    MachineResult(
-                        Condition(
-                            names.READY,
-                            "False",
-                            reason if reason in _MACHINE_REASON_AS_CLUSTER else
-                            ReadyReason.BUNDLE_INVALID if reason != ReadyReason.INVALID_SPEC
-                            else ReadyReason.RENDER_FAILED,
-                            f"cluster {self.name}: {message}",
-                        )
-                    ),
-                    post=False,
-                )
-
-    def _wrote(self, cluster: Obj) -> None:
-        self._written = cluster
-
-    async def _set_cluster_ready(self, cluster: Obj, cond: Condition) -> bool:
-        """Set the TalosCluster's Ready condition; True when it changed.
-
-        The write starts from the object this step wrote last, else from ``cluster`` (the informer's): one
-        PATCH, no GET. A copy that is stale by then costs a 409 and a fresh read, never a lost update.
-        """
-        cluster = self._written or cluster
-        view = ClusterView.of(cluster)
-        current = find(view.status.get("conditions"), names.READY)
-        if current and (current.get("status"), current.get("reason"), current.get("message")) == (
-            cond.status,
-            cond.reason,
-            SCRUBBER.text(cond.message),
-        ):
-            return False
-        generation = view.generation
-
-        def mutate(status: Obj, _obj: Obj) -> Obj:
-            status["conditions"] = set_condition(status.get("conditions"),
-                                                 cond, observed_generation=generation)
-            status["observedGeneration"] = generation
-            return status
-
-        try:
-            self._written = await update_status(crds.clusters(self.rt.kube), self.namespace, self.name, mutate,
-                                                current=cluster)
-        except NotFound:
-            return False
-        except Forbidden as exc:
-            self._status_refused(ObjectRef.of(cluster), exc)
-            return False
-        return True
-
-    def _status_refused(self, ref: ObjectRef, exc: Forbidden) -> None:
-        """A 403 on an object's own status write: the condition cannot be written, so one Warning Event on the
-        object says what was refused and which chart value grants it (and the log, once)."""
-        key = f"{ref.kind} {ref.namespace}/{ref.name}"
-        message = f"this object's status cannot be written: {forbidden_message(exc)}"
-        if (key, message) in self._denied:
-            return
-        self._denied.add((key, message))
-        log.warning("status write refused", cluster=self.key, object=key, error=message)
-        self.rt.recorder.record(ref, "Warning", names.EventReason.FORBIDDEN, message)
-
-    async def _write_machine(self, m: MachineView, result: MachineResult, *, post: bool = True) -> None:
-        old_ready = find(m.status.get("conditions"), names.READY)
-        desired_fields = {k: v for k, v in result.fields.items() if k in OWNED_FIELDS}
-        same_ready = old_ready is not None and (
-            old_ready.get("status"),
-            old_ready.get("reason"),
-            old_ready.get("message"),
-        ) == (result.ready.status, result.ready.reason, SCRUBBER.text(result.ready.message))
-        same_fields = all(m.status.get(k, [] if k.endswith("Paths") else None) == v for k, v in desired_fields.items())
-        if same_ready and same_fields and m.status.get("observedGeneration") == m.generation:
-            return
-
-        def mutate(status: Obj, _obj: Obj) -> Obj:
-            status["conditions"] = set_condition(
-                status.get("conditions"), result.ready, observed_generation=m.generation
-            )
-            status.update(desired_fields)
-            status["observedGeneration"] = m.generation
-            return status
-
-        try:
-            await update_status(crds.machines(self.rt.kube), m.namespace, m.name, mutate,
-                                current=self.rt.machines.cache.get((m.namespace, m.name)))
-        except NotFound:
-            return
-        except Forbidden as exc:
-            self._status_refused(ObjectRef(names.TALOS_MACHINE, m.namespace, m.name, m.uid, names.API_VERSION), exc)
-            return
-        except IchordError as exc:
-            log.warning("machine status write failed", cluster=self.key, machine=m.name,
-                        error=SCRUBBER.exception(exc))
-            return
-        reason_changed = old_ready is None or old_ready.get("reason") != result.ready.reason
-        if post and result.event is not None and (reason_changed or result.applied):
-            type_, reason, message = result.event
-            self.rt.recorder.record(
-                ObjectRef(names.TALOS_MACHINE, m.namespace, m.name, m.uid, names.API_VERSION), type_, reason, message
-            )
-
-
-def _pending_or_paused(op: OperationView) -> str:
-    """An operation whose cluster is missing: Paused once started (its stage kept), else Pending."""
-    return names.Phase.PAUSED if op.stage else names.Phase.PENDING

@@ -8,10 +8,11 @@ goes on to Done, where the backbone's let-go removes the finalizer and the delet
 from __future__ import annotations
 
 from ichord.api import names
-from ichord.api.conditions import Condition, find, set_condition
+from ichord.api.conditions import Condition, find
 from ichord.api.names import DeletionHeldReason, EventReason
 from ichord.api.views import OperationView
-from ichord.operations.backbone import Context, Obj, OperationKind, Subject, event, log_transition, write
+from ichord.operations.backbone import Context, Obj, OperationKind, Subject, log_transition, transition
+from ichord.operations.op_status import Transition
 from ichord.pki.scrub import SCRUBBER
 
 
@@ -26,19 +27,21 @@ def must_abandon(kind: OperationKind, op: Obj) -> bool:
     return view.deleting and view.unfinished and not deletion_held(op) and kind.abandonable(view)
 
 
+def _held_already(_cond: Condition, before: Obj | None) -> bool:
+    return before is not None and before.get("status") == "True"
+
+
 async def hold_deletion(ctx: Context, kind: OperationKind, subject: Subject, stage: str, detail: str) -> None:
-    """DeletionHeld=True once, with one Warning; the operation goes on (its finalizer goes at Done)."""
+    """DeletionHeld=True once, with one Warning; the operation goes on (its finalizer goes at Done).
+
+    Written through the one writer (operations/op_status.py): decided on the object as read for the write, so a
+    step holding an older copy neither writes it again nor posts a second Warning."""
     if deletion_held(subject.op):
         return
     message = SCRUBBER.text(
         f"deleted in {stage}, past the point of no return: the {kind.kind} cannot be abandoned now and runs on to "
         f"Done, then the delete completes. {detail}")
-    now = ctx.now()
-
-    def m(status: Obj) -> None:
-        status["conditions"] = set_condition(status.get("conditions"), Condition(
-            names.DELETION_HELD, "True", DeletionHeldReason.PAST_POINT_OF_NO_RETURN, message), now=now)
-
-    await write(ctx, subject, m)
-    event(ctx, subject, "Warning", EventReason.DELETION_HELD, message)
-    log_transition(kind, subject, f"{kind.kind} deletion held")
+    change = Transition(Condition(names.DELETION_HELD, "True", DeletionHeldReason.PAST_POINT_OF_NO_RETURN, message),
+                        event=("Warning", EventReason.DELETION_HELD), said=_held_already)
+    if await transition(ctx, subject, change):
+        log_transition(kind, subject, f"{kind.kind} deletion held")

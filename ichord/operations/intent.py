@@ -19,9 +19,9 @@ from typing import Any
 import structlog
 
 from ichord.api import names
-from ichord.api.conditions import Condition, find, set_condition
+from ichord.api.conditions import Condition, find
 from ichord.api.views import OperationView
-from ichord.kube.events import ObjectRef
+from ichord.operations.op_status import Transition
 from ichord.operations.scope import ClusterScope
 from ichord.pki.scrub import SCRUBBER
 
@@ -91,31 +91,34 @@ def _message(fields: list[str]) -> str:
             f"(the chart's ValidatingAdmissionPolicy refuses such a change outright)")
 
 
+def _says(cond: Condition, before: Obj | None) -> bool:
+    """The condition as read says this already (its status and message): nothing to write, nothing to Warn."""
+    return before is not None and (before.get("status"), before.get("message")) == (cond.status, cond.message)
+
+
 async def keep(scope: ClusterScope, op: OperationView) -> OperationView:
-    """Report a spec changed since the start (condition + one Warning per distinct change); the effective view."""
+    """Report a spec changed since the start (condition + one Warning per distinct change); the effective view.
+
+    Written through the one writer (operations/op_status.py) on a fresh read, stamped with the step's clock: the
+    Warning goes only with the write that raised the condition or changed its message."""
     accepted = op.status.get(ACCEPTED_SPEC)
     if not isinstance(accepted, dict) or op.finished:
         return op
     fields = changed_fields(accepted, op.spec)
     current = find(op.status.get("conditions"), names.SPEC_CHANGE_IGNORED)
     if fields:
-        message = _message(fields)
-        reported = current is not None and current.get("status") == "True" and current.get("message") == message
-        if not reported and await _write(scope, op, Condition(names.SPEC_CHANGE_IGNORED, "True",
-                                                              names.SpecChangeReason.IGNORED, message)):
+        message = SCRUBBER.text(_message(fields))
+        if _says(Condition(names.SPEC_CHANGE_IGNORED, "True", names.SpecChangeReason.IGNORED, message), current):
+            return effective(op)  # the step's copy says it already: no read, no write
+        change = Transition(Condition(names.SPEC_CHANGE_IGNORED, "True", names.SpecChangeReason.IGNORED, message),
+                            event=("Warning", names.EventReason.SPEC_CHANGE_IGNORED), per_message=True,
+                            generation=True, said=_says)
+        if await scope.transition(op, change, from_copy=False):
             log.warning("operation spec changed after its start; ignored", cluster=scope.key,
                         operation=op.name, fields=fields)
-            scope.recorder.record(ObjectRef.of(op.obj), "Warning", names.EventReason.SPEC_CHANGE_IGNORED,
-                                  SCRUBBER.text(message))
     elif current is not None and current.get("status") == "True":
-        await _write(scope, op, Condition(names.SPEC_CHANGE_IGNORED, "False", names.SpecChangeReason.AS_ACCEPTED,
-                                          "the spec is the one the operation was started from again"))
+        await scope.transition(op, Transition(
+            Condition(names.SPEC_CHANGE_IGNORED, "False", names.SpecChangeReason.AS_ACCEPTED,
+                      "the spec is the one the operation was started from again"),
+            generation=True, said=_says), from_copy=False)
     return effective(op)
-
-
-async def _write(scope: ClusterScope, op: OperationView, cond: Condition) -> bool:
-    def mutate(status: Obj, _obj: Obj) -> Obj:
-        status["conditions"] = set_condition(status.get("conditions"), cond, observed_generation=op.generation)
-        return status
-
-    return await scope.write_operation_status(op, mutate, from_copy=False)

@@ -1,8 +1,8 @@
 """The one writer of an operation's phase, its conditions and the Event that goes with a transition.
 
 Every place that says something about a TalosOperation in its status (a step's wait or block, a kind this
-ichord does not run, a cluster that does not exist, steps that keep failing) describes the change as a
-``Transition`` and writes it here:
+ichord does not run, a cluster that does not exist, steps that keep failing, a deletion held past the point of no
+return, a spec changed after the start) describes the change as a ``Transition`` and writes it here:
 
 - through kube/status.update_status, so a conflict is a fresh read and never a lost update;
 - decided on the object as read for the write, never on an informer's or a step's older copy: a condition that

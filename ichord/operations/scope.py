@@ -24,7 +24,6 @@ from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import NotFound
 from ichord.kube.events import EventRecorder
-from ichord.kube.status import update_status
 from ichord.operations import op_status
 from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_cluster_bundle
 from ichord.pki.scrub import SCRUBBER
@@ -92,23 +91,13 @@ class ClusterScope:
         description), if any."""
         return next((op for op in self.operations if op.holds_machines), None)
 
-    async def write_operation_status(self, op: OperationView, mutate: Callable[[Obj, Obj], Obj | None], *,
-                                     from_copy: bool = True) -> bool:
-        """A best-effort status write of one of the cluster's operations (a condition the step reports beside its
-        work); True when written. ``from_copy``: start from the scope's copy (one 409 if it went stale) rather than a
-        GET. Gone is False; an API error is logged and False: the next step tries again."""
-        written = await self._best_effort(op, update_status(crds.operations(self.kube), op.namespace, op.name,
-                                                             mutate, current=op.obj if from_copy else None))
-        if written is None:
-            return False
-        self.observe(written)
-        return True
-
-    async def transition(self, op: OperationView, change: op_status.Transition) -> bool:
-        """Write ``change`` (operations/op_status.py) to one of the cluster's operations, best effort like
-        ``write_operation_status``, on the scope's clock; True when the condition transitioned (its Event posted)."""
+    async def transition(self, op: OperationView, change: op_status.Transition, *, from_copy: bool = True) -> bool:
+        """Write ``change`` (operations/op_status.py) to one of the cluster's operations, on the scope's clock; True
+        when the condition transitioned (its Event posted). Best effort: gone is False; an API error is logged and
+        False (the next step tries again). ``from_copy``: decide on the scope's copy first (one 409 if it went stale)
+        rather than on a GET."""
         result = await self._best_effort(op, op_status.transition(self.kube, self.recorder, self.now, op.obj, change,
-                                                                  current=op.obj))
+                                                                  current=op.obj if from_copy else None))
         if result is None:
             return False
         written, moved = result

@@ -58,7 +58,7 @@ async def test_a_stale_copy_costs_a_conflict_never_another_writers_update(env: S
         env.management.requests.clear()
 
         async with cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as reconciler:
-            assert await reconciler._set_cluster_ready(  # the write under test
+            assert await reconciler._writes.set_cluster_ready(  # the write under test
                 stale, Condition(names.READY, "True", "Reconciled", "the bundle is readable"))
         log = env.management.requests
         assert log.count("patch", status=409, resource="talosclusters") == 1

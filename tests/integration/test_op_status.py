@@ -21,7 +21,8 @@ from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.kube.events import EventRecorder, ObjectRef
-from ichord.operations import backbone
+from ichord.kube.status import update_status
+from ichord.operations import backbone, deletion, intent
 from ichord.operations.kinds import default_registry
 from ichord.operations.registry import UNSUPPORTED_KIND, Registry
 from ichord.operations.scope import ClusterScope
@@ -170,3 +171,51 @@ async def test_a_refused_operation_is_failed_with_one_warning_from_the_write_tha
     assert status["phase"] == names.Phase.FAILED and status["observedGeneration"] == 1
     cond = find(status["conditions"], names.CONFIG_ROLLOUT)
     assert cond is not None and (cond["status"], cond["reason"], cond["message"]) == ("False", invalid, why)
+
+
+async def test_a_deletion_held_already_is_neither_rewritten_nor_warned_again_from_a_stale_copy(world: World) -> None:
+    """DeletionHeld goes through the one writer too: a step holding a copy read before another step held the
+    deletion writes nothing and posts no second Warning; the condition is stamped with the step's clock."""
+    stale = (await _create(world, "cfg")).obj
+    kind = default_registry().kinds[names.KIND_CONFIG].spec
+    first, second = Said(world), Said(world)
+    for said in (first, second):  # a subject each: the second step holds the copy older than the first write
+        await deletion.hold_deletion(_Step(world.kube, world.env.namespace, said, world.timing), kind,
+                                     OperationSubject(stale), "Rolling", "the nodes already run the new config")
+    assert first.said == [("cfg", "Warning", names.EventReason.DELETION_HELD)]
+    assert second.said == []
+    cond = find((await world.op("cfg"))["status"]["conditions"], names.DELETION_HELD)
+    assert cond is not None and (cond["status"], cond["reason"]) == (
+        "True", names.DeletionHeldReason.PAST_POINT_OF_NO_RETURN)
+    assert cond["lastTransitionTime"] == STEP_CLOCK.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert "deleted in Rolling, past the point of no return" in cond["message"]
+
+
+async def test_a_spec_change_is_said_once_on_the_steps_clock_and_lowered_when_put_back(world: World) -> None:
+    """SpecChangeIgnored goes through the one writer: raised with one Warning (a second step holding a copy read
+    before the first write posts none), stamped with the step's clock, lowered with no Event when the spec is put
+    back."""
+    await _create(world, "cfg")
+    ops = crds.operations(world.kube)
+    accepted = intent.intent_of((await world.op("cfg"))["spec"])
+    await update_status(ops, world.env.namespace, "cfg", lambda s, _o: {**s, intent.ACCEPTED_SPEC: accepted})
+    stale = OperationView.of(await ops.patch(world.env.namespace, "cfg", {"spec": {"maxUnavailable": 2}}))
+    first, second = Said(world), Said(world)
+    for said in (first, second):
+        view = await intent.keep(_scope(world, said, [stale]), stale)
+        assert "maxUnavailable" not in view.spec  # the steps run on the accepted spec
+    assert first.said == [("cfg", "Warning", names.EventReason.SPEC_CHANGE_IGNORED)]
+    assert second.said == []
+    raised = await world.op("cfg")
+    cond = find(raised["status"]["conditions"], names.SPEC_CHANGE_IGNORED)
+    assert cond is not None and (cond["status"], cond["reason"]) == ("True", names.SpecChangeReason.IGNORED)
+    assert cond["message"].startswith("spec.maxUnavailable changed after the operation started")
+    assert cond["lastTransitionTime"] == STEP_CLOCK.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert cond["observedGeneration"] == raised["metadata"]["generation"]
+
+    back = OperationView.of(await ops.patch(world.env.namespace, "cfg", {"spec": {"maxUnavailable": None}}))
+    lowered = Said(world)
+    await intent.keep(_scope(world, lowered, [back]), back)
+    cond = find((await world.op("cfg"))["status"]["conditions"], names.SPEC_CHANGE_IGNORED)
+    assert cond is not None and (cond["status"], cond["reason"]) == ("False", names.SpecChangeReason.AS_ACCEPTED)
+    assert lowered.said == []

@@ -42,8 +42,8 @@ TOP = 4
 
 OPERATIONS = ROOT / "operations"
 #: The packages of ``operations`` (issue 29): each kind's stands alone (a kind never imports another), and what
-#: every kind's step shares (its context and inputs, the managed cluster's clients, /readyz, etcd health) imports
-#: no kind. Every package of ``operations`` is one or the other.
+#: every kind's step shares (its context and inputs, the managed cluster's clients, /readyz, etcd health,
+#: render-and-compare, the drain) imports no kind. Every package of ``operations`` is one or the other.
 OPERATION_KINDS = {"ca_rotation", "config"}
 SHARED_BY_KINDS = {"managed"}
 

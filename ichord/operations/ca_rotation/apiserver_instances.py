@@ -25,6 +25,7 @@ from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.operations.backbone import Mutation
 from ichord.operations.ca_rotation.status import APPLY_STEP, VERIFY_STEP, ca_status, in_progress, step_since, write
+from ichord.operations.managed import apiserver_restart
 from ichord.operations.managed.context import Obj, StepContext
 from ichord.operations.managed.inputs import Inputs
 from ichord.operations.managed.readyz import node_host, readyz
@@ -72,18 +73,10 @@ def _record(machine: str, container_id: str, now: dt.datetime) -> Mutation:
     return m
 
 
-async def container_id(talos: TalosClient, m: MachineView) -> str:
-    """The running kube-apiserver container of ``m`` as Talos's StaticPodStatus reports it ("" if none)."""
-    for pod in await talos.static_pod_statuses(m.address):
-        if pod.id.startswith("kube-system/kube-apiserver-"):
-            return next((c for c in pod.container_ids if c), "")
-    return ""
-
-
 async def record_before_apply(ctx: StepContext, inputs: Inputs, talos: TalosClient, m: MachineView) -> None:
     """Written before the apply (kill-safe); an unreadable container ID is recorded as "" (only /readyz asked)."""
     try:
-        current = await container_id(talos, m)
+        current = (await apiserver_restart.running_apiserver(talos, m.address)).container_id
     except TalosError:
         current = ""
     await write(ctx, inputs, _record(m.name, current, ctx.now()))
@@ -113,11 +106,12 @@ async def awaited(ctx: StepContext, inputs: Inputs, talos: TalosClient, m: Machi
     overdue = elapsed >= bound
     if not restarted and inst is not None and inst.container_id and elapsed < unchanged_after:
         try:
-            now_running = await container_id(talos, m)
+            now_running = (await apiserver_restart.running_apiserver(talos, m.address)).container_id
         except TalosError as exc:
             return Awaited(f"kube-apiserver on {m.name}: its container cannot be read yet "
                            f"({SCRUBBER.exception(exc)})", overdue)
-        if now_running in ("", inst.container_id):
+        if not apiserver_restart.restarted(inst.container_id, now_running, elapsed=elapsed,
+                                           unchanged_after=unchanged_after):
             return Awaited(f"waiting for kube-apiserver on {m.name} to restart with the stage (container "
                            f"unchanged since the apply)", overdue)
     problem = await readyz(node_host(m.address), inputs.cluster_inputs.local_api_server_port, cas)

@@ -44,15 +44,10 @@ from ichord.operations.ca_rotation.status import step as status_step
 from ichord.operations.managed.clients import cluster_client
 from ichord.operations.managed.context import Obj, StepContext
 from ichord.operations.managed.inputs import Inputs
+from ichord.operations.managed.rendered import Mismatch, divergence
 from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.pki.rotation import Target
-from ichord.pki.scrub import SCRUBBER
-from ichord.render.config import ConfigParseError, MachineConfig
-from ichord.render.errors import RenderError
-from ichord.render.generate import render
-from ichord.render.inputs import MachineInputs
 from ichord.talos.dial import DialBundle
-from ichord.talos.errors import TalosError, TalosUnreachableError
 
 #: An operation a previous version left in Finalizing has no step: its condition's reason said which it was.
 _STEP_OF_REASON = {CARotationReason.AWAITING_NODES: FINALIZING_SETTLE,
@@ -230,20 +225,17 @@ async def verify_replaced(ctx: StepContext, inputs: Inputs) -> str | Unanswered 
     talos = ctx.talos_factory(DialBundle.from_bundle(inputs.bundle))
     try:
         for m in inputs.machines:
-            try:
-                desired = render(inputs.bundle, inputs.cluster_inputs, MachineInputs.from_spec(m.spec))
-            except RenderError as exc:
-                return f"machine {m.name} cannot be rendered from the replaced bundle: {SCRUBBER.exception(exc)}"
-            try:
-                running = MachineConfig.plain_of(await talos.machine_config(m.address))
-            except TalosUnreachableError as exc:
+            found = await divergence(talos, inputs, m)
+            if found is None:
+                continue
+            if found.mismatch is Mismatch.UNRENDERABLE:
+                return f"machine {m.name} cannot be rendered from the replaced bundle: {found.detail}"
+            if found.mismatch is Mismatch.UNREACHABLE:
                 return Unanswered(f"machine {m.name} ({m.address}) does not answer the replaced bundle yet: "
-                                  f"{SCRUBBER.exception(exc)}")
-            except (TalosError, ConfigParseError) as exc:
-                return (f"machine {m.name} ({m.address}) does not answer the replaced bundle: "
-                        f"{SCRUBBER.exception(exc)}")
-            if running != desired.plain():
-                return f"machine {m.name} does not run what the replaced bundle renders"
+                                  f"{found.detail}")
+            if found.mismatch is Mismatch.UNREADABLE:
+                return f"machine {m.name} ({m.address}) does not answer the replaced bundle: {found.detail}"
+            return f"machine {m.name} does not run what the replaced bundle renders"
         return None
     finally:
         talos.close()

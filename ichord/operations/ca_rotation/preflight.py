@@ -1,8 +1,8 @@
 """Preflight (stage empty): nothing is written, not even a CA, unless the cluster is whole
 (docs/decisions.md#rotation-state).
 
-Every approved machine answers ichord, runs exactly what ichord renders for it (no unrelated pending
-change is swept into the rotation), and every Kubernetes Node is Ready; an etcd rotation also needs
+Every approved machine answers ichord, runs exactly what ichord renders for it (managed/rendered.py: no unrelated
+pending change is swept into the rotation), and every Kubernetes Node is Ready; an etcd rotation also needs
 etcd whole (managed/etcd_health.py). A machine that is down when
 the old CA is dropped could never be reached again.
 """
@@ -18,30 +18,22 @@ from ichord.operations.managed.clients import ManagedAPIError, admin_client
 from ichord.operations.managed.context import StepContext
 from ichord.operations.managed.etcd_health import etcd_problems
 from ichord.operations.managed.inputs import Inputs
+from ichord.operations.managed.rendered import Mismatch, divergence
 from ichord.pki.rotation import Target
-from ichord.pki.scrub import SCRUBBER
-from ichord.render.config import ConfigParseError, MachineConfig
-from ichord.render.errors import RenderError
-from ichord.render.generate import render
-from ichord.render.inputs import MachineInputs
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
-from ichord.talos.errors import TalosError
 
 
 async def _machine_problem(talos: TalosClient, inputs: Inputs, m: MachineView) -> str | None:
-    try:
-        desired = render(inputs.bundle, inputs.cluster_inputs, MachineInputs.from_spec(m.spec))
-    except RenderError as exc:
-        return f"machine {m.name} cannot be rendered: {SCRUBBER.exception(exc)}"
-    try:
-        running = MachineConfig.plain_of(await talos.machine_config(m.address))
-    except (TalosError, ConfigParseError) as exc:
-        return f"machine {m.name} ({m.address}) does not answer: {SCRUBBER.exception(exc)}"
-    if running != desired.plain():
+    found = await divergence(talos, inputs, m)
+    if found is None:
+        return None
+    if found.mismatch is Mismatch.UNRENDERABLE:
+        return f"machine {m.name} cannot be rendered: {found.detail}"
+    if found.mismatch is Mismatch.DIFFERENT:
         return (f"machine {m.name} does not run the configuration ichord renders for it; let it converge "
                 "(or roll out its pending change) before rotating")
-    return None
+    return f"machine {m.name} ({m.address}) does not answer: {found.detail}"
 
 
 async def preflight(ctx: StepContext, inputs: Inputs, targets: Iterable[Target] = ()) -> list[str]:

@@ -6,7 +6,8 @@ check.
                                              appliedAt) written; then NO_REBOOT apply
     marker, node not on the render        -> apply again (killed between marker and apply)
     marker, container changed (or unchanged for apiserver_restart_unchanged), static pod Ready, /readyz 200
-                                          -> done, marker cleared
+                                          -> done, marker cleared (no container ID reported: no instance, waited
+                                             for: managed/apiserver_restart.py)
     marker, past apiserver_restart_bound  -> APIServerNotReady: pause naming the node; the retry waits again
                                              with a fresh clock
     any read failure while marked         -> waiting (ichord may run behind the API server restarting)
@@ -28,13 +29,14 @@ from ichord.api.views import MachineView
 from ichord.failpoints import failpoint
 from ichord.kube import crds
 from ichord.kube.status import update_status
-from ichord.operations.config import checks
 from ichord.operations.config.world import World
+from ichord.operations.managed import apiserver_restart
 from ichord.operations.managed.readyz import node_host, readyz
+from ichord.operations.managed.rendered import runs_render
 from ichord.operations.outcome import Blocked, Requeue
 from ichord.operations.roll_store import format_time, parse_time
 from ichord.pki.scrub import SCRUBBER
-from ichord.talos.client import ApplyMode, TalosClient
+from ichord.talos.client import ApplyMode
 from ichord.talos.errors import TalosError
 
 SECTION = "apiServerRestart"
@@ -79,14 +81,6 @@ async def _write(world: World, marker: RestartMarker) -> None:
     world.ctx.observe(obj)
 
 
-async def apiserver_container(talos: TalosClient, endpoint: str) -> tuple[str, bool]:
-    """(container ID, Ready) of the node's kube-apiserver static pod; ("", False) when Talos reports none."""
-    for pod in await talos.static_pod_statuses(endpoint):
-        if pod.id.startswith("kube-system/kube-apiserver-"):
-            return (pod.container_ids[0] if pod.container_ids else ""), pod.ready
-    return "", False
-
-
 async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
     timing = world.ctx.timing
     marker = RestartMarker.of(world.inputs.status)
@@ -94,13 +88,13 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
     now = world.now()
     if marker.machine != m.name:
         try:
-            converged = await checks.runs_rendered(world.talos, m.address, rendered)
+            converged = await runs_render(world.talos, m.address, rendered)
             if converged:
                 await _write(world, RestartMarker(done=(*marker.done, m.name)))
                 return RestartOutcome(Requeue(0.0, "converged"), ReadyReason.CONVERGED,
                                       f"{m.name} already runs the rendered configuration; nothing done")
             await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.NO_REBOOT, dry_run=True)
-            container, _ = await apiserver_container(world.talos, m.address)
+            container = (await apiserver_restart.running_apiserver(world.talos, m.address)).container_id
         except TalosError as exc:
             message = f"cannot prepare {m.name}'s API server restart: {SCRUBBER.exception(exc)}"
             return RestartOutcome(Blocked("NodeUnreachable", message, timing.retry), "NodeUnreachable", message)
@@ -123,12 +117,15 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
     spent = (now - since).total_seconds()
     waiting = ""
     try:
-        if not await checks.runs_rendered(world.talos, m.address, rendered):
+        if not await runs_render(world.talos, m.address, rendered):
             await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.NO_REBOOT)
             waiting = "applied again (the last apply did not land)"
         else:
-            container, ready = await apiserver_container(world.talos, m.address)
-            restarted = container != marker.container_id or spent >= timing.apiserver_restart_unchanged
+            running = await apiserver_restart.running_apiserver(world.talos, m.address)
+            ready = running.ready
+            # An empty container ID is no instance: waited for, never taken as the restart.
+            restarted = apiserver_restart.restarted(marker.container_id, running.container_id, elapsed=spent,
+                                                    unchanged_after=timing.apiserver_restart_unchanged)
             problem = None
             if restarted and ready:
                 # The amendment's test: the node's own /readyz answers 200, anonymously, verified against the

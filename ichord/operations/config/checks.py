@@ -1,7 +1,8 @@
 """What the ``config`` executor asks of a node before and after it changes it (docs/decisions.md#config-rollout steps
 1-3, 6).
 
-- converged: the node already runs the rendered configuration (the rollout touches nothing there);
+- converged: the node already runs the rendered configuration (managed/rendered.py; the rollout touches nothing
+  there);
 - Node Ready, read live from the managed cluster;
 - not held by the ``upgrade-hold`` annotation;
 - the dry run of the rendered configuration is accepted;
@@ -19,24 +20,15 @@ from ichord.kube.client import KubeClient
 from ichord.kube.errors import KubeError
 from ichord.kube.reads import node_ready, read_node
 from ichord.operations.managed.etcd_health import etcd_problems
+from ichord.operations.managed.rendered import runs_render
 from ichord.operations.roll_state import OPEN, GateResult, closed, failed
 from ichord.pki.scrub import SCRUBBER
-from ichord.render.config import ConfigParseError, MachineConfig
+from ichord.render.config import MachineConfig
 from ichord.talos.client import ApplyMode, TalosClient
 from ichord.talos.errors import TalosError
 
 #: Problems named in a closed gate's message (the rest are counted).
 SHOWN = 3
-
-
-async def runs_rendered(talos: TalosClient, endpoint: str, rendered: MachineConfig, *,
-                        persistent: bool = False) -> bool:
-    """The node's active (``persistent``: on-disk, what the next boot runs) configuration equals the render
-    (TalosErrors propagate: the caller decides)."""
-    try:
-        return MachineConfig.plain_of(await talos.machine_config(endpoint, persistent=persistent)) == rendered.plain()
-    except ConfigParseError:
-        return False
 
 
 async def node_is_ready(kc: KubeClient, node: str) -> GateResult:
@@ -77,7 +69,7 @@ async def etcd_whole(talos: TalosClient, control_planes: Sequence[MachineView]) 
 async def back_on_render(talos: TalosClient, endpoint: str, rendered: MachineConfig, machine: str) -> GateResult:
     """After a new boot: the render runs, or the machine fails for good (a staged config that did not take)."""
     try:
-        ok = await runs_rendered(talos, endpoint, rendered)
+        ok = await runs_render(talos, endpoint, rendered)
     except TalosError as exc:
         return closed(f"cannot read {machine}'s configuration yet: {SCRUBBER.exception(exc)}")
     if ok:

@@ -65,6 +65,7 @@ from ichord.operations.disruptions import reboot_of, restart_of
 from ichord.operations.managed.clients import ManagedAPIError, ManagedClients
 from ichord.operations.managed.context import Obj, StepContext, context_of
 from ichord.operations.managed.inputs import Inputs, InputsError, load_inputs
+from ichord.operations.managed.rendered import render_of
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, soonest
 from ichord.operations.registry import Operation
 from ichord.operations.roll import RollOutcome, RollReason
@@ -72,8 +73,6 @@ from ichord.operations.roll_store import MarkerFormatError, marker_from_status
 from ichord.operations.scope import ClusterScope
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.errors import RenderError
-from ichord.render.generate import render
-from ichord.render.inputs import MachineInputs
 from ichord.render.strict import InvalidConfigError
 from ichord.settings import Timing
 from ichord.talos.client import TalosClient
@@ -231,7 +230,7 @@ def _invalid_render(inputs: Inputs, planned: list[PlannedMachine]) -> str | None
         if m is None:
             continue
         try:
-            render(inputs.bundle, inputs.cluster_inputs, MachineInputs.from_spec(m.spec))
+            render_of(inputs, m)
         except InvalidConfigError as exc:
             return (f"the configuration of {p.name} is invalid, nothing was rolled out: {SCRUBBER.text(str(exc))}; "
                     "fix the patch, then create the operation again")

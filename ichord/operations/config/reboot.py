@@ -22,9 +22,10 @@ from ichord.failpoints import failpoint
 from ichord.kube import crds
 from ichord.kube.nodes import uncordon
 from ichord.operations.config import checks
-from ichord.operations.config.drain import DrainVerdict, drain_round, end_drain
 from ichord.operations.config.plan import HOLD_ANNOTATION
 from ichord.operations.config.world import ROLL_FIELDS, World
+from ichord.operations.managed.drain import DrainVerdict, drain_round, end_drain
+from ichord.operations.managed.rendered import runs_render
 from ichord.operations.outcome import Requeue
 from ichord.operations.roll import (
     PROCEED,
@@ -60,7 +61,7 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
     rendered = world.rendered(m)
     if marker.rebooting != m.name and m.name not in marker.done:
         try:
-            converged = await checks.runs_rendered(world.talos, m.address, rendered)
+            converged = await runs_render(world.talos, m.address, rendered)
         except TalosError:
             converged = False  # the gates below say why it cannot go on
         if converged:
@@ -103,7 +104,7 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
         failpoint("config.stage.before")
         try:
             # Staged by an earlier step whose marker was never written (killed, API down): not applied twice.
-            staged = await checks.runs_rendered(world.talos, m.address, rendered, persistent=True)
+            staged = await runs_render(world.talos, m.address, rendered, persistent=True)
         except TalosError:
             staged = False  # the apply says whether the node answers
         try:

@@ -40,6 +40,9 @@ async def release_cordons(ctx: StepContext, inputs: Inputs) -> list[str]:
                    f"released ({SCRUBBER.exception(exc)}); uncordon by hand any Node annotated "
                    f"{kube_nodes.CORDONED_BY_ICHORD_ANNOTATION}")
         log.warning("config: cordons not released", operation=inputs.name, error=SCRUBBER.exception(exc))
+        # Not an op_status.Transition: no condition moves. The operation is deleted and let go in this same step
+        # (its finalizer removed), so a condition would vanish with it; the Event, which outlives the object, is
+        # the one record a person can find (docs/architecture.md: one writer of an operation's status).
         backbone.event(ctx, inputs, "Warning", names.EventReason.OPERATION_BLOCKED, message)
         return released
     finally:

@@ -16,11 +16,10 @@ from ichord.kube.errors import KubeError
 from ichord.kube.reads import list_nodes
 from ichord.operations.managed.context import StepContext
 from ichord.operations.managed.inputs import Inputs
+from ichord.operations.managed.rendered import render_of
 from ichord.operations.roll_state import RollTarget
 from ichord.operations.roll_store import MarkerFields
 from ichord.render.config import MachineConfig
-from ichord.render.generate import render
-from ichord.render.inputs import MachineInputs
 from ichord.talos.client import TalosClient
 from ichord.talos.errors import TalosError
 
@@ -57,8 +56,7 @@ class World:
 
     def rendered(self, m: MachineView) -> MachineConfig:
         if m.name not in self._renders:
-            self._renders[m.name] = render(self.inputs.bundle, self.inputs.cluster_inputs,
-                                           MachineInputs.from_spec(m.spec))
+            self._renders[m.name] = render_of(self.inputs, m)
         return self._renders[m.name]
 
     def annotations(self, name: str) -> dict[str, str]:

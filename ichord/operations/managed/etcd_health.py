@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ichord.api.views import MachineView
+from ichord.operations.managed.apiserver_restart import APISERVER_POD_PREFIX
 from ichord.pki.scrub import SCRUBBER
 from ichord.talos.client import TalosClient
 from ichord.talos.errors import TalosError
@@ -29,10 +30,6 @@ ALARM_NAMES = {m.EtcdMemberAlarm.NOSPACE: "NOSPACE", m.EtcdMemberAlarm.CORRUPT: 
 class Problem:
     text: str
     fault: bool = False  # waiting alone will not clear it
-
-
-#: Talos names the static pod status ``kube-system/kube-apiserver-<node name>``; a control plane runs one.
-APISERVER_POD_PREFIX = "kube-system/kube-apiserver-"
 
 
 async def _member_problems(talos: TalosClient, cp: MachineView) -> tuple[list[Problem], int]:

@@ -1,4 +1,5 @@
-"""Drain one Node of the managed cluster through the Eviction API (docs/decisions.md#config-rollout).
+"""Drain one Node of the managed cluster through the Eviction API before a step reboots its machine (a config
+rollout's reboot roll: docs/decisions.md#config-rollout).
 
 One round per reconcile step, so a step stays short: list the Node's pods (live, ``spec.nodeName``
 field selector), leave DaemonSet pods, mirror (static) pods and finished pods alone, refuse pods that no

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ichord.operations.config.drain import MIRROR_ANNOTATION, skipped, unowned
+from ichord.operations.managed.drain import MIRROR_ANNOTATION, skipped, unowned
 
 
 def pod(*, owner: str | None = None, controller: bool = True, mirror: bool = False, phase: str = "Running") -> Any:
