@@ -1,0 +1,164 @@
+"""``ichord cluster rehearse`` on a simulated "live" cluster (docs/architecture.md#rehearsal).
+
+The live cluster is a SimEnvironment; the rehearsal reads it through its kubeconfig and its nodes' mutual TLS
+like it reads a real one, and builds a twin of its own. Every request the live simulators served during a
+rehearsal is counted: reads only (GET/LIST/WATCH, Version, COSI Get, EtcdMemberList, Kubeconfig). Then the same
+operation runs for real on the live cluster and its reboots and kube-apiserver restarts are compared with the
+rehearsal's, event by event; a refused operation exits 1 with the reason the real run gets.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+
+from ichord.api import names
+from ichord.api.conditions import find
+from ichord.contract import V1_13
+from ichord.kube import crds
+from ichord.kube.client import from_kubeconfig
+from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.rehearsal.model import Durations
+from ichord.rehearsal.play import rehearse
+from ichord.settings import Timing
+from ichord.sim.combined import SimEnvironment
+from tests.integration._config_world import REBOOT_PATCH, World, world_on
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+Obj = dict[str, Any]
+TIMING = Timing().scaled(0.01)
+READ_VERBS = frozenset({"get", "list", "watch"})
+#: The Talos calls a rehearsal may make: reads (Kubeconfig signs a client certificate in memory, changes nothing).
+READ_RPCS = frozenset({"Version", "Get", "EtcdMemberList", "Kubeconfig"})
+
+
+@pytest.fixture(scope="module")
+def bundle() -> SecretsBundle:
+    return generate_bundle()
+
+
+def _op(cluster: str, kind: str, **spec: Any) -> Obj:
+    return {"apiVersion": names.API_VERSION, "kind": names.TALOS_OPERATION, "metadata": {"name": f"try-{kind}"},
+            "spec": {"clusterRef": {"name": cluster}, "kind": kind, **spec}}
+
+
+class Writes:
+    """Every request the live simulators served from here on that is not a read."""
+
+    def __init__(self, env: SimEnvironment) -> None:
+        self.env = env
+        self.since = len(env.kube.requests.entries)
+        self.rpcs = {name: Counter(node.rpcs) for name, node in env.talos.nodes.items()}
+
+    def kube(self) -> list[tuple[str, str]]:
+        return [(e.verb, e.path) for e in self.env.kube.requests.entries[self.since:] if e.verb not in READ_VERBS]
+
+    def talos(self) -> dict[str, Counter[str]]:
+        out = {}
+        for name, node in self.env.talos.nodes.items():
+            new = Counter(node.rpcs)
+            new.subtract(self.rpcs[name])
+            out[name] = +new
+        return out
+
+    def assert_none(self) -> None:
+        assert self.kube() == []
+        calls = self.talos()
+        assert all(set(c) <= READ_RPCS for c in calls.values()), calls
+        assert any(calls.values())  # it did read the nodes
+
+
+async def _rehearse(env: SimEnvironment, op: Obj, *durations: str) -> Any:
+    async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
+        return await rehearse(kube, env.namespace, env.cluster_name, op, Durations.parse(list(durations)))
+
+
+async def _run_for_real(world: World, op: Obj) -> tuple[Obj, list[tuple[str, str]]]:
+    env = world.env
+    since = len(env.talos.history.events)
+    body = {**op, "metadata": {"name": "real"}}
+    await crds.operations(world.kube).create(env.namespace, body)
+
+    async def finished() -> bool:
+        o = await world.op("real")
+        return (o.get("status") or {}).get("phase") in (names.Phase.COMPLETED, names.Phase.FAILED)
+
+    await world.run_until(finished, steps=4000, what="the real run finished")
+    seen = [(e["kind"], e["node"]) for e in env.talos.history.events[since:]
+            if e["kind"] in ("reboot", "apiserver_restart")]
+    return await world.op("real"), seen
+
+
+@pytest.fixture
+async def live(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
+    async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=3, workers=3,
+                              pod_start_delay=2.0) as e:
+        yield e
+
+
+async def test_a_config_rollout_rehearsed_writes_nothing_and_matches_the_real_run(live: SimEnvironment) -> None:
+    async for world in world_on(live, TIMING):
+        await world.deploy_app(replicas=2, min_available=1)
+        await world.patch_cluster([REBOOT_PATCH])
+
+        async def reported() -> bool:
+            ms = await world.machines()
+            return sum(1 for m in ms if (m.get("status") or {}).get("rebootPaths")) == 6
+
+        await world.run_until(reported, what="every machine reports the reboot it waits for")
+        writes = Writes(live)
+        report = await _rehearse(live, _op(live.cluster_name, "config"), "reboot=100-200")
+        writes.assert_none()
+
+        assert report.exit_code == 0, report.text()
+        assert report.counted("reboot") == {m: 1 for m in live.machine_names}
+        assert sum(report.counted("cordon").values()) >= 3  # the workers are drained (the app's PDB holds)
+        data = report.as_data()
+        assert data["durations"]["reboot"] == {"low": 100.0, "high": 200.0, "source": "given",
+                                               "covers": data["durations"]["reboot"]["covers"]}
+        assert data["durations"]["apply"]["source"] == "default"
+        assert data["predictedDuration"]["low"] >= 6 * 100 and data["predictedDuration"]["high"] >= 6 * 200
+        assert data["twin"]["podDisruptionBudgets"] == 1
+
+        op, real = await _run_for_real(world, _op(live.cluster_name, "config"))
+        assert op["status"]["phase"] == names.Phase.COMPLETED
+        assert report.disruptions() == real
+
+
+async def test_an_unsupported_target_stops_the_rehearsal_with_the_real_runs_reason(bundle: SecretsBundle) -> None:
+    async with SimEnvironment(bundle=generate_bundle(V1_13), contract=V1_13, time_scale=0.01, control_planes=1,
+                              workers=1) as env:
+        op = _op(env.cluster_name, "ca-rotation", caRotation={"targets": ["kubernetes-aggregator"]})
+        writes = Writes(env)
+        report = await _rehearse(env, op)
+        writes.assert_none()
+        assert report.exit_code == 1
+        (cond, reason, message), = report.recording.stops
+        assert (cond, reason) == (names.CA_ROTATION, names.CARotationReason.UNSUPPORTED_TARGET)
+        assert report.disruptions() == []
+        async for world in world_on(env, TIMING):
+            real, seen = await _run_for_real(world, op)
+            got = find(real["status"].get("conditions"), names.CA_ROTATION) or {}
+            assert (got.get("reason"), got.get("message")) == (reason, message)
+            assert seen == []
+
+
+async def test_a_default_ca_rotation_is_rehearsed_with_its_hand_off(live: SimEnvironment) -> None:
+    writes = Writes(live)
+    report = await _rehearse(live, _op(live.cluster_name, "ca-rotation"))
+    writes.assert_none()
+    assert report.exit_code == 0, report.text()
+    stages = [e.detail for e in report.recording.events if e.kind == "stage"]
+    assert stages[-1] == "Done" and "AwaitingCredentials" in stages
+    acts = [e.detail for e in report.recording.events if e.kind == "act"]
+    assert any("ichord cluster credentials" in a for a in acts)
+    assert set(report.counted("apiserver_restart")) == {m for m in live.machine_names if "-cp-" in m}
+    low, high = report.total
+    assert 0 < low < high
+    with anyio.fail_after(1):
+        assert "predicted duration:" in report.text()
