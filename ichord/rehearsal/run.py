@@ -16,6 +16,7 @@ import anyio
 
 from ichord.actors.cluster import ClusterReconciler, Runtime
 from ichord.api import names
+from ichord.api.conditions import find
 from ichord.api.views import OperationView
 from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig
@@ -40,6 +41,8 @@ Obj = dict[str, Any]
 TIME_SCALE = 0.01
 #: A stop that lasts this long in the twin (compressed seconds) is one the real run would stay in.
 STOP_AFTER = 3.0
+#: How long the twin's machines may take to be reported before the operation is started anyway.
+SETTLE_BUDGET = 30.0
 #: Talos history kinds a timeline shows (the rest is the simulator's own bookkeeping).
 NODE_EVENTS = frozenset({"apply", "reboot", "down", "boot", "apiserver_restart", "apiserver_ready"})
 
@@ -173,6 +176,7 @@ class Player:
                 await inf.wait_synced()
             reconciler = ClusterReconciler(rt, twin.namespace, twin.cluster_name)
             try:
+                await self._settle(reconciler)
                 self._t0 = anyio.current_time()
                 try:
                     await crds.operations(kube).create(twin.namespace, body)
@@ -214,6 +218,19 @@ class Player:
                                    f"the twin did not finish within {self.budget:g} s of rehearsal (stage "
                                    f"{self._stage or 'none'}); what it did so far is above"))
             self._add("stop", detail="rehearsal budget spent")
+
+    async def _settle(self, reconciler: ClusterReconciler) -> None:
+        """The machine reconciler reports every twin machine first (Ready, and the reboot or restart it waits
+        for), as the live daemon has: an operation plans from those reports."""
+        store = self.twin.management.store
+        rt = store.resolve(names.GROUP, names.VERSION, names.PLURALS[names.TALOS_MACHINE])
+        with anyio.move_on_after(SETTLE_BUDGET):
+            while True:
+                outcome = await reconciler.step({})
+                machines = store.list(rt, self.twin.namespace)[0]
+                if all(find((m.get("status") or {}).get("conditions"), names.READY) for m in machines):
+                    return
+                await anyio.sleep(min(max(next_delay(outcome) or 0.01, 0.005), 0.1))
 
     def _stop(self, view: OperationView) -> None:
         cond = view.condition() or {}

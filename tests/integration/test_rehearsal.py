@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -34,6 +35,7 @@ Obj = dict[str, Any]
 TIMING = Timing().scaled(0.01)
 READ_VERBS = frozenset({"get", "list", "watch"})
 #: The Talos calls a rehearsal may make: reads (Kubeconfig signs a client certificate in memory, changes nothing).
+REHEARSAL_USER, REHEARSAL_TOKEN = "rehearsal", "rehearsal-token-0123456789"
 READ_RPCS = frozenset({"Version", "Get", "EtcdMemberList", "Kubeconfig"})
 
 
@@ -48,15 +50,19 @@ def _op(cluster: str, kind: str, **spec: Any) -> Obj:
 
 
 class Writes:
-    """Every request the live simulators served from here on that is not a read."""
+    """Every request the live simulators served the rehearsal (its own user on the live API) that is not a read."""
 
-    def __init__(self, env: SimEnvironment) -> None:
+    def __init__(self, env: SimEnvironment, tmp: Path) -> None:
         self.env = env
-        self.since = len(env.kube.requests.entries)
+        env.kube.add_user(REHEARSAL_TOKEN, REHEARSAL_USER)
+        self.kubeconfig = env.management.write_kubeconfig(tmp / "rehearsal", namespace=env.namespace,
+                                                          token=REHEARSAL_TOKEN)
         self.rpcs = {name: Counter(node.rpcs) for name, node in env.talos.nodes.items()}
 
     def kube(self) -> list[tuple[str, str]]:
-        return [(e.verb, e.path) for e in self.env.kube.requests.entries[self.since:] if e.verb not in READ_VERBS]
+        mine = self.env.kube.requests.by_user(REHEARSAL_USER)
+        assert mine  # it did read the management API
+        return [(a.verb, a.resource) for a in mine if a.verb not in READ_VERBS]
 
     def talos(self) -> dict[str, Counter[str]]:
         out = {}
@@ -73,8 +79,9 @@ class Writes:
         assert any(calls.values())  # it did read the nodes
 
 
-async def _rehearse(env: SimEnvironment, op: Obj, *durations: str) -> Any:
-    async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
+async def _rehearse(writes: Writes, op: Obj, *durations: str) -> Any:
+    env = writes.env
+    async with await from_kubeconfig(writes.kubeconfig, timing=TIMING) as kube:
         return await rehearse(kube, env.namespace, env.cluster_name, op, Durations.parse(list(durations)))
 
 
@@ -101,7 +108,7 @@ async def live(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
         yield e
 
 
-async def test_a_config_rollout_rehearsed_writes_nothing_and_matches_the_real_run(live: SimEnvironment) -> None:
+async def test_a_config_rollout_rehearsed_writes_nothing_and_matches_the_real_run(live: SimEnvironment, tmp_path: Path) -> None:
     async for world in world_on(live, TIMING):
         await world.deploy_app(replicas=2, min_available=1)
         await world.patch_cluster([REBOOT_PATCH])
@@ -111,8 +118,8 @@ async def test_a_config_rollout_rehearsed_writes_nothing_and_matches_the_real_ru
             return sum(1 for m in ms if (m.get("status") or {}).get("rebootPaths")) == 6
 
         await world.run_until(reported, what="every machine reports the reboot it waits for")
-        writes = Writes(live)
-        report = await _rehearse(live, _op(live.cluster_name, "config"), "reboot=100-200")
+        writes = Writes(live, tmp_path)
+        report = await _rehearse(writes, _op(live.cluster_name, "config"), "reboot=100-200")
         writes.assert_none()
 
         assert report.exit_code == 0, report.text()
@@ -130,12 +137,12 @@ async def test_a_config_rollout_rehearsed_writes_nothing_and_matches_the_real_ru
         assert report.disruptions() == real
 
 
-async def test_an_unsupported_target_stops_the_rehearsal_with_the_real_runs_reason(bundle: SecretsBundle) -> None:
+async def test_an_unsupported_target_stops_the_rehearsal_with_the_real_runs_reason(tmp_path: Path) -> None:
     async with SimEnvironment(bundle=generate_bundle(V1_13), contract=V1_13, time_scale=0.01, control_planes=1,
                               workers=1) as env:
         op = _op(env.cluster_name, "ca-rotation", caRotation={"targets": ["kubernetes-aggregator"]})
-        writes = Writes(env)
-        report = await _rehearse(env, op)
+        writes = Writes(env, tmp_path)
+        report = await _rehearse(writes, op)
         writes.assert_none()
         assert report.exit_code == 1
         (cond, reason, message), = report.recording.stops
@@ -148,9 +155,9 @@ async def test_an_unsupported_target_stops_the_rehearsal_with_the_real_runs_reas
             assert seen == []
 
 
-async def test_a_default_ca_rotation_is_rehearsed_with_its_hand_off(live: SimEnvironment) -> None:
-    writes = Writes(live)
-    report = await _rehearse(live, _op(live.cluster_name, "ca-rotation"))
+async def test_a_default_ca_rotation_is_rehearsed_with_its_hand_off(live: SimEnvironment, tmp_path: Path) -> None:
+    writes = Writes(live, tmp_path)
+    report = await _rehearse(writes, _op(live.cluster_name, "ca-rotation"))
     writes.assert_none()
     assert report.exit_code == 0, report.text()
     stages = [e.detail for e in report.recording.events if e.kind == "stage"]
