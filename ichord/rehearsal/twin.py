@@ -42,7 +42,10 @@ class Twin(SimEnvironment):
         cni = str(((live.cluster.get("spec") or {}).get("cni") or {}).get("preset") or "flannel")
         super().__init__(control_planes=max(cps, 1), workers=len(approved) - cps, contract=contract,
                          bundle=live.bundle, namespace=live.namespace, cluster_name=live.name, cni=cni,
-                         time_scale=time_scale, timings=timings, addons=True)
+                         time_scale=time_scale, timings=timings, addons=True,
+                         # ichord's objects on an API of their own: the rehearsal's client is not the one a rotation
+                         # of the twin's Kubernetes CA must keep trusting (that is the daemon's trust pool's job).
+                         management_api="separate")
         self.live = live
         self._approved = approved
         self.secret_name = live.secret_name
