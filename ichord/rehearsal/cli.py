@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ichord import operation_cli, yamlio
+from ichord import log, operation_cli, yamlio
 from ichord.errors import IchordError
 from ichord.kube.client import from_kubeconfig
 from ichord.rehearsal.model import DEFAULTS, Durations
@@ -44,6 +44,8 @@ def register(sub: Any, cluster_args: Callable[[argparse.ArgumentParser], None]) 
                         "(repeatable)")
     p.add_argument("--budget", type=float, default=240.0, metavar="SECONDS",
                    help="how long the rehearsal itself may run (default 240)")
+    p.add_argument("--log-level", default="warning",
+                   help="the twin's daemon log on stderr (default %(default)s: what went wrong only)")
     operation_cli.add_output_format(p)
     p.set_defaults(func=_main)
 
@@ -67,6 +69,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.budget <= 0:
         raise RehearsalFileError("--budget must be a positive number of seconds")
     doc = _read(args.file)
+    log.configure(args.log_level, json=False, stream=sys.stderr)  # stdout holds the report alone
     report = asyncio.run(_run(args, doc, durations))
     if args.output == "text":
         print(report.text(), end="")

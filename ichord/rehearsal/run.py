@@ -168,6 +168,7 @@ class Player:
         rt = Runtime(kube, twin.namespace, informers[names.TALOS_CLUSTER], informers[names.TALOS_MACHINE],
                      informers[names.TALOS_OPERATION], recorder, tm, resync=3600, registry=default_registry())
         ops = twin.management.store.resolve(names.GROUP, names.VERSION, names.PLURALS[names.TALOS_OPERATION])
+        refused: RehearsalInputError | None = None
         async with anyio.create_task_group() as tg:
             for inf in informers.values():
                 tg.start_soon(inf.run)
@@ -181,13 +182,16 @@ class Player:
                 try:
                     await crds.operations(kube).create(twin.namespace, body)
                 except KubeError as exc:  # the CRD's schema and rules, as the live API server applies them
-                    raise RehearsalInputError(f"the operation is not one the API server accepts: "
-                                              f"{SCRUBBER.exception(exc)}. Nothing was written.") from None
-                await self._loop(reconciler, ops)
+                    refused = RehearsalInputError(f"the operation is not one the API server accepts: "
+                                                  f"{SCRUBBER.exception(exc)}. Nothing was written.")
+                else:
+                    await self._loop(reconciler, ops)
             finally:
                 reconciler.close()
                 await rt.registry.close()
                 tg.cancel_scope.cancel()
+        if refused is not None:  # raised outside the task group: the command reports it as bad input (exit 2)
+            raise refused
 
     async def _loop(self, reconciler: ClusterReconciler, ops: ResourceType) -> None:
         store = self.twin.management.store

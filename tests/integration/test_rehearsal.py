@@ -9,16 +9,23 @@ rehearsal's, event by event; a refused operation exits 1 with the reason the rea
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+import structlog
 
+from ichord import yamlio
 from ichord.api import names
 from ichord.api.conditions import find
+from ichord.cli import main
 from ichord.contract import V1_13
 from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig
@@ -169,3 +176,72 @@ async def test_a_default_ca_rotation_is_rehearsed_with_its_hand_off(live: SimEnv
     assert 0 < low < high
     with anyio.fail_after(1):
         assert "predicted duration:" in report.text()
+
+
+def _cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:  # argparse
+            rc = int(exc.code or 0)
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def logging_restored() -> Iterator[None]:
+    """The command configures logging for its process; the test process gets its own back."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+@pytest.mark.usefixtures("logging_restored")
+async def test_the_command_exit_codes_and_bad_input(tmp_path: Path) -> None:
+    async with SimEnvironment(bundle=generate_bundle(V1_13), contract=V1_13, time_scale=0.01, control_planes=1,
+                              workers=1) as env:
+        writes = Writes(env, tmp_path)
+        base = ["cluster", "rehearse", env.cluster_name, "-n", env.namespace, "--kubeconfig", str(writes.kubeconfig)]
+
+        def op_file(name: str, doc: Any) -> str:
+            path = tmp_path / name
+            path.write_text(yamlio.dump(doc) if not isinstance(doc, str) else doc)
+            return str(path)
+
+        rotation = op_file("rotation.yaml", _op(env.cluster_name, "ca-rotation", caRotation={"targets": ["talos"]}))
+        rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", rotation, "-o", "json"])
+        assert rc == 0, (out, err)
+        assert out.startswith("{"), out[:3000]
+        data = json.loads(out)
+        assert data["result"] == "completes" and data["stops"] == []
+        assert [t["detail"] for t in data["timeline"] if t["event"] == "stage"][-1] == "Done"
+
+        aggregator = op_file("agg.yaml", _op(env.cluster_name, "ca-rotation",
+                                             caRotation={"targets": ["kubernetes-aggregator"]}))
+        rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", aggregator])
+        assert rc == 1, (out, err)
+        assert "the real run would stop:" in out and f"{names.CARotationReason.UNSUPPORTED_TARGET}:" in out
+
+        bad = {
+            "not-an-operation": (op_file("cm.yaml", {"apiVersion": "v1", "kind": "ConfigMap"}), "must hold one"),
+            "other-cluster": (op_file("other.yaml", _op("elsewhere", "config")), "not the cluster rehearsed"),
+            "unknown-kind": (op_file("kind.yaml", _op(env.cluster_name, "defrag")), "not an operation kind"),
+            "schema": (op_file("schema.yaml", _op(env.cluster_name, "config", maxUnavailable="lots")),
+                       "not one the API server accepts"),
+            "two-docs": (op_file("two.yaml", "a: 1\n---\nb: 2\n"), "holds 2 documents"),
+            "missing": (str(tmp_path / "nope.yaml"), "cannot read"),
+        }
+        for what, (path, says) in bad.items():
+            rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", path])
+            assert (rc, out) == (2, ""), (what, out, err)
+            assert says in err, (what, err)
+        rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", rotation, "--duration", "reboot=soon"])
+        assert rc == 2 and "--duration 'reboot=soon'" in err, err
+        rc, out, err = await anyio.to_thread.run_sync(_cli, ["cluster", "rehearse", "nosuch", "-n", env.namespace,
+                                                             "--kubeconfig", str(writes.kubeconfig), "-f",
+                                                             op_file("nosuch.yaml", _op("nosuch", "config"))])
+        assert rc == 2 and "TalosCluster ichord-system/nosuch not found" in err, err
+        writes.assert_none()
