@@ -17,10 +17,10 @@ WORDS = {
     "stage": "stage", "apply": "configuration applied", "reboot": "reboot", "down": "node down",
     "boot": "node booted", "apiserver_restart": "kube-apiserver restart", "apiserver_ready": "kube-apiserver ready",
     "cordon": "drain (cordon)", "uncordon": "uncordon", "evict": "pod evicted", "blocked": "waits",
-    "act": "a person acts", "stop": "STOPS",
+    "act": "a person acts", "pdb": "drain blocked by", "stop": "STOPS",
 }
 #: Rows a text timeline leaves out (they are in -o json): the simulator's own detail of a reboot.
-QUIET = frozenset({"down", "apiserver_ready"})
+QUIET = frozenset({"down", "boot", "apiserver_ready"})
 
 
 @dataclass

@@ -9,6 +9,7 @@ plays that person in the twin only (the hand-off annotation, ``spec.paused``).
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,6 +31,7 @@ from ichord.rehearsal.live import RehearsalInputError
 from ichord.rehearsal.twin import Twin
 from ichord.settings import Timing
 from ichord.sim.kube.events import Change
+from ichord.sim.kube.eviction import selector_matches
 from ichord.sim.kube.resources import ResourceType
 from ichord.sim.talos.node import Timings
 from ichord.sim.talos.testing import fast_timings
@@ -39,11 +41,14 @@ Obj = dict[str, Any]
 
 #: The twin's clocks: the daemon's Timing and the simulated delays are both this fraction of real time.
 TIME_SCALE = 0.01
-#: A stop that lasts this long in the twin (compressed seconds) is one the real run would stay in.
+#: A stop that lasts this long in the twin (compressed seconds), or a Blocked cause the retry runs into again, is
+#: one the real run would stay in.
 STOP_AFTER = 3.0
 #: How long the twin's machines may take to be reported before the operation is started anyway.
 SETTLE_BUDGET = 30.0
 #: Talos history kinds a timeline shows (the rest is the simulator's own bookkeeping).
+#: A drain's refusal (operations/config/drain.py): the pods whose eviction is still refused.
+_REFUSED = re.compile(r"eviction of (.+?) is still refused")
 NODE_EVENTS = frozenset({"apply", "reboot", "down", "boot", "apiserver_restart", "apiserver_ready"})
 
 
@@ -93,6 +98,8 @@ class Player:
         self._stage = ""
         self._cond: tuple[str, str, str] = ("", "", "")
         self._acted: set[str] = set()
+        self._blocked: set[tuple[str, str, str]] = set()
+        self._repeated: tuple[str, str, str] | None = None
         self._nodenames: dict[str, str] = {}
 
     def _now(self) -> float:
@@ -135,7 +142,32 @@ class Player:
         if cond and seen != self._cond:
             self._cond = seen
             if cond.get("status") == "False":
+                if seen in self._blocked:
+                    self._repeated = seen  # the retry ran into the same cause: the real run stays here
+                    return
+                self._blocked.add(seen)
                 self._add("blocked", detail=f"{seen[1]}: {seen[2]}")
+                for pdb in self._blocking_budgets(seen[2]):
+                    self._add("pdb", detail=f"PodDisruptionBudget {pdb} allows no disruption")
+
+    def _blocking_budgets(self, message: str) -> list[str]:
+        """The twin's PodDisruptionBudgets that select a pod a drain's message says is refused eviction."""
+        m = _REFUSED.search(message)
+        if m is None:
+            return []
+        store = self.twin.kube.store
+        pods_rt, pdb_rt = store.resolve("", "v1", "pods"), store.resolve("policy", "v1", "poddisruptionbudgets")
+        out: list[str] = []
+        for ref in m.group(1).replace(" and ", ", ").split(", "):
+            ns, _, name = ref.strip().partition("/")
+            pods = store.list(pods_rt, ns, lambda o, name=name: o["metadata"]["name"] == name)[0]  # type: ignore[misc]
+            for pod in pods:
+                labels = pod["metadata"].get("labels") or {}
+                for pdb in store.list(pdb_rt, ns)[0]:
+                    key = f"{ns}/{pdb['metadata']['name']}"
+                    if key not in out and selector_matches((pdb.get("spec") or {}).get("selector"), labels):
+                        out.append(key)
+        return out
 
     # ---- the run ---------------------------------------------------------------------------
 
@@ -209,6 +241,10 @@ class Player:
                     self._stop(view)
                     return
                 self._hand_off(op, view)
+                if self._repeated is not None:
+                    self.rec.stops.append(self._repeated)
+                    self._add("stop", detail=f"{self._repeated[1]}: {self._repeated[2]}")
+                    return
                 if view.phase == names.Phase.PAUSED:
                     stopped_since = self._now() if stopped_since is None else stopped_since
                     if self._now() - stopped_since >= STOP_AFTER:

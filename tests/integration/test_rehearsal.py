@@ -30,7 +30,7 @@ from ichord.contract import V1_13
 from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig
 from ichord.pki.bundle import SecretsBundle, generate_bundle
-from ichord.rehearsal.model import Durations
+from ichord.rehearsal.model import Durations, clock
 from ichord.rehearsal.play import rehearse
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
@@ -115,33 +115,39 @@ async def live(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
         yield e
 
 
-async def test_a_config_rollout_rehearsed_writes_nothing_and_matches_the_real_run(live: SimEnvironment, tmp_path: Path) -> None:
-    async for world in world_on(live, TIMING):
-        await world.deploy_app(replicas=2, min_available=1)
-        await world.patch_cluster([REBOOT_PATCH])
+@pytest.fixture
+async def world(live: SimEnvironment) -> AsyncIterator[World]:
+    async for w in world_on(live, TIMING):
+        yield w
 
-        async def reported() -> bool:
-            ms = await world.machines()
-            return sum(1 for m in ms if (m.get("status") or {}).get("rebootPaths")) == 6
 
-        await world.run_until(reported, what="every machine reports the reboot it waits for")
-        writes = Writes(live, tmp_path)
-        report = await _rehearse(writes, _op(live.cluster_name, "config"), "reboot=100-200")
-        writes.assert_none()
+async def test_a_config_rollout_rehearsed_writes_nothing_and_matches_the_real_run(world: World, tmp_path: Path) -> None:
+    live = world.env
+    await world.deploy_app(replicas=2, min_available=1)
+    await world.patch_cluster([REBOOT_PATCH])
 
-        assert report.exit_code == 0, report.text()
-        assert report.counted("reboot") == {m: 1 for m in live.machine_names}
-        assert sum(report.counted("cordon").values()) >= 3  # the workers are drained (the app's PDB holds)
-        data = report.as_data()
-        assert data["durations"]["reboot"] == {"low": 100.0, "high": 200.0, "source": "given",
-                                               "covers": data["durations"]["reboot"]["covers"]}
-        assert data["durations"]["apply"]["source"] == "default"
-        assert data["predictedDuration"]["low"] >= 6 * 100 and data["predictedDuration"]["high"] >= 6 * 200
-        assert data["twin"]["podDisruptionBudgets"] == 1
+    async def reported() -> bool:
+        ms = await world.machines()
+        return sum(1 for m in ms if (m.get("status") or {}).get("rebootPaths")) == 6
 
-        op, real = await _run_for_real(world, _op(live.cluster_name, "config"))
-        assert op["status"]["phase"] == names.Phase.COMPLETED
-        assert report.disruptions() == real
+    await world.run_until(reported, what="every machine reports the reboot it waits for")
+    writes = Writes(live, tmp_path)
+    report = await _rehearse(writes, _op(live.cluster_name, "config"), "reboot=100-200")
+    writes.assert_none()
+
+    assert report.exit_code == 0, report.text()
+    assert report.counted("reboot") == {m: 1 for m in live.machine_names}
+    assert sum(report.counted("cordon").values()) >= 3  # the workers are drained (the app's PDB holds)
+    data = report.as_data()
+    assert data["durations"]["reboot"] == {"low": 100.0, "high": 200.0, "source": "given",
+                                           "covers": data["durations"]["reboot"]["covers"]}
+    assert data["durations"]["apply"]["source"] == "default"
+    assert data["predictedDuration"]["low"] >= 6 * 100 and data["predictedDuration"]["high"] >= 6 * 200
+    assert data["twin"]["podDisruptionBudgets"] == 1
+
+    op, real = await _run_for_real(world, _op(live.cluster_name, "config"))
+    assert op["status"]["phase"] == names.Phase.COMPLETED
+    assert report.disruptions() == real
 
 
 async def test_an_unsupported_target_stops_the_rehearsal_with_the_real_runs_reason(tmp_path: Path) -> None:
@@ -174,8 +180,7 @@ async def test_a_default_ca_rotation_is_rehearsed_with_its_hand_off(live: SimEnv
     assert set(report.counted("apiserver_restart")) == {m for m in live.machine_names if "-cp-" in m}
     low, high = report.total
     assert 0 < low < high
-    with anyio.fail_after(1):
-        assert "predicted duration:" in report.text()
+    assert f"predicted duration: {clock(low)} to {clock(high)}" in report.text()
 
 
 def _cli(argv: list[str]) -> tuple[int, str, str]:
@@ -245,3 +250,38 @@ async def test_the_command_exit_codes_and_bad_input(tmp_path: Path) -> None:
                                                              op_file("nosuch.yaml", _op("nosuch", "config"))])
         assert rc == 2 and "TalosCluster ichord-system/nosuch not found" in err, err
         writes.assert_none()
+
+
+async def test_a_pdb_that_blocks_a_drain_is_predicted_and_then_seen(world: World, tmp_path: Path) -> None:
+    live = world.env
+    await world.deploy_app(replicas=1, min_available=1)
+    await world.patch_cluster([REBOOT_PATCH])
+
+    async def reported() -> bool:
+        ms = await world.machines()
+        return sum(1 for m in ms if (m.get("status") or {}).get("rebootPaths")) == 6
+
+    await world.run_until(reported, what="every machine reports the reboot it waits for")
+    writes = Writes(live, tmp_path)
+    report = await _rehearse(writes, _op(live.cluster_name, "config"))
+    writes.assert_none()
+    assert report.exit_code == 1, report.text()
+    (_cond, reason, message), = report.recording.stops
+    assert "did not drain" in message and "a PodDisruptionBudget allows no disruption" in message
+    assert [e.detail for e in report.recording.events if e.kind == "pdb"][:1] == [
+        "PodDisruptionBudget app/web allows no disruption"]
+    assert "drain blocked by" in report.text()
+
+    body = {**_op(live.cluster_name, "config"), "metadata": {"name": "real"}}
+    await crds.operations(world.kube).create(live.namespace, body)
+
+    async def drain_refused() -> bool:
+        o = await world.op("real")
+        return "did not drain" in str((o.get("status") or {}).get("message"))
+
+    await world.run_until(drain_refused, steps=4000, what="the real run's drain refused")
+    real = await world.op("real")
+    got = find(real["status"].get("conditions"), names.CONFIG_ROLLOUT) or {}
+    assert got.get("reason") == reason
+    pods = (await world.kube.raw("GET", "/api/v1/namespaces/app/pods"))["items"]
+    assert any(f"app/{p['metadata']['name']}" in str(got.get("message")) for p in pods)
