@@ -116,6 +116,7 @@ async def read_live(kube: KubeClient, namespace: str, name: str, talos_factory: 
         for m in approved:
             live.nodes[m.name] = await _read_node(talos, m)
         control_planes = [m for m in approved if m.is_control_plane]
+        live.notes += membership_notes(live, control_planes)
         try:
             async with admin_client(talos, control_planes, [bundle.k8s.cert_pem]) as managed:
                 for path, what in MANAGED_READS:
@@ -127,6 +128,27 @@ async def read_live(kube: KubeClient, namespace: str, name: str, talos_factory: 
     finally:
         talos.close()
     return live
+
+
+def membership_notes(live: LiveCluster, control_planes: list[MachineView]) -> list[str]:
+    """What the twin does not reproduce: Talos versions that differ between nodes (the twin runs the cluster's
+    contract on every node) and etcd members that differ from the control planes (the twin's etcd has one member
+    per control plane; the real run's etcd check would see the live membership)."""
+    notes = []
+    versions = sorted({n.talos_version for n in live.nodes.values()})
+    if len(versions) > 1:
+        notes.append(f"the nodes run different Talos versions ({', '.join(versions)}); the twin runs the cluster's "
+                     "contract on every node")
+    views = {n.etcd_members for n in live.nodes.values() if n.role == "controlplane"}
+    if len(views) > 1:
+        notes.append("the control planes do not agree on etcd's members; the real run's etcd check may stop where "
+                     "the twin's does not")
+    elif views:
+        (members,) = views
+        if len(members) != len(control_planes):
+            notes.append(f"etcd has {len(members)} member(s) for {len(control_planes)} control plane(s); the twin has "
+                         "one per control plane")
+    return notes
 
 
 async def _read_node(talos: TalosClient, m: MachineView) -> LiveNode:
