@@ -34,7 +34,7 @@ from ichord.rehearsal.model import Durations, clock
 from ichord.rehearsal.play import rehearse
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
-from tests.integration._config_world import REBOOT_PATCH, World, world_on
+from tests.integration._config_world import API_SERVER_PATCH, REBOOT_PATCH, World, world_on
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -285,3 +285,36 @@ async def test_a_pdb_that_blocks_a_drain_is_predicted_and_then_seen(world: World
     assert got.get("reason") == reason
     pods = (await world.kube.raw("GET", "/api/v1/namespaces/app/pods"))["items"]
     assert any(f"app/{p['metadata']['name']}" in str(got.get("message")) for p in pods)
+
+
+async def test_an_api_server_restart_rollout_rehearsed_matches_the_real_run(world: World, tmp_path: Path) -> None:
+    live = world.env
+    await world.patch_cluster([API_SERVER_PATCH])
+
+    async def reported() -> bool:
+        ms = await world.machines()
+        return sum(1 for m in ms if (m.get("status") or {}).get("apiServerRestartPaths")) == 3
+
+    await world.run_until(reported, what="every control plane reports the restart it waits for")
+    writes = Writes(live, tmp_path)
+    report = await _rehearse(writes, _op(live.cluster_name, "config"))
+    writes.assert_none()
+    assert report.exit_code == 0, report.text()
+    assert report.counted("reboot") == {}
+    assert report.counted("apiserver_restart") == {m: 1 for m in live.machine_names if "-cp-" in m}
+    op, real = await _run_for_real(world, _op(live.cluster_name, "config"))
+    assert op["status"]["phase"] == names.Phase.COMPLETED
+    assert report.disruptions() == real
+
+
+async def test_an_etcd_rotation_rehearses_its_reboot_roll(live: SimEnvironment, tmp_path: Path) -> None:
+    writes = Writes(live, tmp_path)
+    report = await _rehearse(writes, _op(live.cluster_name, "ca-rotation", caRotation={"targets": ["etcd"]}))
+    writes.assert_none()
+    assert report.exit_code == 0, report.text()
+    control_planes = [m for m in live.machine_names if "-cp-" in m]
+    reboots = [node for kind, node in report.disruptions() if kind == "reboot"]
+    # Each of the three passes reboots every control plane once, one at a time (the plan's "three reboots per
+    # control plane"); workers never.
+    assert reboots == control_planes * 3
+    assert not [e for e in report.recording.events if e.kind == "act"]  # etcd's CA hands nothing off
