@@ -64,12 +64,19 @@ def _read(path: Path) -> Any:
     return docs[0]
 
 
-def _main(args: argparse.Namespace) -> int:
+def add_rehearse_flags(p: argparse.ArgumentParser) -> None:
+    """``--rehearse`` (and its ``--duration``) on a command that creates an operation: rehearse it instead."""
+    p.add_argument("--rehearse", action="store_true",
+                   help="create nothing: play the operation on a twin of the live cluster and print its timeline, "
+                        "predicted duration and stops (as `ichord cluster rehearse`; exit 0 completes, 1 would stop)")
+    p.add_argument("--duration", action="append", default=[], metavar="KIND=SECONDS|KIND=LOW-HIGH",
+                   help=f"with --rehearse: a step's duration on this cluster; KIND one of {', '.join(DEFAULTS)}")
+
+
+def rehearse_object(args: argparse.Namespace, doc: Any) -> int:
+    """Rehearse ``doc`` (a TalosOperation) for a command's ``args`` (NAME, -n, kubeconfig, -o); its exit code."""
     durations = Durations.parse(args.duration)  # a DurationError is an IchordError: exit 2, said by ichord.cli
-    if args.budget <= 0:
-        raise RehearsalFileError("--budget must be a positive number of seconds")
-    doc = _read(args.file)
-    log.configure(args.log_level, json=False, stream=sys.stderr)  # stdout holds the report alone
+    log.configure(getattr(args, "log_level", "warning"), json=False, stream=sys.stderr)  # stdout: the report alone
     report = asyncio.run(_run(args, doc, durations))
     if args.output == "text":
         print(report.text(), end="")
@@ -78,9 +85,17 @@ def _main(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _main(args: argparse.Namespace) -> int:
+    Durations.parse(args.duration)  # refused before anything is read
+    if args.budget <= 0:
+        raise RehearsalFileError("--budget must be a positive number of seconds")
+    return rehearse_object(args, _read(args.file))
+
+
 async def _run(args: argparse.Namespace, doc: Any, durations: Durations) -> Report:
     from ichord.rehearsal.play import rehearse  # noqa: PLC0415 - the simulators and the actor: keeps --help light
 
     kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
     async with kube:
-        return await rehearse(kube, args.namespace or kube.namespace, args.name, doc, durations, budget=args.budget)
+        return await rehearse(kube, args.namespace or kube.namespace, args.name, doc, durations,
+                              budget=getattr(args, "budget", 240.0))

@@ -243,6 +243,14 @@ async def test_the_command_exit_codes_and_bad_input(tmp_path: Path) -> None:
             rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", path])
             assert (rc, out) == (2, ""), (what, out, err)
             assert says in err, (what, err)
+        # --rehearse on the commands that create an operation: the same rehearsal, nothing created.
+        flags = [env.cluster_name, "-n", env.namespace, "--kubeconfig", str(writes.kubeconfig)]
+        rc, out, err = await anyio.to_thread.run_sync(
+            _cli, ["cluster", "rotate", *flags, "--targets", "talos", "--rehearse", "-o", "json"])
+        assert rc == 0 and json.loads(out)["operation"]["kind"] == "ca-rotation", (out, err)
+        rc, out, err = await anyio.to_thread.run_sync(_cli, ["cluster", "config-apply", *flags, "--rehearse"])
+        assert rc == 1 and "NothingToDo:" in out, (out, err)  # nothing waits for a reboot: the daemon's refusal
+
         rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", rotation, "--duration", "reboot=soon"])
         assert rc == 2 and "--duration 'reboot=soon'" in err, err
         rc, out, err = await anyio.to_thread.run_sync(_cli, ["cluster", "rehearse", "nosuch", "-n", env.namespace,
