@@ -65,11 +65,17 @@ class Writes:
         self.kubeconfig = env.management.write_kubeconfig(tmp / "rehearsal", namespace=env.namespace,
                                                           token=REHEARSAL_TOKEN)
         self.rpcs = {name: Counter(node.rpcs) for name, node in env.talos.nodes.items()}
+        self.since = len(env.kube.requests.access)
 
-    def kube(self) -> list[tuple[str, str]]:
+    def kube(self) -> list[tuple[str, str, str]]:
+        """Writes by the rehearsal's token (the management API) and by any client certificate (the managed API,
+        through the admin kubeconfig a node issues): the live world's own informers use the environment's token."""
         mine = self.env.kube.requests.by_user(REHEARSAL_USER)
         assert mine  # it did read the management API
-        return [(a.verb, a.resource) for a in mine if a.verb not in READ_VERBS]
+        entries = self.env.kube.requests.access[self.since:]
+        managed = [a for a in entries if a.user not in (REHEARSAL_USER, self.env.kube.settings.token_user)]
+        assert any(a.resource == "poddisruptionbudgets" for a in managed)  # it did read the managed API
+        return [(a.user, a.verb, a.resource) for a in [*mine, *managed] if a.verb not in READ_VERBS]
 
     def talos(self) -> dict[str, Counter[str]]:
         out = {}
