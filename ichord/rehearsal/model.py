@@ -3,8 +3,8 @@
 The twin keeps the order of things (which node, which step, where it stops); how long each takes on the live
 cluster is this model's. Without a history of the cluster's own operations every duration is a default, a range
 (low, high), and the output says so; ``--duration KIND=SECONDS`` or ``KIND=LOW-HIGH`` replaces one. Steps are
-added one after the other: workers a pass changes together (maxUnavailable above 1) make the real run shorter
-than the high end, never longer.
+added one after the other: workers a pass changes together (maxUnavailable above 1) can make the real run shorter
+than the range, never longer; ``most_at_once`` tells the output when the twin did so.
 """
 
 from __future__ import annotations
@@ -87,6 +87,19 @@ def predict(events: Iterable[Event], durations: Durations) -> tuple[list[Timed],
             low, high = low + lo, high + hi
         out.append(Timed(e, (low, high)))
     return out, (low, high)
+
+
+def most_at_once(events: Iterable[Event]) -> int:
+    """The most nodes cordoned together in the twin (a drain's cordon to its uncordon)."""
+    cordoned: set[str] = set()
+    most = 0
+    for e in events:
+        if e.kind == "cordon":
+            cordoned.add(e.node)
+        elif e.kind == "uncordon":
+            cordoned.discard(e.node)
+        most = max(most, len(cordoned))
+    return most
 
 
 def clock(seconds: float) -> str:

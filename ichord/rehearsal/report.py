@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ichord.rehearsal.live import LiveCluster
-from ichord.rehearsal.model import DEFAULTS, Durations, Timed, clock
+from ichord.rehearsal.model import DEFAULTS, Durations, Timed, clock, most_at_once
 from ichord.rehearsal.run import Event, Recording
 
 Obj = dict[str, Any]
@@ -63,6 +63,7 @@ class Report:
                           for k, (lo, hi) in self.durations.ranges.items()},
             "timeline": [{"at": {"low": t.at[0], "high": t.at[1]}, "event": t.event.kind, "node": t.event.node,
                           "detail": t.event.detail} for t in self.timeline],
+            "mostNodesAtOnce": most_at_once(self.recording.events),
             "reboots": dict(self.counted("reboot")),
             "apiserverRestarts": dict(self.counted("apiserver_restart")),
             "drains": dict(self.counted("cordon")),
@@ -97,6 +98,10 @@ class Report:
         said = ", ".join(f"{k} {clock(lo)}" + ("" if lo == hi else f"-{clock(hi)}") + f" ({self.durations.source(k)})"
                          for k, (lo, hi) in self.durations.ranges.items())
         lines.append(f"durations: {said}")
+        together = most_at_once(self.recording.events)
+        if together > 1:
+            lines.append(f"note: the twin drained {together} nodes at once (maxUnavailable); the range adds their "
+                         "steps one after the other, so the real run is likely shorter")
         if self.completes:
             lines.append("result: the operation completes")
         else:

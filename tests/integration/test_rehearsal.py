@@ -332,3 +332,16 @@ async def test_an_etcd_rotation_rehearses_its_reboot_roll(live: SimEnvironment, 
     # control plane"); workers never.
     assert reboots == control_planes * 3
     assert not [e for e in report.recording.events if e.kind == "act"]  # etcd's CA hands nothing off
+
+
+async def test_an_unfinished_operation_of_the_cluster_is_a_stop(tmp_path: Path) -> None:
+    async with SimEnvironment(time_scale=0.01, control_planes=1, workers=1) as env:
+        async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
+            await crds.operations(kube).create(env.namespace, {**_op(env.cluster_name, "ca-rotation", paused=True),
+                                                               "metadata": {"name": "waiting"}})
+        writes = Writes(env, tmp_path)
+        report = await _rehearse(writes, _op(env.cluster_name, "config"))
+        writes.assert_none()
+        assert report.exit_code == 1
+        (_cond, reason, message), = report.recording.stops
+        assert reason == "OperationUnfinished" and f"TalosOperation {env.namespace}/waiting (Pending)" in message

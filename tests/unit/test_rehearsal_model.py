@@ -7,7 +7,7 @@ import pytest
 from ichord.api.views import MachineView
 from ichord.pki.bundle import generate_bundle
 from ichord.rehearsal.live import LiveCluster, LiveNode, membership_notes
-from ichord.rehearsal.model import DEFAULTS, DurationError, Durations, clock, predict
+from ichord.rehearsal.model import DEFAULTS, DurationError, Durations, clock, most_at_once, predict
 from ichord.rehearsal.run import Event
 
 
@@ -53,3 +53,11 @@ def test_notes_say_what_the_twin_does_not_reproduce() -> None:
              LiveNode("cp-2", "controlplane", "b", "v1.14.5", b"", ("cp-1",))]
     assert membership_notes(_live(short), [_cp("cp-1"), _cp("cp-2")]) == [
         "etcd has 1 member(s) for 2 control plane(s); the twin has one per control plane"]
+
+
+def test_most_at_once_counts_nodes_cordoned_together() -> None:
+    serial = [Event(0, "cordon", "a"), Event(1, "uncordon", "a"), Event(2, "cordon", "b"), Event(3, "uncordon", "b")]
+    assert most_at_once(serial) == 1
+    wave = [Event(0, "cordon", "a"), Event(0, "cordon", "b"), Event(1, "uncordon", "a"), Event(1, "cordon", "c"),
+            Event(2, "uncordon", "b")]
+    assert most_at_once(wave) == 2
