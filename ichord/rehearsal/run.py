@@ -15,7 +15,8 @@ from typing import Any
 
 import anyio
 
-from ichord.actors.cluster import ClusterReconciler, Runtime
+from ichord.actors.cluster import ClusterReconciler
+from ichord.actors.runtime import Runtime
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.api.views import OperationView
@@ -47,7 +48,7 @@ STOP_AFTER = 3.0
 #: How long the twin's machines may take to be reported before the operation is started anyway.
 SETTLE_BUDGET = 30.0
 #: Talos history kinds a timeline shows (the rest is the simulator's own bookkeeping).
-#: A drain's refusal (operations/config/drain.py): the pods whose eviction is still refused.
+#: A drain's refusal (operations/managed/drain.py): the pods whose eviction is still refused.
 _REFUSED = re.compile(r"eviction of (.+?) is still refused")
 NODE_EVENTS = frozenset({"apply", "reboot", "down", "boot", "apiserver_restart", "apiserver_ready"})
 
