@@ -42,6 +42,7 @@ from ichord.operations.config import cli as config_cli
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import export_fingerprint
 from ichord.pki.scrub import SCRUBBER
+from ichord.rehearsal import cli as rehearsal_cli
 
 #: Where ``ichor init`` keeps a cluster's bundle (docs/decisions.md#bundle-backup-stale); ``{name}`` is the
 #: TalosCluster.
@@ -70,6 +71,7 @@ def register(subparsers: Any) -> None:
     config_cli.register(sub, _cluster_args)
     etcd_snapshot_cli.register(sub, _cluster_args)
     operation_cli.register_rotate(sub, _cluster_args)
+    rehearsal_cli.register(sub, _cluster_args)
 
 
 BUNDLE_NAMESPACE_HELP = (

@@ -39,6 +39,7 @@ from ichord.operations.ca_rotation.plan import (
 )
 from ichord.pki.rotation import RotationError, parse_targets
 from ichord.pki.targets import default_target_names, target_names
+from ichord.rehearsal import cli as rehearsal_cli
 
 Obj = dict[str, Any]
 
@@ -228,6 +229,7 @@ def register_rotate(sub: Any, cluster_args: Callable[[argparse.ArgumentParser], 
     p.add_argument("--start", action="store_true", help="start at once instead of creating a plan only")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the daemon to write the plan (default 60)")
+    rehearsal_cli.add_rehearse_flags(p)
     add_output_format(p)
     p.set_defaults(func=_rotate_main)
 
@@ -279,6 +281,9 @@ def _rotate_main(args: argparse.Namespace) -> int:
         raise Refused(f"{exc}. Nothing was created.") from None
     if args.wait < 0:
         raise Refused("--wait must be 0 or more seconds. Nothing was created.")
+    if args.rehearse:
+        return rehearsal_cli.rehearse_object(args, rotation_object(
+            args.name, operation_name(args.name, "rotation"), targets=targets, max_unavailable=bound, start=True))
     op = anyio.run(_rotate, args, targets, bound, backend="asyncio")
     print_operation(op, args.output, lambda o: format_rotation_plan(o, kube_flags(args)))
     note = waiting_note(op, args.wait)

@@ -26,7 +26,7 @@ LAYERS: dict[str, int] = {
     "render": 1, "talos": 1, "kube": 1, "etcd_snapshot": 1,
     "operations": 2, "machines": 2,
     "actors": 3, "watchers": 3, "trust": 3, "leader": 3, "server": 3,
-    "daemon": 4, "demo": 4, "credentials": 4, "cli": 4, "cluster_status": 4,
+    "daemon": 4, "demo": 4, "rehearsal": 4, "credentials": 4, "cli": 4, "cluster_status": 4,
 }
 SIM_MAY_IMPORT = {"sim", "pki", "render", "talos", "api", "errors", "yamlio", "settings", "contract"}
 #: Independence inside a layer (issue 13): these never import each other in the direction named.

@@ -21,6 +21,7 @@ from ichord.api import names
 from ichord.api.max_unavailable import MaxUnavailable, MaxUnavailableError
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.operations.config.plan import Candidate, plan_machines
+from ichord.rehearsal import cli as rehearsal_cli
 
 Obj = dict[str, Any]
 
@@ -45,6 +46,7 @@ def register(sub: Any, cluster_args: Callable[[argparse.ArgumentParser], None]) 
     p.add_argument("--start", action="store_true", help="start at once instead of creating a plan only")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the daemon to write the plan (default 60)")
+    rehearsal_cli.add_rehearse_flags(p)
     operation_cli.add_output_format(p)
     p.set_defaults(func=_main)
 
@@ -109,6 +111,9 @@ def _main(args: argparse.Namespace) -> int:
         raise operation_cli.Refused(f"{exc}. Nothing was created.") from None
     if args.wait < 0:
         raise operation_cli.Refused("--wait must be 0 or more seconds. Nothing was created.")
+    if args.rehearse:
+        return rehearsal_cli.rehearse_object(args, operation_object(
+            args.name, operation_cli.operation_name(args.name, "config"), max_unavailable=bound, start=True))
     op = asyncio.run(_cli(args, bound))
     operation_cli.print_operation(op, args.output, lambda o: format_plan(o, operation_cli.kube_flags(args)))
     note = operation_cli.waiting_note(op, args.wait)

@@ -25,6 +25,7 @@ from aiohttp import web
 from ichord.contract import V1_14, VersionContract
 from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.render.config import MachineConfig
 from ichord.render.inputs import ClusterInputs, MachineInputs
 from ichord.sim.combined import objects
 from ichord.sim.combined.addons import install_addons
@@ -126,7 +127,7 @@ class SimEnvironment(Started):
         n = cps + workers
         octets = list(range(self._first - 1, self._first + n))
         prefix = self._ip_prefix or free_loopback_block(octets, [p for p in (self._talos_port, self._api_port) if p])
-        self.machines = objects.plan_machines(self.cluster_name, cps, workers, prefix, self._first, self._talos_port)
+        self.machines = self._plan_machines(prefix)
         if self.bundle is None:
             self.bundle = generate_bundle(self.contract)
         bundle = self.bundle
@@ -154,12 +155,10 @@ class SimEnvironment(Started):
                                                         token=self._token, behaviours=management_behaviours))
             await self._listen(self.management)
 
-        cspec = objects.cluster_spec(secret=self.secret_name, endpoint=self.kube.url, contract=self.contract,
-                                     cni=self.cni, kubernetes_version=self.kubernetes_version)
-        mspecs = {m.name: objects.machine_spec(self.cluster_name, m) for m in self.machines}
+        cspec, mspecs = self._specs()
         self.cluster_spec, self.machine_specs = cspec, mspecs
-        specs = [NodeSpec(m.name, objects.render_machine(bundle, self.cluster_name, cspec, mspecs[m.name]), m.ip,
-                          m.port) for m in self.machines]
+        specs = [NodeSpec(m.name, self._node_config(bundle, cspec, mspecs[m.name], m), m.ip, m.port)
+                 for m in self.machines]
         self.talos = SimCluster(self.contract, self._timings)
         self.talos.kubeconfig_server = self.kube.url
         self.follower = Follower(self.talos, self.kube)
@@ -187,6 +186,21 @@ class SimEnvironment(Started):
         self.kubeconfig = self._write_kubeconfig()
         await self._serve_state()
         self.started_in = time.perf_counter() - t0
+
+    # The three things a twin of another cluster (ichord/rehearsal) takes from that cluster instead.
+
+    def _plan_machines(self, prefix: str) -> list[objects.MachinePlan]:
+        cps, workers = self._counts
+        return objects.plan_machines(self.cluster_name, cps, workers, prefix, self._first, self._talos_port)
+
+    def _specs(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        cspec = objects.cluster_spec(secret=self.secret_name, endpoint=self.kube.url, contract=self.contract,
+                                     cni=self.cni, kubernetes_version=self.kubernetes_version)
+        return cspec, {m.name: objects.machine_spec(self.cluster_name, m) for m in self.machines}
+
+    def _node_config(self, bundle: SecretsBundle, cspec: dict[str, Any], mspec: dict[str, Any],
+                     machine: objects.MachinePlan) -> MachineConfig:
+        return objects.render_machine(bundle, self.cluster_name, cspec, mspec)
 
     async def stop(self) -> None:
         if self.readyz is not None:

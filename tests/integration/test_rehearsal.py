@@ -1,0 +1,347 @@
+"""``ichord cluster rehearse`` on a simulated "live" cluster (docs/architecture.md#rehearsal).
+
+The live cluster is a SimEnvironment; the rehearsal reads it through its kubeconfig and its nodes' mutual TLS
+like it reads a real one, and builds a twin of its own. Every request the live simulators served during a
+rehearsal is counted: reads only (GET/LIST/WATCH, Version, COSI Get, EtcdMemberList, Kubeconfig). Then the same
+operation runs for real on the live cluster and its reboots and kube-apiserver restarts are compared with the
+rehearsal's, event by event; a refused operation exits 1 with the reason the real run gets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import structlog
+
+from ichord import yamlio
+from ichord.api import names
+from ichord.api.conditions import find
+from ichord.cli import main
+from ichord.contract import V1_13
+from ichord.kube import crds
+from ichord.kube.client import from_kubeconfig
+from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.rehearsal.model import Durations, clock
+from ichord.rehearsal.play import rehearse
+from ichord.settings import Timing
+from ichord.sim.combined import SimEnvironment
+from tests.integration._config_world import API_SERVER_PATCH, REBOOT_PATCH, World, world_on
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+Obj = dict[str, Any]
+TIMING = Timing().scaled(0.01)
+READ_VERBS = frozenset({"get", "list", "watch"})
+#: The Talos calls a rehearsal may make: reads (Kubeconfig signs a client certificate in memory, changes nothing).
+REHEARSAL_USER, REHEARSAL_TOKEN = "rehearsal", "rehearsal-token-0123456789"
+READ_RPCS = frozenset({"Version", "Get", "EtcdMemberList", "Kubeconfig"})
+
+
+@pytest.fixture(scope="module")
+def bundle() -> SecretsBundle:
+    return generate_bundle()
+
+
+def _op(cluster: str, kind: str, **spec: Any) -> Obj:
+    return {"apiVersion": names.API_VERSION, "kind": names.TALOS_OPERATION, "metadata": {"name": f"try-{kind}"},
+            "spec": {"clusterRef": {"name": cluster}, "kind": kind, **spec}}
+
+
+class Writes:
+    """Every request the live simulators served the rehearsal (its own user on the live API) that is not a read."""
+
+    def __init__(self, env: SimEnvironment, tmp: Path) -> None:
+        self.env = env
+        env.kube.add_user(REHEARSAL_TOKEN, REHEARSAL_USER)
+        self.kubeconfig = env.management.write_kubeconfig(tmp / "rehearsal", namespace=env.namespace,
+                                                          token=REHEARSAL_TOKEN)
+        self.rpcs = {name: Counter(node.rpcs) for name, node in env.talos.nodes.items()}
+        self.since = len(env.kube.requests.access)
+
+    def kube(self) -> list[tuple[str, str, str]]:
+        """Writes by the rehearsal's token (the management API) and by any client certificate (the managed API,
+        through the admin kubeconfig a node issues): the live world's own informers use the environment's token."""
+        mine = self.env.kube.requests.by_user(REHEARSAL_USER)
+        assert mine  # it did read the management API
+        entries = self.env.kube.requests.access[self.since:]
+        managed = [a for a in entries if a.user not in (REHEARSAL_USER, self.env.kube.settings.token_user)]
+        assert any(a.resource == "poddisruptionbudgets" for a in managed)  # it did read the managed API
+        return [(a.user, a.verb, a.resource) for a in [*mine, *managed] if a.verb not in READ_VERBS]
+
+    def talos(self) -> dict[str, Counter[str]]:
+        out = {}
+        for name, node in self.env.talos.nodes.items():
+            new = Counter(node.rpcs)
+            new.subtract(self.rpcs[name])
+            out[name] = +new
+        return out
+
+    def assert_none(self) -> None:
+        assert self.kube() == []
+        calls = self.talos()
+        assert all(set(c) <= READ_RPCS for c in calls.values()), calls
+        assert any(calls.values())  # it did read the nodes
+
+
+async def _rehearse(writes: Writes, op: Obj, *durations: str) -> Any:
+    env = writes.env
+    async with await from_kubeconfig(writes.kubeconfig, timing=TIMING) as kube:
+        return await rehearse(kube, env.namespace, env.cluster_name, op, Durations.parse(list(durations)))
+
+
+async def _run_for_real(world: World, op: Obj) -> tuple[Obj, list[tuple[str, str]]]:
+    env = world.env
+    since = len(env.talos.history.events)
+    body = {**op, "metadata": {"name": "real"}}
+    await crds.operations(world.kube).create(env.namespace, body)
+
+    async def finished() -> bool:
+        o = await world.op("real")
+        return (o.get("status") or {}).get("phase") in (names.Phase.COMPLETED, names.Phase.FAILED)
+
+    await world.run_until(finished, steps=4000, what="the real run finished")
+    seen = [(e["kind"], e["node"]) for e in env.talos.history.events[since:]
+            if e["kind"] in ("reboot", "apiserver_restart")]
+    return await world.op("real"), seen
+
+
+@pytest.fixture
+async def live(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
+    async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=3, workers=3,
+                              pod_start_delay=2.0) as e:
+        yield e
+
+
+@pytest.fixture
+async def world(live: SimEnvironment) -> AsyncIterator[World]:
+    async for w in world_on(live, TIMING):
+        yield w
+
+
+async def test_a_config_rollout_rehearsed_writes_nothing_and_matches_the_real_run(world: World, tmp_path: Path) -> None:
+    live = world.env
+    await world.deploy_app(replicas=2, min_available=1)
+    await world.patch_cluster([REBOOT_PATCH])
+
+    async def reported() -> bool:
+        ms = await world.machines()
+        return sum(1 for m in ms if (m.get("status") or {}).get("rebootPaths")) == 6
+
+    await world.run_until(reported, what="every machine reports the reboot it waits for")
+    writes = Writes(live, tmp_path)
+    report = await _rehearse(writes, _op(live.cluster_name, "config"), "reboot=100-200")
+    writes.assert_none()
+
+    assert report.exit_code == 0, report.text()
+    assert report.counted("reboot") == {m: 1 for m in live.machine_names}
+    assert sum(report.counted("cordon").values()) >= 3  # the workers are drained (the app's PDB holds)
+    data = report.as_data()
+    assert data["durations"]["reboot"] == {"low": 100.0, "high": 200.0, "source": "given",
+                                           "covers": data["durations"]["reboot"]["covers"]}
+    assert data["durations"]["apply"]["source"] == "default"
+    assert data["predictedDuration"]["low"] >= 6 * 100 and data["predictedDuration"]["high"] >= 6 * 200
+    assert data["twin"]["podDisruptionBudgets"] == 1
+
+    op, real = await _run_for_real(world, _op(live.cluster_name, "config"))
+    assert op["status"]["phase"] == names.Phase.COMPLETED
+    assert report.disruptions() == real
+
+
+async def test_an_unsupported_target_stops_the_rehearsal_with_the_real_runs_reason(tmp_path: Path) -> None:
+    async with SimEnvironment(bundle=generate_bundle(V1_13), contract=V1_13, time_scale=0.01, control_planes=1,
+                              workers=1) as env:
+        op = _op(env.cluster_name, "ca-rotation", caRotation={"targets": ["kubernetes-aggregator"]})
+        writes = Writes(env, tmp_path)
+        report = await _rehearse(writes, op)
+        writes.assert_none()
+        assert report.exit_code == 1
+        (cond, reason, message), = report.recording.stops
+        assert (cond, reason) == (names.CA_ROTATION, names.CARotationReason.UNSUPPORTED_TARGET)
+        assert report.disruptions() == []
+        async for world in world_on(env, TIMING):
+            real, seen = await _run_for_real(world, op)
+            got = find(real["status"].get("conditions"), names.CA_ROTATION) or {}
+            assert (got.get("reason"), got.get("message")) == (reason, message)
+            assert seen == []
+
+
+async def test_a_default_ca_rotation_is_rehearsed_with_its_hand_off(live: SimEnvironment, tmp_path: Path) -> None:
+    writes = Writes(live, tmp_path)
+    report = await _rehearse(writes, _op(live.cluster_name, "ca-rotation"))
+    writes.assert_none()
+    assert report.exit_code == 0, report.text()
+    stages = [e.detail for e in report.recording.events if e.kind == "stage"]
+    assert stages[-1] == "Done" and "AwaitingCredentials" in stages
+    acts = [e.detail for e in report.recording.events if e.kind == "act"]
+    assert any("ichord cluster credentials" in a for a in acts)
+    assert set(report.counted("apiserver_restart")) == {m for m in live.machine_names if "-cp-" in m}
+    low, high = report.total
+    assert 0 < low < high
+    assert f"predicted duration: {clock(low)} to {clock(high)}" in report.text()
+
+
+def _cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:  # argparse
+            rc = int(exc.code or 0)
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def logging_restored() -> Iterator[None]:
+    """The command configures logging for its process; the test process gets its own back."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+@pytest.mark.usefixtures("logging_restored")
+async def test_the_command_exit_codes_and_bad_input(tmp_path: Path) -> None:
+    async with SimEnvironment(bundle=generate_bundle(V1_13), contract=V1_13, time_scale=0.01, control_planes=1,
+                              workers=1) as env:
+        writes = Writes(env, tmp_path)
+        base = ["cluster", "rehearse", env.cluster_name, "-n", env.namespace, "--kubeconfig", str(writes.kubeconfig)]
+
+        def op_file(name: str, doc: Any) -> str:
+            path = tmp_path / name
+            path.write_text(yamlio.dump(doc) if not isinstance(doc, str) else doc)
+            return str(path)
+
+        rotation = op_file("rotation.yaml", _op(env.cluster_name, "ca-rotation", caRotation={"targets": ["talos"]}))
+        rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", rotation, "-o", "json"])
+        assert rc == 0, (out, err)
+        assert out.startswith("{"), out[:3000]
+        data = json.loads(out)
+        assert data["result"] == "completes" and data["stops"] == []
+        assert [t["detail"] for t in data["timeline"] if t["event"] == "stage"][-1] == "Done"
+
+        aggregator = op_file("agg.yaml", _op(env.cluster_name, "ca-rotation",
+                                             caRotation={"targets": ["kubernetes-aggregator"]}))
+        rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", aggregator])
+        assert rc == 1, (out, err)
+        assert "the real run would stop:" in out and f"{names.CARotationReason.UNSUPPORTED_TARGET}:" in out
+
+        bad = {
+            "not-an-operation": (op_file("cm.yaml", {"apiVersion": "v1", "kind": "ConfigMap"}), "must hold one"),
+            "other-cluster": (op_file("other.yaml", _op("elsewhere", "config")), "not the cluster rehearsed"),
+            "unknown-kind": (op_file("kind.yaml", _op(env.cluster_name, "defrag")), "not an operation kind"),
+            "schema": (op_file("schema.yaml", _op(env.cluster_name, "config", maxUnavailable="lots")),
+                       "not one the API server accepts"),
+            "two-docs": (op_file("two.yaml", "a: 1\n---\nb: 2\n"), "holds 2 documents"),
+            "missing": (str(tmp_path / "nope.yaml"), "cannot read"),
+        }
+        for what, (path, says) in bad.items():
+            rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", path])
+            assert (rc, out) == (2, ""), (what, out, err)
+            assert says in err, (what, err)
+        # --rehearse on the commands that create an operation: the same rehearsal, nothing created.
+        flags = [env.cluster_name, "-n", env.namespace, "--kubeconfig", str(writes.kubeconfig)]
+        rc, out, err = await anyio.to_thread.run_sync(
+            _cli, ["cluster", "rotate", *flags, "--targets", "talos", "--rehearse", "-o", "json"])
+        assert rc == 0 and json.loads(out)["operation"]["kind"] == "ca-rotation", (out, err)
+        rc, out, err = await anyio.to_thread.run_sync(_cli, ["cluster", "config-apply", *flags, "--rehearse"])
+        assert rc == 1 and "NothingToDo:" in out, (out, err)  # nothing waits for a reboot: the daemon's refusal
+
+        rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", rotation, "--duration", "reboot=soon"])
+        assert rc == 2 and "--duration 'reboot=soon'" in err, err
+        rc, out, err = await anyio.to_thread.run_sync(_cli, ["cluster", "rehearse", "nosuch", "-n", env.namespace,
+                                                             "--kubeconfig", str(writes.kubeconfig), "-f",
+                                                             op_file("nosuch.yaml", _op("nosuch", "config"))])
+        assert rc == 2 and "TalosCluster ichord-system/nosuch not found" in err, err
+        writes.assert_none()
+
+
+async def test_a_pdb_that_blocks_a_drain_is_predicted_and_then_seen(world: World, tmp_path: Path) -> None:
+    live = world.env
+    await world.deploy_app(replicas=1, min_available=1)
+    await world.patch_cluster([REBOOT_PATCH])
+
+    async def reported() -> bool:
+        ms = await world.machines()
+        return sum(1 for m in ms if (m.get("status") or {}).get("rebootPaths")) == 6
+
+    await world.run_until(reported, what="every machine reports the reboot it waits for")
+    writes = Writes(live, tmp_path)
+    report = await _rehearse(writes, _op(live.cluster_name, "config"))
+    writes.assert_none()
+    assert report.exit_code == 1, report.text()
+    (_cond, reason, message), = report.recording.stops
+    assert "did not drain" in message and "a PodDisruptionBudget allows no disruption" in message
+    assert [e.detail for e in report.recording.events if e.kind == "pdb"][:1] == [
+        "PodDisruptionBudget app/web allows no disruption"]
+    assert "drain blocked by" in report.text()
+
+    body = {**_op(live.cluster_name, "config"), "metadata": {"name": "real"}}
+    await crds.operations(world.kube).create(live.namespace, body)
+
+    async def drain_refused() -> bool:
+        o = await world.op("real")
+        return "did not drain" in str((o.get("status") or {}).get("message"))
+
+    await world.run_until(drain_refused, steps=4000, what="the real run's drain refused")
+    real = await world.op("real")
+    got = find(real["status"].get("conditions"), names.CONFIG_ROLLOUT) or {}
+    assert got.get("reason") == reason
+    pods = (await world.kube.raw("GET", "/api/v1/namespaces/app/pods"))["items"]
+    assert any(f"app/{p['metadata']['name']}" in str(got.get("message")) for p in pods)
+
+
+async def test_an_api_server_restart_rollout_rehearsed_matches_the_real_run(world: World, tmp_path: Path) -> None:
+    live = world.env
+    await world.patch_cluster([API_SERVER_PATCH])
+
+    async def reported() -> bool:
+        ms = await world.machines()
+        return sum(1 for m in ms if (m.get("status") or {}).get("apiServerRestartPaths")) == 3
+
+    await world.run_until(reported, what="every control plane reports the restart it waits for")
+    writes = Writes(live, tmp_path)
+    report = await _rehearse(writes, _op(live.cluster_name, "config"))
+    writes.assert_none()
+    assert report.exit_code == 0, report.text()
+    assert report.counted("reboot") == {}
+    assert report.counted("apiserver_restart") == {m: 1 for m in live.machine_names if "-cp-" in m}
+    op, real = await _run_for_real(world, _op(live.cluster_name, "config"))
+    assert op["status"]["phase"] == names.Phase.COMPLETED
+    assert report.disruptions() == real
+
+
+async def test_an_etcd_rotation_rehearses_its_reboot_roll(live: SimEnvironment, tmp_path: Path) -> None:
+    writes = Writes(live, tmp_path)
+    report = await _rehearse(writes, _op(live.cluster_name, "ca-rotation", caRotation={"targets": ["etcd"]}))
+    writes.assert_none()
+    assert report.exit_code == 0, report.text()
+    control_planes = [m for m in live.machine_names if "-cp-" in m]
+    reboots = [node for kind, node in report.disruptions() if kind == "reboot"]
+    # Each of the three passes reboots every control plane once, one at a time (the plan's "three reboots per
+    # control plane"); workers never.
+    assert reboots == control_planes * 3
+    assert not [e for e in report.recording.events if e.kind == "act"]  # etcd's CA hands nothing off
+
+
+async def test_an_unfinished_operation_of_the_cluster_is_a_stop(tmp_path: Path) -> None:
+    async with SimEnvironment(time_scale=0.01, control_planes=1, workers=1) as env:
+        async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
+            await crds.operations(kube).create(env.namespace, {**_op(env.cluster_name, "ca-rotation", paused=True),
+                                                               "metadata": {"name": "waiting"}})
+        writes = Writes(env, tmp_path)
+        report = await _rehearse(writes, _op(env.cluster_name, "config"))
+        writes.assert_none()
+        assert report.exit_code == 1
+        (_cond, reason, message), = report.recording.stops
+        assert reason == "OperationUnfinished" and f"TalosOperation {env.namespace}/waiting (Pending)" in message
