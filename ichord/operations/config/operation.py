@@ -41,7 +41,7 @@ from ichord.api.views import MachineView, OperationView
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.errors import KubeError
-from ichord.operations import backbone, etcd_snapshot, guard, intent
+from ichord.operations import backbone, etcd_snapshot, gates, guard, intent
 from ichord.operations.backbone import OperationKind
 from ichord.operations.config import workers
 from ichord.operations.config.apiserver import SECTION as RESTART_SECTION
@@ -279,6 +279,11 @@ async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], cl
         try:
             async with clients.client(key, talos, control_planes, trusted) as managed:
                 world = World(ctx, inputs, talos, managed, objects)
+                if not outstanding:  # a new node is about to start: the health gates first (operations/gates.py)
+                    held = await gates.hold(ctx, CONFIG, inputs, inputs.cluster, gates.kube_probe(managed),
+                                            target=current.name, first=current.name == planned[0].name)
+                    if held is not None:
+                        return held
                 if parallel:
                     return await _workers(ctx, inputs, world, planned)
                 if current.change is Change.REBOOT:
