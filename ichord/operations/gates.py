@@ -143,6 +143,14 @@ def policy_of(cluster: Obj, op: Obj, *, scale: float = 1.0) -> HealthPolicy:
     return HealthPolicy(tuple(gates), soak * scale)
 
 
+def declared(cluster: Obj, op: Obj) -> bool:
+    """Whether the cluster or the operation declares any gate or soak (workers then start in rounds, each gated)."""
+    accepted = (op.get("status") or {}).get("acceptedSpec") or op.get("spec") or {}
+    return any(bool(h.get("gates")) or h.get("soak") not in (None, "0", "0s")
+               for h in ((cluster.get("spec") or {}).get("health") or {}, accepted.get("health") or {})
+               if isinstance(h, dict))
+
+
 def _seconds(text: Any, where: str) -> float:
     if text in ("0", "0s"):
         return 0.0
@@ -400,7 +408,10 @@ async def hold(ctx: backbone.Context, kind: backbone.OperationKind, subject: bac
     soak_left = 0.0
     if not failing and policy.soak > 0 and not first:
         if soak_started is None:
-            soak_started, soak_left = now_rfc3339(now), policy.soak
+            # Stamped in whole seconds, rounded up: a soak measured from the record is never shorter than declared.
+            up = now + dt.timedelta(microseconds=(1_000_000 - now.microsecond) % 1_000_000)
+            soak_started = now_rfc3339(up)
+            soak_left = policy.soak + (up - now).total_seconds()
         else:
             soak_left = policy.soak - (now - parse_time(soak_started)).total_seconds()
     if failing:
