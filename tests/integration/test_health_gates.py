@@ -179,3 +179,43 @@ async def test_an_invalid_gate_holds_the_rollout_and_nothing_reboots(world: Worl
 
     await world.run_until(completed, steps=4000, what="the rollout completed once the gate was fixed")
     assert reboots(env, since) == {m: 1 for m in env.machine_names}
+
+
+@pytest.fixture
+async def wide(bundle: SecretsBundle) -> AsyncIterator[World]:
+    async with SimEnvironment(bundle=bundle, time_scale=SCALE, control_planes=3, workers=4) as env:
+        async for w in world_on(env, TIMING):
+            yield w
+
+
+async def test_with_gates_workers_go_in_rounds_each_gated_never_a_freed_slot_alone(wide: World) -> None:
+    world, env = wide, wide.env
+    await _set_health(world, {"soak": "1m", "gates": [{"name": "ready", "cel": {"expression": HEALTHY}}]})
+    since = len(env.talos.history.events)
+    await world.patch_cluster([REBOOT_PATCH])
+
+    async def reported() -> bool:
+        return sum(1 for m in await world.machines() if (m.get("status") or {}).get("rebootPaths")) == 7
+
+    await world.run_until(reported, what="every machine reporting rebootPaths")
+    await crds.operations(world.kube).create(env.namespace, {"metadata": {"name": "rounds"}, "spec": {
+        "clusterRef": {"name": env.cluster_name}, "kind": "config", "paused": False, "maxUnavailable": 2}})
+    let_through: list[str] = []
+
+    async def completed() -> bool:
+        op = await world.op("rounds")
+        passed = ((op.get("status") or {}).get("healthGates") or {}).get("passedFor")
+        if passed and (not let_through or let_through[-1] != passed):
+            let_through.append(passed)
+        return op.get("status", {}).get("phase") in ("Completed", "Failed")
+
+    await world.run_until(completed, steps=6000, what="the rollout completed")
+    assert (await world.op("rounds"))["status"]["phase"] == "Completed"
+    assert reboots(env, since) == {m: 1 for m in env.machine_names}
+    w = [f"{env.cluster_name}-worker-{i}" for i in range(1, 5)]
+    # Rounds of two (the last worker always alone): [w1, w2], [w3], [w4], each let through by the gates.
+    assert let_through == [f"{env.cluster_name}-cp-{i}" for i in (1, 2, 3)] + [w[0], w[2], w[3]]
+    history = env.talos.history.events[since:]
+    rebooted_at = {e["node"]: i for i, e in enumerate(history) if e["kind"] == "reboot"}
+    back_at = {e["node"]: i for i, e in enumerate(history) if e["kind"] in ("up", "boot")}
+    assert rebooted_at[w[2]] > max(back_at[w[0]], back_at[w[1]])  # w3 waited for the whole first round
