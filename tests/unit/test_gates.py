@@ -78,7 +78,7 @@ def test_two_gates_of_one_name_and_a_bad_soak_are_refused() -> None:
     with pytest.raises(GateSpecError, match="two health gates are named 'x'"):
         policy_of(cluster({"gates": [{"name": "x", "delay": {"duration": "1m"}}]}),
                   {"spec": {"health": {"gates": [{"name": "x", "delay": {"duration": "2m"}}]}}})
-    with pytest.raises(GateSpecError, match="spec.health.soak"):
+    with pytest.raises(GateSpecError, match=r"spec\.health\.soak"):
         policy_of(cluster({"soak": "ten minutes"}), {})
 
 
