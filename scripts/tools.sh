@@ -2,9 +2,10 @@
 # Builds the real components the `real` test tier runs (kube-apiserver, etcd, etcdutl, helm and, when the
 # machine's is missing or outside kubectl's +-1 minor skew, kubectl; talos-oracle-v1.13 and
 # talos-oracle-v1.14, Talos's own configuration code as the renderer's oracle; talos-compat-v1.13 and
-# talos-compat-v1.14, Talos's own Go client for the compatibility tier) from Go modules at the
-# versions tools/go.mod, tools/etcdutl/go.mod, tools/helm/go.mod, tools/talos-oracle/go{,.v1.14}.mod and
-# tools/talos-compat/go{,.v1.14}.mod pin. Nothing
+# talos-compat-v1.14, Talos's own Go client for the compatibility tier; prometheus and alertmanager for the
+# health-gate tests) from Go modules at the versions tools/go.mod, tools/etcdutl/go.mod, tools/helm/go.mod,
+# tools/talos-oracle/go{,.v1.14}.mod, tools/talos-compat/go{,.v1.14}.mod, tools/prometheus/go.mod and
+# tools/alertmanager/go.mod pin. Nothing
 # prebuilt is downloaded: only Go modules through the module proxy. Binaries go to a cache outside the checkout, one directory per hash of the pins,
 # so an unchanged pin set is a no-op.
 #
@@ -75,6 +76,12 @@ keys+=" talos-compat-v1.13=$compat_v1_13_key talos-compat-v1.14=$compat_v1_14_ke
 # promrules: Prometheus's own rule-file checks (tools/promrules) for the chart's PrometheusRule.
 promrules_key=$(key "$tools"/promrules/go.{mod,sum} "$tools"/promrules/*.go --)
 keys+=" promrules=$promrules_key"
+# prometheus and alertmanager: the real servers the health-gate tests query (tests/real/test_health_gates_real.py).
+# Prometheus without its cloud service discovery (-tags remove_all_sd: the tests scrape static targets).
+prometheus_tags=(-tags=remove_all_sd)
+prometheus_key=$(key "$tools"/prometheus/go.{mod,sum} -- "${prometheus_tags[*]}")
+alertmanager_key=$(key "$tools"/alertmanager/go.{mod,sum} "$tools"/alertmanager/ui_web.go.overlay --)
+keys+=" prometheus=$prometheus_key alertmanager=$alertmanager_key"
 cache=${ICHORD_TOOLS_DIR:-$HOME/.cache/ichord/tools}
 pins=$(echo "$keys" | sha256sum | cut -c1-16)
 bin=$cache/$pins/bin
@@ -129,6 +136,32 @@ else
 fi
 build promrules "$promrules_key" "$tools/promrules" ichord.local/tools/promrules \
     || echo "promrules: failed to build; the chart's rule-file check skips" >&2
+build prometheus "$prometheus_key" "$tools/prometheus" github.com/prometheus/prometheus/cmd/prometheus "" \
+    "${prometheus_tags[@]}" || echo "prometheus: failed to build; the real tier's health-gate tests skip" >&2
+# Alertmanager's ui package embeds ui/app/dist, which its module does not ship (upstream's release builds it with
+# npm), so it cannot compile from the module proxy as published (go mod vendor refuses it too). The build copies
+# the pinned alertmanager module (from the module cache) into a work directory beside the store, swaps in a
+# ui/web.go that serves no UI (tools/alertmanager/ui_web.go.overlay) and replaces the module by that copy; every
+# other module is the pinned one and the API the tests use (/api/v2) is untouched.
+alertmanager_src() {  # the work directory, made once per key
+    local work=$store/alertmanager-src-$alertmanager_key version
+    version=$(pinned github.com/prometheus/alertmanager "$tools/alertmanager/go.mod")
+    rm -rf "$work" && mkdir -p "$work" && cp "$tools"/alertmanager/go.{mod,sum} "$work"/ || return
+    (cd "$work" && go mod download github.com/prometheus/alertmanager) || return
+    cp -r "$(go env GOMODCACHE)/github.com/prometheus/alertmanager@$version" "$work/alertmanager" \
+        && chmod -R u+w "$work/alertmanager" \
+        && cp "$tools/alertmanager/ui_web.go.overlay" "$work/alertmanager/ui/web.go" \
+        && (cd "$work" && go mod edit -replace github.com/prometheus/alertmanager=./alertmanager) || return
+    echo "$work"
+}
+if [[ -x $store/alertmanager-$alertmanager_key ]]; then
+    build alertmanager "$alertmanager_key" "$tools/alertmanager" unused
+elif alertmanager_work=$(alertmanager_src); then
+    build alertmanager "$alertmanager_key" "$alertmanager_work" github.com/prometheus/alertmanager/cmd/alertmanager \
+        && rm -rf "$alertmanager_work"
+else
+    false
+fi || echo "alertmanager: failed to build; the real tier's Alertmanager gate test skips" >&2
 # Last: a failure here leaves the API server tier's binaries built (only that oracle's tests skip).
 oracle_failed=()
 build talos-oracle-v1.13 "$oracle_v1_13_key" "$tools/talos-oracle" ichord.local/tools/talos-oracle || oracle_failed+=(talos-oracle-v1.13)

@@ -148,6 +148,7 @@ class EventReason:
     FORBIDDEN = "Forbidden"  # a 403 from the management API blocks the object (one Warning per refusal)
     BUNDLE_RESTORE_REQUIRED = "BundleRestoreRequired"  # the bundle Secret lost the rotation's keys: restore-bundle
     SPEC_CHANGE_IGNORED = "SpecChangeIgnored"  # an operation's spec changed after its start; the change is ignored
+    GATE_PASSED = "GatePassed"  # Normal: a health gate that failed passes again (operations/gates.py)
     ETCD_SNAPSHOT_TAKEN = "EtcdSnapshotTaken"  # before the first control-plane reboot, to spec.etcdSnapshots.path
     ROTATION_PLANNED = "RotationPlanned"  # Normal: the renewal policy created a ca-rotation (operations/renewal.py)
 
@@ -170,6 +171,14 @@ class RotationDueReason:
     ROTATION_FAILED = "RotationFailed"  # True: the planned operation ended without renewing the CAs
     INVALID_RENEW_BEFORE = "InvalidRenewBefore"  # False: the policy cannot be followed; nothing planned
     OPERATION_NOT_CREATED = "OperationNotCreated"  # True: the API refused the create (a Warning: a person's problem)
+
+
+class HealthGateReason:
+    """A TalosOperation's kind condition while its health gates hold the next node (operations/gates.py)."""
+
+    FAILING = "GateFailing"  # Paused: a gate fails (its name, its message); a Warning of this reason when it starts
+    SOAKING = "Soaking"  # InProgress: the gates passed; asked again after spec.health.soak, then the node starts
+    INVALID = "InvalidHealthGates"  # Paused: spec.health cannot be followed (a Warning); nothing runs until fixed
 
 
 class BundleBackupStaleReason:

@@ -41,7 +41,7 @@ from ichord.api.views import MachineView, OperationView
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.errors import KubeError
-from ichord.operations import backbone, etcd_snapshot, guard, intent
+from ichord.operations import backbone, etcd_snapshot, gates, guard, intent
 from ichord.operations.backbone import OperationKind
 from ichord.operations.config import workers
 from ichord.operations.config.apiserver import SECTION as RESTART_SECTION
@@ -278,8 +278,14 @@ async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], cl
         try:
             async with clients.client(key, talos, control_planes, trusted) as managed:
                 world = World(ctx, inputs, talos, managed, objects)
+                if not outstanding:  # a new node is about to start: the health gates first (operations/gates.py)
+                    held = await gates.hold(ctx, CONFIG, inputs, inputs.cluster, gates.kube_probe(managed),
+                                            target=current.name, first=current.name == planned[0].name)
+                    if held is not None:
+                        return held
                 if parallel:
-                    return await _workers(ctx, inputs, world, planned)
+                    return await _workers(ctx, inputs, world, planned,
+                                          gated=gates.declared(inputs.cluster, inputs.op))
                 if current.change is Change.REBOOT:
                     rolled = await advance_reboot(world, m)
                     reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
@@ -305,8 +311,11 @@ async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], cl
         talos.close()
 
 
-async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list[PlannedMachine]) -> Outcome:
-    """One step of every worker under way, then take new ones up to maxUnavailable as resolved this step."""
+async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list[PlannedMachine], *,
+                   gated: bool = False) -> Outcome:
+    """One step of every worker under way, then take new ones up to maxUnavailable as resolved this step.
+    ``gated`` (health gates declared): new workers are taken only when none is under way, right after the gates let
+    the round through (operations/gates.py), so every round is gated and soaked, never a freed slot alone."""
     objects = crds.operations(ctx.kube)
     by_name = {p.name: p for p in planned}
     outcomes: list[Outcome] = []
@@ -316,9 +325,10 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
     lock = anyio.Lock()  # the workers' markers share the operation's status: one write at a time, not a 409 storm
     # Twice at most: the slots a worker freed in the first round are taken in the second, in this same step,
     # rather than a whole step of the cluster later (docs/decisions.md#config-rollout: up to maxUnavailable at once).
-    for _ in range(2):
+    for round_ in range(2):
         freed = False
-        for taken in workers.to_start(planned, inputs.status, inputs.worker_bound.at_once):
+        taking = not gated or (round_ == 0 and not workers.in_flight(inputs.status))
+        for taken in workers.to_start(planned, inputs.status, inputs.worker_bound.at_once) if taking else []:
             inputs.op = await workers.open_slot(objects, inputs.op_namespace, inputs.name, taken.name)
             ctx.observe(inputs.op)
         under_way = [(name, by_name[name], m) for name in workers.in_flight(inputs.status)
