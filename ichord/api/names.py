@@ -58,6 +58,9 @@ SUCCEEDED = "Succeeded"
 STEPS_FAILING = "StepsFailing"
 #: On a TalosCluster with a spec.caRotation policy: a CA is inside its renewal period (operations/renewal.py).
 ROTATION_DUE = "RotationDue"
+#: An operation's condition reason outside every maintenance window of its cluster: the next disruptive step waits
+#: for the opening its message names (operations/windows.py; phase InProgress, a Normal Event of the same name).
+WAITING_FOR_WINDOW = "WaitingForWindow"
 #: On a TalosOperation the renewal policy created (``kubectl get top -l ichor.maesh.dev/planned-by=renew-before``).
 PLANNED_BY_LABEL = f"{GROUP}/planned-by"
 PLANNED_BY_RENEWAL = "renew-before"
@@ -150,6 +153,7 @@ class EventReason:
     SPEC_CHANGE_IGNORED = "SpecChangeIgnored"  # an operation's spec changed after its start; the change is ignored
     ETCD_SNAPSHOT_TAKEN = "EtcdSnapshotTaken"  # before the first control-plane reboot, to spec.etcdSnapshots.path
     ROTATION_PLANNED = "RotationPlanned"  # Normal: the renewal policy created a ca-rotation (operations/renewal.py)
+    WAITING_FOR_WINDOW = "WaitingForWindow"  # Normal: outside every maintenance window (operations/windows.py)
 
 
 class CertificatesExpiringReason:
