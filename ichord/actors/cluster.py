@@ -48,7 +48,7 @@ from ichord.operations.op_status import Transition
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, describe, earliest, soonest
 from ichord.operations.registry import Registry
 from ichord.operations.renewal import RenewalPass
-from ichord.operations.scope import ClusterScope, TrustHooks
+from ichord.operations.scope import Clock, ClusterScope, TrustHooks, utcnow
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.errors import RenderError
@@ -87,6 +87,8 @@ class Runtime:
     trust: TrustHooks = field(default_factory=TrustHooks)
     #: Namespaces other than a cluster's own that its secretsRef may name (--allow-secret-namespace).
     allowed_secret_namespaces: frozenset[str] = frozenset()
+    #: The steps' clock (the wall clock; tests inject a faster one to run maintenance windows in seconds).
+    clock: Clock = utcnow
     #: Each cluster's machines, from the machines informer's events (a step never scans the whole fleet).
     machine_index: ByCluster = field(init=False, repr=False)
     #: Each cluster's operations, likewise.
@@ -178,7 +180,7 @@ class ClusterReconciler:
         return ClusterScope(self.rt.kube, self.rt.namespace, self.namespace, self.name,
                             ClusterView.of(cluster) if cluster is not None else None, machines, operations,
                             self.rt.recorder, self.rt.timing, trust=self.rt.trust,
-                            allowed_secret_namespaces=self.rt.allowed_secret_namespaces)
+                            allowed_secret_namespaces=self.rt.allowed_secret_namespaces, now=self.rt.clock)
 
     def _record(self, phase: str, outcome: Outcome) -> Outcome:
         """The one place an outcome becomes a metric and (when it changes) a log line."""
