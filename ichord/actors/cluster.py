@@ -39,7 +39,7 @@ from ichord.kube.status import update_status
 from ichord.machines.memo import ConfigMemo
 from ichord.machines.reconciler import OWNED_FIELDS, MachineResult, reconcile_machine
 from ichord.metrics import RECONCILE_OUTCOMES
-from ichord.operations import guard, op_status
+from ichord.operations import guard, op_status, windows
 from ichord.operations.backbone import OperationKind
 from ichord.operations.bundle_source import BundleSourceError
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, expiry_pass, forget_cluster
@@ -162,6 +162,7 @@ class ClusterReconciler:
             return self._record("cluster", Done())
         expiry = self._record("expiry", await self._expiry(scope, messages))
         renewal = self._record("renewal", await self._renewal(scope))
+        await self._maintenance_windows(scope)
         operations = self._record("operations", await self.rt.registry.advance_all(scope))
         held = self._record("guard", await self._guard(scope))
         machines = self._record("machines", await self._machines_phase(scope))
@@ -233,6 +234,29 @@ class ClusterReconciler:
         renewal = RenewalPass(self.rt.kube, self.rt.recorder, ClusterView.of(self._written or scope.cluster.obj),
                               scope.operations, self.rt.timing.retry, scope.now(), self._wrote, created)
         return await renewal.run(public_bundle)
+
+    async def _maintenance_windows(self, scope: ClusterScope) -> None:
+        """spec.maintenance.windows (operations/windows.py): the cluster's MaintenanceWindows condition, written
+        only when what it says changes (a cluster that never had windows: nothing). Best effort: the operations
+        read the windows themselves and refuse to start what an unreadable window would not allow."""
+        assert scope.cluster is not None
+        cond = windows.cluster_condition(self._written or scope.cluster.obj)
+        if cond is None:
+            return
+
+        def mutate(status: Obj, obj: Obj) -> Obj | None:
+            fresh = windows.cluster_condition({**obj, "status": status})  # decided on the object as read
+            if fresh is None:
+                return None
+            status["conditions"] = set_condition(status.get("conditions"), fresh, now=scope.now())
+            return status
+
+        try:
+            self._wrote(await update_status(crds.clusters(self.rt.kube), self.namespace, self.name, mutate,
+                                            current=self._written or scope.cluster.obj))
+        except KubeError as exc:
+            log.warning("MaintenanceWindows not written; retried", cluster=f"{self.namespace}/{self.name}",
+                        error=SCRUBBER.exception(exc))
 
     # ---- guarded deletes ----------------------------------------------------------------------
 

@@ -58,6 +58,8 @@ SUCCEEDED = "Succeeded"
 STEPS_FAILING = "StepsFailing"
 #: On a TalosCluster with a spec.caRotation policy: a CA is inside its renewal period (operations/renewal.py).
 ROTATION_DUE = "RotationDue"
+#: On a TalosCluster with spec.maintenance.windows: whether ichord can read them (operations/windows.py).
+MAINTENANCE_WINDOWS = "MaintenanceWindows"
 #: An operation's condition reason outside every maintenance window of its cluster: the next disruptive step waits
 #: for the opening its message names (operations/windows.py; phase InProgress, a Normal Event of the same name).
 WAITING_FOR_WINDOW = "WaitingForWindow"
@@ -162,6 +164,14 @@ class CertificatesExpiringReason:
     EXPIRING = "CAsExpiring"
     EXPIRED = "CAsExpired"
     NOT_EXPIRING = "NoCAExpiring"
+
+
+class MaintenanceWindowsReason:
+    """TalosCluster MaintenanceWindows reasons (docs/decisions.md#maintenance-windows)."""
+
+    VALID = "WindowsValid"  # True: disruptive steps start only inside the windows the message names
+    INVALID = "InvalidWindows"  # False: a window cannot be read; nothing disruptive starts (the field is named)
+    NONE = "NoWindows"  # False: the windows were removed; operations disrupt at any time
 
 
 class RotationDueReason:

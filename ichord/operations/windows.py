@@ -40,6 +40,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ichord.api import names
+from ichord.api.conditions import Condition, find
+from ichord.api.names import MaintenanceWindowsReason
 from ichord.errors import IchordError
 
 Obj = dict[str, Any]
@@ -335,3 +338,31 @@ def verdict(cluster: Obj, now: dt.datetime, *, what: str, recheck: float) -> Clo
     wait = max(0.0, (start - now).total_seconds())
     return Closed(f"waiting for the maintenance window {window} to start {what}: it opens at {_stamp(start)}",
                   min(wait, recheck))
+
+
+def cluster_condition(cluster: Obj) -> Condition | None:
+    """The TalosCluster's MaintenanceWindows condition as its spec now says, or None when there is nothing to write
+    (it already says so, or the cluster never had windows)."""
+    spec, status = cluster.get("spec") or {}, cluster.get("status") or {}
+    name = str((cluster.get("metadata") or {}).get("name") or "")
+    existing = find(status.get("conditions"), names.MAINTENANCE_WINDOWS)
+    try:
+        windows = Windows.from_cluster_spec(spec)
+    except WindowSpecError as exc:
+        cond = Condition(names.MAINTENANCE_WINDOWS, "False", MaintenanceWindowsReason.INVALID,
+                         f"{exc}: no disruptive step of any operation starts until it is fixed (`kubectl explain "
+                         f"taloscluster.spec.maintenance.windows`, then `kubectl edit taloscluster {name}`)")
+    else:
+        if windows is None:
+            if existing is None:
+                return None
+            cond = Condition(names.MAINTENANCE_WINDOWS, "False", MaintenanceWindowsReason.NONE,
+                             "no maintenance windows: operations disrupt the cluster whenever they run")
+        else:
+            listed = ", ".join([w.name for w in windows.recurring] + [w.name for w in windows.one_off])
+            cond = Condition(names.MAINTENANCE_WINDOWS, "True", MaintenanceWindowsReason.VALID,
+                             f"disruptive steps start only inside the maintenance windows {listed}")
+    if existing is not None and (existing.get("status"), existing.get("reason"), existing.get("message")) == (
+            cond.status, cond.reason, cond.message):
+        return None
+    return cond

@@ -136,3 +136,40 @@ async def test_a_rollout_stops_at_each_window_end_with_nothing_cordoned_and_resu
         waited = [e for e in mine if e.get("reason") == names.EventReason.WAITING_FOR_WINDOW]
         assert waited and {e["type"] for e in waited} == {"Normal"}
         assert sum(int(e.get("count") or 1) for e in waited) == len(waits)
+        cluster = await crds.clusters(world.kube).get(ns, env.cluster_name)
+        cond = find(cluster["status"]["conditions"], names.MAINTENANCE_WINDOWS) or {}
+        assert (cond.get("status"), cond.get("reason")) == ("True", names.MaintenanceWindowsReason.VALID), cond
+
+
+async def test_an_unreadable_window_blocks_the_rollout_and_the_cluster_says_which_field() -> None:
+    bad = [{"name": "weekly", "schedule": "0 22 * * SAT", "duration": "4h", "timeZone": "Europe/Berlim"}]
+    async with SimEnvironment(bundle=generate_bundle(), time_scale=0.01, control_planes=1, workers=1,
+                              management_api="separate") as env, \
+            contextlib.asynccontextmanager(world_on)(env, Timing().scaled(0.01)) as world:
+        ns = env.namespace
+        await crds.clusters(world.kube).patch(ns, env.cluster_name, {"spec": {
+            "maintenance": {"windows": bad}, "patches": [REBOOT_PATCH]}})
+
+        async def reported() -> bool:
+            return sum(1 for m in await world.machines() if (m.get("status") or {}).get("rebootPaths")) == 2
+
+        await world.run_until(reported, what="2 machines reporting rebootPaths")
+        since = len(env.talos.history.events)
+        await crds.operations(world.kube).create(ns, {"metadata": {"name": "blocked"}, "spec": {
+            "clusterRef": {"name": env.cluster_name}, "kind": "config", "paused": False}})
+
+        async def blocked() -> bool:
+            return ((await world.op("blocked")).get("status") or {}).get("phase") == "Paused"
+
+        await world.run_until(blocked, what="the rollout blocked")
+        for _ in range(5):
+            await world.step()
+        status = (await world.op("blocked"))["status"]
+        message = (find(status["conditions"], names.CONFIG_ROLLOUT) or {}).get("message", "")
+        assert "spec.maintenance.windows[0].timeZone (weekly): 'Europe/Berlim' is not an IANA time zone" in message
+        cluster = await crds.clusters(world.kube).get(ns, env.cluster_name)
+        cond = find(cluster["status"]["conditions"], names.MAINTENANCE_WINDOWS) or {}
+        assert (cond.get("status"), cond.get("reason")) == ("False", names.MaintenanceWindowsReason.INVALID), cond
+        nodes = (await world.kube.raw("GET", "/api/v1/nodes"))["items"]
+        assert [n["metadata"]["name"] for n in nodes if (n.get("spec") or {}).get("unschedulable")] == []
+        assert [e for e in env.talos.history.events[since:] if e["kind"] in ("reboot", "apply")] == []

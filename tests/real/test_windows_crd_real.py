@@ -1,7 +1,7 @@
 """The TalosCluster's spec.maintenance.windows (docs/decisions.md#maintenance-windows) on the real kube-apiserver:
 what the schema refuses (a window neither recurring nor one-off, or both; a schedule not of five fields; a duration
-not of the form; the simulator refuses the same shapes, tests/unit/test_kube_crds.py), what it lets through for ichord to refuse with the
-field named (tests/unit/test_windows.py), and what `kubectl explain` shows."""
+not of the form; the simulator refuses the same shapes, tests/unit/test_kube_crds.py), what it lets through for
+ichord to refuse with the field named (tests/unit/test_windows.py), and what `kubectl explain` shows."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from ichord.kube import errors
 from ichord.kube.client import KubeClient
 from ichord.kube.crds import clusters
-from ichord.operations.windows import WindowSpecError, Windows
+from ichord.operations.windows import Windows, WindowSpecError
 from tests.real.conftest import run_kubectl
 from tests.real.controlplane import ControlPlane
 

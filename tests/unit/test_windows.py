@@ -219,3 +219,23 @@ def test_every_zone_the_database_knows_parses() -> None:
     window = Recurring("w", "0 0 * * *", parse_cron("0 0 * * *"), dt.timedelta(hours=1),
                        zoneinfo.ZoneInfo("Asia/Kolkata"))
     assert window.next_start(at("2026-01-01T00:00:00Z")) == at("2026-01-01T18:30:00Z")
+
+
+def test_the_cluster_condition_says_what_the_spec_says_once() -> None:
+    from ichord.api import names
+    from ichord.operations.windows import cluster_condition
+
+    spec = {"maintenance": {"windows": [{"name": "weekly", "schedule": "0 22 * * SAT", "duration": "4h"}]}}
+    cond = cluster_condition({"metadata": {"name": "c"}, "spec": spec})
+    assert cond is not None and (cond.status, cond.reason) == ("True", names.MaintenanceWindowsReason.VALID)
+    assert "weekly" in cond.message
+    said = {"type": cond.type, "status": cond.status, "reason": cond.reason, "message": cond.message}
+    assert cluster_condition({"metadata": {"name": "c"}, "spec": spec, "status": {"conditions": [said]}}) is None
+    bad = {"maintenance": {"windows": [{"name": "weekly", "schedule": "0 22 * * SAT", "duration": "4h",
+                                        "timeZone": "Europe/Berlim"}]}}
+    cond = cluster_condition({"metadata": {"name": "c"}, "spec": bad, "status": {"conditions": [said]}})
+    assert cond is not None and (cond.status, cond.reason) == ("False", names.MaintenanceWindowsReason.INVALID)
+    assert "spec.maintenance.windows[0].timeZone (weekly)" in cond.message
+    gone = cluster_condition({"metadata": {"name": "c"}, "spec": {}, "status": {"conditions": [said]}})
+    assert gone is not None and gone.reason == names.MaintenanceWindowsReason.NONE
+    assert cluster_condition({"metadata": {"name": "c"}, "spec": {}}) is None  # never had windows: nothing written
