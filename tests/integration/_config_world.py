@@ -19,7 +19,7 @@ from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.events import EventRecorder
 from ichord.operations.kinds import default_registry
 from ichord.operations.outcome import Outcome, next_delay
-from ichord.operations.scope import Clock
+from ichord.operations.scope import Clock, utcnow
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from ichord.sim.kube.eviction import pod_ready, selector_matches
@@ -140,7 +140,7 @@ async def world_on(env: SimEnvironment, timing: Timing, clock: Clock | None = No
         recorder = EventRecorder(kube, instance="test")
         rt = Runtime(kube, env.namespace, informers[names.TALOS_CLUSTER], informers[names.TALOS_MACHINE],
                      informers[names.TALOS_OPERATION], recorder, timing, resync=3600, registry=default_registry(),
-                     **({"clock": clock} if clock is not None else {}))
+                     clock=clock or utcnow)
         async with anyio.create_task_group() as tg:
             for inf in informers.values():
                 tg.start_soon(inf.run)

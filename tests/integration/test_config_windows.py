@@ -116,7 +116,7 @@ async def test_a_rollout_stops_at_each_window_end_with_nothing_cordoned_and_resu
         outside = [(at.isoformat(), node) for at, node in cordons
                    if windows.open_until(at) is None and windows.open_until(at - LANDING) is None]
         assert outside == [], f"cordoned outside every window: {outside}"
-        first_cordon = {}
+        first_cordon: dict[str, dt.datetime] = {}
         for at, node in cordons:
             first_cordon.setdefault(node, at)
         for e in env.talos.history.events[since:]:
