@@ -344,14 +344,15 @@ def cluster_condition(cluster: Obj) -> Condition | None:
     """The TalosCluster's MaintenanceWindows condition as its spec now says, or None when there is nothing to write
     (it already says so, or the cluster never had windows)."""
     spec, status = cluster.get("spec") or {}, cluster.get("status") or {}
-    name = str((cluster.get("metadata") or {}).get("name") or "")
+    meta = cluster.get("metadata") or {}
+    name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "default")
     existing = find(status.get("conditions"), names.MAINTENANCE_WINDOWS)
     try:
         windows = Windows.from_cluster_spec(spec)
     except WindowSpecError as exc:
         cond = Condition(names.MAINTENANCE_WINDOWS, "False", MaintenanceWindowsReason.INVALID,
                          f"{exc}: no disruptive step of any operation starts until it is fixed (`kubectl explain "
-                         f"taloscluster.spec.maintenance.windows`, then `kubectl edit taloscluster {name}`)")
+                         f"taloscluster.spec.maintenance.windows`, then `kubectl -n {namespace} edit taloscluster {name}`)")
     else:
         if windows is None:
             if existing is None:
