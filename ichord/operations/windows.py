@@ -352,7 +352,8 @@ def cluster_condition(cluster: Obj) -> Condition | None:
     except WindowSpecError as exc:
         cond = Condition(names.MAINTENANCE_WINDOWS, "False", MaintenanceWindowsReason.INVALID,
                          f"{exc}: no disruptive step of any operation starts until it is fixed (`kubectl explain "
-                         f"taloscluster.spec.maintenance.windows`, then `kubectl -n {namespace} edit taloscluster {name}`)")
+                         "taloscluster.spec.maintenance.windows`, then "
+                         f"`kubectl -n {namespace} edit taloscluster {name}`)")
     else:
         if windows is None:
             if existing is None:
