@@ -29,17 +29,19 @@ from ichord.actors import missing_cluster
 from ichord.actors.runtime import Runtime
 from ichord.actors.status_writes import StatusWrites
 from ichord.api import names
-from ichord.api.conditions import Condition, find
+from ichord.api.conditions import Condition, find, set_condition
 from ichord.api.names import ReadyReason
 from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView
 from ichord.errors import IchordError
+from ichord.kube import crds
 from ichord.kube.errors import Forbidden, KubeError
 from ichord.kube.forbidden import forbidden_message
 from ichord.kube.reads import label_secret
+from ichord.kube.status import update_status
 from ichord.machines.memo import ConfigMemo
 from ichord.machines.reconciler import MachineResult, reconcile_machine
 from ichord.metrics import RECONCILE_OUTCOMES
-from ichord.operations import guard
+from ichord.operations import guard, windows
 from ichord.operations.backbone import OperationKind
 from ichord.operations.bundle_source import BundleSourceError
 from ichord.operations.cert_expiry import expiry_pass
@@ -111,6 +113,7 @@ class ClusterReconciler:
             return self._record("cluster", Done())
         expiry = self._record("expiry", await self._expiry(scope, messages))
         renewal = self._record("renewal", await self._renewal(scope))
+        await self._maintenance_windows(scope)
         operations = self._record("operations", await self.rt.registry.advance_all(scope))
         held = self._record("guard", await self._guard(scope))
         machines = self._record("machines", await self._machines_phase(scope))
@@ -129,7 +132,7 @@ class ClusterReconciler:
         return ClusterScope(self.rt.kube, self.rt.namespace, self.namespace, self.name,
                             ClusterView.of(cluster) if cluster is not None else None, machines, operations,
                             self.rt.recorder, self.rt.timing, trust=self.rt.trust,
-                            allowed_secret_namespaces=self.rt.allowed_secret_namespaces)
+                            allowed_secret_namespaces=self.rt.allowed_secret_namespaces, now=self.rt.clock)
 
     def _record(self, phase: str, outcome: Outcome) -> Outcome:
         """The one place an outcome becomes a metric and (when it changes) a log line."""
@@ -182,6 +185,29 @@ class ClusterReconciler:
         renewal = RenewalPass(self.rt.kube, self.rt.recorder, ClusterView.of(self._writes.written or scope.cluster.obj),
                               scope.operations, self.rt.timing.retry, scope.now(), self._writes.wrote, created)
         return await renewal.run(public_bundle)
+
+    async def _maintenance_windows(self, scope: ClusterScope) -> None:
+        """spec.maintenance.windows (operations/windows.py): the cluster's MaintenanceWindows condition, written
+        only when what it says changes (a cluster that never had windows: nothing). Best effort: the operations
+        read the windows themselves and refuse to start what an unreadable window would not allow."""
+        assert scope.cluster is not None
+        cond = windows.cluster_condition(self._writes.written or scope.cluster.obj)
+        if cond is None:
+            return
+
+        def mutate(status: Obj, obj: Obj) -> Obj | None:
+            fresh = windows.cluster_condition({**obj, "status": status})  # decided on the object as read
+            if fresh is None:
+                return None
+            status["conditions"] = set_condition(status.get("conditions"), fresh, now=scope.now())
+            return status
+
+        try:
+            self._writes.wrote(await update_status(crds.clusters(self.rt.kube), self.namespace, self.name, mutate,
+                                                   current=self._writes.written or scope.cluster.obj))
+        except KubeError as exc:
+            log.warning("MaintenanceWindows not written; retried", cluster=f"{self.namespace}/{self.name}",
+                        error=SCRUBBER.exception(exc))
 
     # ---- guarded deletes ----------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from ichord.kube.events import EventRecorder
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS
 from ichord.operations.kinds import default_registry
 from ichord.operations.registry import Registry
-from ichord.operations.scope import TrustHooks
+from ichord.operations.scope import Clock, TrustHooks, utcnow
 from ichord.settings import Timing
 from ichord.watchers.informer import Informer
 from ichord.watchers.written import ReadYourWrites
@@ -41,6 +41,8 @@ class Runtime:
     trust: TrustHooks = field(default_factory=TrustHooks)
     #: Namespaces other than a cluster's own that its secretsRef may name (--allow-secret-namespace).
     allowed_secret_namespaces: frozenset[str] = frozenset()
+    #: The steps' clock (the wall clock; tests inject a faster one to run maintenance windows in seconds).
+    clock: Clock = utcnow
     #: Each cluster's machines, from the machines informer's events (a step never scans the whole fleet).
     machine_index: ByCluster = field(init=False, repr=False)
     #: Each cluster's operations, likewise.

@@ -58,6 +58,11 @@ SUCCEEDED = "Succeeded"
 STEPS_FAILING = "StepsFailing"
 #: On a TalosCluster with a spec.caRotation policy: a CA is inside its renewal period (operations/renewal.py).
 ROTATION_DUE = "RotationDue"
+#: On a TalosCluster with spec.maintenance.windows: whether ichord can read them (operations/windows.py).
+MAINTENANCE_WINDOWS = "MaintenanceWindows"
+#: An operation's condition reason outside every maintenance window of its cluster: the next disruptive step waits
+#: for the opening its message names (operations/windows.py; phase InProgress, a Normal Event of the same name).
+WAITING_FOR_WINDOW = "WaitingForWindow"
 #: On a TalosOperation the renewal policy created (``kubectl get top -l ichor.maesh.dev/planned-by=renew-before``).
 PLANNED_BY_LABEL = f"{GROUP}/planned-by"
 PLANNED_BY_RENEWAL = "renew-before"
@@ -151,6 +156,7 @@ class EventReason:
     GATE_PASSED = "GatePassed"  # Normal: a health gate that failed passes again (operations/gates.py)
     ETCD_SNAPSHOT_TAKEN = "EtcdSnapshotTaken"  # before the first control-plane reboot, to spec.etcdSnapshots.path
     ROTATION_PLANNED = "RotationPlanned"  # Normal: the renewal policy created a ca-rotation (operations/renewal.py)
+    WAITING_FOR_WINDOW = "WaitingForWindow"  # Normal: outside every maintenance window (operations/windows.py)
 
 
 class CertificatesExpiringReason:
@@ -159,6 +165,14 @@ class CertificatesExpiringReason:
     EXPIRING = "CAsExpiring"
     EXPIRED = "CAsExpired"
     NOT_EXPIRING = "NoCAExpiring"
+
+
+class MaintenanceWindowsReason:
+    """TalosCluster MaintenanceWindows reasons (docs/decisions.md#maintenance-windows)."""
+
+    VALID = "WindowsValid"  # True: disruptive steps start only inside the windows the message names
+    INVALID = "InvalidWindows"  # False: a window cannot be read; nothing disruptive starts (the field is named)
+    NONE = "NoWindows"  # False: the windows were removed; operations disrupt at any time
 
 
 class RotationDueReason:

@@ -41,10 +41,10 @@ from ichord.kube.events import EventRecorder, ObjectRef
 from ichord.kube.forbidden import forbidden_message
 from ichord.kube.status import update_status
 from ichord.metrics import OPERATION_STAGE_DURATION
-from ichord.operations import op_status
+from ichord.operations import op_status, windows
 from ichord.operations.lock import Exclusion, acquire_disruptive_lock, release_lock
 from ichord.operations.op_status import Decision, Transition
-from ichord.operations.outcome import Blocked, Failed
+from ichord.operations.outcome import Blocked, Failed, Outcome, Requeue
 from ichord.pki.scrub import SCRUBBER
 from ichord.settings import Timing
 
@@ -276,6 +276,31 @@ async def blocked(ctx: Context, kind: OperationKind, subject: Subject, message: 
     if await transition(ctx, subject, change, *also):
         log_transition(kind, subject, f"{kind.kind} blocked", cause=message)
     return Blocked(reason, message, ctx.timing.retry)
+
+
+def window_closed(ctx: Context, cluster: Obj, what: str) -> windows.Closed | None:
+    """docs/decisions.md#maintenance-windows: None when ``what`` (a node's or a pass's first disruptive call) may
+    start now; else why not and when to look again (at the opening, or before the cluster lock lapses)."""
+    return windows.verdict(cluster, ctx.now(), what=what, recheck=ctx.timing.cluster_lock_duration / 3)
+
+
+async def wait_for_window(ctx: Context, kind: OperationKind, subject: Subject, closed: windows.Closed) -> Outcome:
+    """Outside every maintenance window: InProgress, the kind's condition Unknown/WaitingForWindow naming the next
+    opening, one Normal Event (a planned wait); windows that cannot be read are Blocked (a person must fix them)."""
+    if closed.invalid:
+        return await blocked(ctx, kind, subject, closed.message)
+    change = Transition(Condition(kind.condition_type, "Unknown", names.WAITING_FOR_WINDOW,
+                                  SCRUBBER.text(closed.message)), phase=Phase.IN_PROGRESS,
+                        event=("Normal", names.EventReason.WAITING_FOR_WINDOW), said=_waiting_already)
+    if await transition(ctx, subject, change):
+        log_transition(kind, subject, f"{kind.kind} waiting for a maintenance window", why=closed.message)
+    return Requeue(closed.after, names.WAITING_FOR_WINDOW)
+
+
+def _waiting_already(cond: Condition, before: Obj | None) -> bool:
+    """The same wait as read (a requeue to renew the lock): nothing written. A new opening is written, and its
+    Event is posted only when the reason moved (one Event per wait)."""
+    return before is not None and (before.get("reason"), before.get("message")) == (cond.reason, cond.message)
 
 
 async def _write_without_subject(ctx: Context, kind: OperationKind, op: Obj, phase_value: str, reason: str,

@@ -20,8 +20,9 @@ another name. The RotationPlanned Event goes with the condition write that first
 after the create still posts it once.
 
 approval Manual creates the operation with ``spec.paused: true`` (plan only); Automatic creates it unpaused, and
-it starts at once: maintenance windows do not exist yet, and when they do, an Automatic rotation waits for the
-next one. Either way a rotation of the talos or kubernetes CA stops at AwaitingCredentials for the operator.
+it starts at once; its passes wait for the cluster's next maintenance window when it has windows
+(docs/decisions.md#maintenance-windows). Either way a rotation of the talos or kubernetes CA stops at
+AwaitingCredentials for the operator.
 Nothing here is a Warning (the rotation is planned, not a fault) except a create the API refuses.
 """
 
@@ -346,8 +347,10 @@ class RenewalPass:
         if await self._write(decision.condition) and first:
             message = decision.condition.message
             if policy.approval == AUTOMATIC and decision.create is not None:
-                # docs/decisions.md#renewal-policy: no maintenance windows yet, so Automatic means now.
-                message += " Created unpaused (approval Automatic): it starts now (no maintenance windows yet)."
+                # docs/decisions.md#renewal-policy: Automatic starts now; its passes wait for a maintenance window.
+                message += (" Created unpaused (approval Automatic): it starts now"
+                            + ("; its passes wait for the cluster's maintenance windows."
+                               if (self.cluster.spec.get("maintenance") or {}).get("windows") else "."))
             self.recorder.record(ObjectRef.of(self.cluster.obj), NORMAL, names.EventReason.ROTATION_PLANNED, message)
             log.info("CA rotation planned", cluster=self.key, operation=decision.planned,
                      targets=[d.target.value for d in plan.due], approval=policy.approval)

@@ -25,6 +25,8 @@ State table (``roll_state.decide``; first matching row wins)::
     none              a gate closed                                   Blocked GateClosed (retry 30 s; a
                                                                       cordon already made stays)
     none              Node unreadable / missing                       Blocked ManagedAPIUnavailable / NodeNotFound
+    none              Node schedulable, outside every maintenance     Requeue WaitingForWindow (nothing done;
+                      window (``admit``)                              the requeue is at the opening)
     none              Node schedulable                                cordon -> Requeue Cordoned
     none              Node unschedulable (ours or a person's)         before_reboot (drain): wait -> Requeue
                                                                       Draining; give up -> uncordon, pause
@@ -32,6 +34,10 @@ State table (``roll_state.decide``; first matching row wins)::
                                                                       Blocked NodeUnreachable),
                                                                       before_reboot_call (best effort), write
                                                                       marker, Reboot -> Requeue RebootingNode
+
+``admit`` (the maintenance windows, operations/windows.py) is asked only before a node is started: before its
+cordon, or before the drain and reboot of a node a person cordoned. A node ichord cordoned, or one with a marker,
+is in flight and always finishes, so a window closing mid-node never leaves it cordoned between nodes.
 
 A cordon is followed in the same call by the row it leads to (the node and the gates read again): the drain
 starts without waiting for the caller's next step.
@@ -92,6 +98,7 @@ from ichord.operations.roll_state import (
     failed,
     next_target,
 )
+from ichord.operations.windows import Closed
 from ichord.settings import Timing
 from ichord.talos.errors import TalosError, TalosUnreachableError
 
@@ -123,6 +130,8 @@ __all__ = [
 
 #: Each returns OPEN or the reason to wait; an IchordError raised by a gate counts as a reason to wait.
 Gate = Callable[[RollTarget], Awaitable[GateResult]]
+#: May this node be started now (a maintenance window open)? None: yes; else why not and when to look again.
+Admit = Callable[[RollTarget], Awaitable[Closed | None]]
 
 
 class HookVerdict(enum.Enum):
@@ -175,6 +184,8 @@ class RollOutcome:
     #: naming ``machine``.
     pause: bool = False
     done: tuple[str, ...] = field(default=())
+    #: Outside every maintenance window (reason WaitingForWindow): what the operation says while it waits.
+    window: Closed | None = None
 
     @property
     def finished(self) -> bool:
@@ -187,16 +198,22 @@ def _utcnow() -> datetime:
 
 async def advance_roll(plan: Sequence[RollTarget], store: MarkerStore, talos: RollTalos, nodes: ManagedNodes, *,
                        gates: Sequence[Gate] = (), verifiers: Sequence[Gate] = (), hooks: RollHooks | None = None,
-                       timing: Timing | None = None, clock: Callable[[], datetime] = _utcnow) -> RollOutcome:
+                       timing: Timing | None = None, clock: Callable[[], datetime] = _utcnow,
+                       admit: Admit | None = None) -> RollOutcome:
     """One step of the roll over ``plan`` (in order). ``gates`` are asked before each reboot (a closed one
     blocks); ``verifiers`` once the node is back on a new boot ID with its Node Ready (a closed one waits,
-    up to node_action_timeout)."""
+    up to node_action_timeout); ``admit`` before a node is started (nothing is done to it while it says no)."""
     timing = timing or Timing.from_env()
     hooks = hooks or RollHooks()
     marker = await store.read()
     target = next_target(plan, marker)
     obs = await _observe(target, marker, talos, nodes, gates, verifiers)
     decision = decide(plan, marker, obs, clock(), timing)
+    if admit is not None and decision.target is not None and _starts_node(decision, obs):
+        closed = await admit(decision.target)
+        if closed is not None:
+            return RollOutcome(Requeue(closed.after, RollReason.WAITING_FOR_WINDOW), RollReason.WAITING_FOR_WINDOW,
+                               decision.target.machine, closed.message, done=marker.done, window=closed)
     rolled = await _act(decision, marker, store, talos, nodes, hooks, timing, clock)
     if decision.action is Action.CORDON and rolled.reason is RollReason.CORDONED and isinstance(rolled.outcome,
                                                                                                Requeue):
@@ -207,6 +224,14 @@ async def advance_roll(plan: Sequence[RollTarget], store: MarkerStore, talos: Ro
         rolled = await _act(decide(plan, marker, obs, clock(), timing), marker, store, talos, nodes, hooks, timing,
                             clock)
     return rolled
+
+
+def _starts_node(decision: Decision, obs: Observations) -> bool:
+    """The decision's call would be the first disruptive one on its node: a cordon, or the drain and reboot of a
+    node ichord did not cordon (a person's cordon)."""
+    if decision.action is Action.CORDON:
+        return True
+    return decision.action is Action.REBOOT and not (obs.node is not None and obs.node.cordoned_by_ichord)
 
 
 async def restart_clock(store: MarkerStore, clock: Callable[[], datetime] = _utcnow) -> bool:

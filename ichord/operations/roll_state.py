@@ -86,6 +86,7 @@ class RollReason(enum.StrEnum):
     NODE_NOT_FOUND = "NodeNotFound"          # the managed cluster has no such Node: Blocked
     UNKNOWN_MACHINE = "UnknownMachine"       # the marker names a machine the plan lacks: Blocked
     CORDONED = "Cordoned"                    # ichord cordoned the node just now
+    WAITING_FOR_WINDOW = "WaitingForWindow"  # not started: outside every maintenance window (operations/windows.py)
     DRAINING = "Draining"                    # the before_reboot hook asks to come back later
     DRAIN_FAILED = "DrainFailed"             # the before_reboot hook gave up: uncordoned, pause
     NODE_UNREACHABLE = "NodeUnreachable"     # Talos does not answer before the reboot: Blocked

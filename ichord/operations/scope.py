@@ -37,7 +37,7 @@ Obj = dict[str, Any]
 Clock = Callable[[], dt.datetime]
 
 
-def _utcnow() -> dt.datetime:
+def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
@@ -72,7 +72,7 @@ class ClusterScope:
     trust: TrustHooks = field(default_factory=TrustHooks)
     #: Namespaces other than the cluster's own that a secretsRef may name (--allow-secret-namespace).
     allowed_secret_namespaces: frozenset[str] = frozenset()
-    now: Clock = _utcnow
+    now: Clock = utcnow
     _bundle: BundleRead | BundleSourceError | None = field(default=None, repr=False)
 
     @property

@@ -19,6 +19,7 @@ from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.events import EventRecorder
 from ichord.operations.kinds import default_registry
 from ichord.operations.outcome import Outcome, next_delay
+from ichord.operations.scope import Clock, utcnow
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from ichord.sim.kube.eviction import pod_ready, selector_matches
@@ -131,13 +132,15 @@ def most_down_at_once(env: SimEnvironment, role_prefix: str, since: int = 0) -> 
     return most
 
 
-async def world_on(env: SimEnvironment, timing: Timing) -> AsyncIterator[World]:
+async def world_on(env: SimEnvironment, timing: Timing, clock: Clock | None = None) -> AsyncIterator[World]:
+    """``clock``: the steps' clock (the wall clock when None; a faster one runs maintenance windows in seconds)."""
     async with await from_kubeconfig(env.kubeconfig, timing=timing) as kube:
         informers = {k: Informer(kube, _resource(k), timing=timing)
                      for k in (names.TALOS_CLUSTER, names.TALOS_MACHINE, names.TALOS_OPERATION)}
         recorder = EventRecorder(kube, instance="test")
         rt = Runtime(kube, env.namespace, informers[names.TALOS_CLUSTER], informers[names.TALOS_MACHINE],
-                     informers[names.TALOS_OPERATION], recorder, timing, resync=3600, registry=default_registry())
+                     informers[names.TALOS_OPERATION], recorder, timing, resync=3600, registry=default_registry(),
+                     clock=clock or utcnow)
         async with anyio.create_task_group() as tg:
             for inf in informers.values():
                 tg.start_soon(inf.run)

@@ -15,6 +15,7 @@ from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.operations.outcome import next_delay
 from ichord.operations.roll import (
+    Admit,
     Gate,
     KubeNodes,
     RollHooks,
@@ -69,12 +70,13 @@ class Roll:
     gates: Sequence[Gate] = ()
     verifiers: Sequence[Gate] = ()
     hooks: RollHooks | None = None
+    admit: Admit | None = None
     outcomes: list[RollOutcome] = field(default_factory=list)
 
     async def step(self) -> RollOutcome:
         out = await advance_roll(self.plan, self.store, TalosNodes(self.talos, self.contract), KubeNodes(self.managed),
                                  gates=self.gates, verifiers=self.verifiers, hooks=self.hooks, timing=self.timing,
-                                 clock=self.clock)
+                                 clock=self.clock, admit=self.admit)
         self.outcomes.append(out)
         return out
 

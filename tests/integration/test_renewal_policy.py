@@ -186,7 +186,7 @@ async def test_automatic_starts_at_once_and_stops_at_the_credentials_hand_off(
     cond = await rotation_due(kube, env)
     assert cond is not None and cond["reason"] == names.RotationDueReason.ROTATION_UNDER_WAY
     (event,) = await events(kube, env, names.EventReason.ROTATION_PLANNED)
-    assert "approval Automatic" in event["message"] and "no maintenance windows yet" in event["message"]
+    assert "approval Automatic" in event["message"] and "it starts now." in event["message"]
 
 
 async def test_no_renew_before_plans_nothing(env: SimEnvironment, kube: KubeClient) -> None:
@@ -371,3 +371,43 @@ async def test_the_next_renewal_period_of_new_cas_plans_a_new_operation(
     assert cond is not None and cond["reason"] == names.RotationDueReason.AWAITING_APPROVAL
     assert second in cond["message"]
     assert len(await events(kube, env, names.EventReason.ROTATION_PLANNED)) == 2
+
+
+async def test_automatic_under_windows_waits_for_the_window_then_stops_at_the_hand_off(
+        env: SimEnvironment, kube: KubeClient, bundle: SecretsBundle) -> None:
+    """docs/decisions.md#maintenance-windows: the rotation the policy planned starts at once, but its first pass
+    waits (InProgress, WaitingForWindow, one Normal Event) until the window opens; nothing is applied to a node
+    before it (the simulator's history says so); then it runs to the hand-off as without windows."""
+    opens = dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(seconds=4)
+    window = {"name": "soon", "start": opens.strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "end": (opens + dt.timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    await crds.clusters(kube).patch(env.namespace, env.cluster_name, {"spec": {"maintenance": {"windows": [window]}}})
+    await set_policy(kube, env, {"renewBefore": "30d", "approval": "Automatic"})
+    name = expected_name(env, bundle)
+    since = len(env.talos.history.events)
+    waited: list[Obj] = []
+    stage = ""
+    async with cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as actor:
+        with anyio.fail_after(120):
+            while stage != "AwaitingCredentials":
+                outcome = await actor.step({})
+                op = await crds.operations(kube).get(env.namespace, name)
+                cond = find((op.get("status") or {}).get("conditions"), names.CA_ROTATION) or {}
+                if cond.get("reason") == names.WAITING_FOR_WINDOW:
+                    waited.append(op)
+                stage = ((op.get("status") or {}).get("caRotation") or {}).get("stage") or ""
+                delay = outcome.after if isinstance(outcome, Requeue) else (
+                    outcome.retry_after if isinstance(outcome, Blocked) else 0.05)
+                await anyio.sleep(min(max(delay, 0.01), 0.2))
+    assert waited, "the Accepting pass did not wait for the window"
+    first = waited[0]["status"]
+    assert first["phase"] == "InProgress" and first["caRotation"]["stage"] == "Accepting"
+    message = find(first["conditions"], names.CA_ROTATION)["message"]  # type: ignore[index]
+    assert message == (f"waiting for the maintenance window soon to start the Accepting pass: it opens at "
+                       f"{window['start']}")
+    applies = [e for e in env.talos.history.events[since:] if e["kind"] == "apply"]
+    assert applies and all(e["wall"] >= opens.timestamp() for e in applies), applies[:1]
+    waits = await events(kube, env, names.EventReason.WAITING_FOR_WINDOW)
+    assert len(waits) == 1 and waits[0]["type"] == "Normal"
+    (event,) = await events(kube, env, names.EventReason.ROTATION_PLANNED)
+    assert "its passes wait for the cluster's maintenance windows" in event["message"]

@@ -24,6 +24,7 @@ from ichord.operations.roll import (
     restart_clock,
 )
 from ichord.operations.roll_state import closed, failed
+from ichord.operations.windows import Closed
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
@@ -343,3 +344,39 @@ async def test_a_node_still_shutting_down_past_reboot_retry_is_waited_for_not_as
     assert (await roll.to_done()).finished
     assert len(requested(env, "demo-cp-1")) == 1 and reboots(env)["demo-cp-1"] == 1
     await assert_none_cordoned(kc, env)
+
+
+async def test_outside_a_window_no_node_is_started_but_the_one_in_flight_finishes(
+        env: SimEnvironment, kc: KubeClient, roll: Roll) -> None:
+    """docs/decisions.md#maintenance-windows: ``admit`` is asked only before a node's first disruptive call. A node
+    ichord cordoned is in flight and goes on when the window closes; the next one, and one a person cordoned, wait
+    with nothing done to them."""
+    window = {"open": True}
+    asked: list[str] = []
+
+    async def admit(target: RollTarget) -> Closed | None:
+        asked.append(target.machine)
+        return None if window["open"] else Closed(f"waiting for the window to start {target.machine}", 42.0)
+
+    roll.admit = admit
+    name = env.node("demo-cp-1").nodename
+    await kc.raw("PATCH", f"/api/v1/nodes/{name}", body={"metadata": {"annotations": {
+        CORDONED_BY_ICHORD_ANNOTATION: "true"}}, "spec": {"unschedulable": True}},
+                 content_type="application/merge-patch+json")  # as a step killed right after its cordon left it
+    window["open"] = False
+    out = await roll.until(lambda o: o.reason is RollReason.NODE_REBOOTED)  # in flight: it finishes
+    assert out.machine == "demo-cp-1" and asked == [] and len(requested(env, "demo-cp-1")) == 1
+    out = await roll.step()  # the next one is not started
+    assert (out.reason, out.machine, out.outcome.after) == (  # type: ignore[union-attr]
+        RollReason.WAITING_FOR_WINDOW, "demo-cp-2", 42.0)
+    assert out.window is not None and out.message == "waiting for the window to start demo-cp-2"
+    assert requested(env, "demo-cp-2") == [] and not (await read_node_view(
+        kc, env.node("demo-cp-2").nodename)).unschedulable
+    person = env.node("demo-cp-2").nodename  # a person's cordon is not ichord's start: it waits all the same
+    await kc.raw("PATCH", f"/api/v1/nodes/{person}", body={"spec": {"unschedulable": True}},
+                 content_type="application/merge-patch+json")
+    assert (await roll.step()).reason is RollReason.WAITING_FOR_WINDOW and requested(env, "demo-cp-2") == []
+    window["open"] = True
+    assert (await roll.to_done()).finished
+    assert reboots(env) == {**dict.fromkeys(CPS, 1), "demo-worker-1": 0}
+    assert asked == ["demo-cp-2", "demo-cp-2", "demo-cp-2", "demo-cp-3"]

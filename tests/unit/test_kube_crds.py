@@ -150,3 +150,23 @@ def test_the_simulator_evaluates_every_cel_rule_the_crds_use() -> None:
     rules = [r for crd in crds().values() for r in _rules(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])]
     assert len(rules) == 4
     assert [r for r in rules if not sim_schema.evaluates(r)] == []
+
+
+@pytest.mark.parametrize(("window", "refused"), [
+    ({"name": "w", "schedule": "0 22 * * SAT", "duration": "4h"}, False),
+    ({"name": "w", "start": "2026-12-24T20:00:00Z", "end": "2026-12-24T23:00:00Z"}, False),
+    ({"name": "w", "schedule": "0 22 * * SAT"}, True),
+    ({"name": "w", "start": "2026-12-24T20:00:00Z"}, True),
+    ({"name": "w", "schedule": "0 22 * * SAT", "duration": "4h", "start": "2026-12-24T20:00:00Z",
+      "end": "2026-12-24T23:00:00Z"}, True),
+])
+def test_the_simulator_refuses_a_window_neither_recurring_nor_one_off_as_the_api_server_does(
+        window: dict[str, Any], refused: bool) -> None:
+    # The real API server's answer to the same windows: tests/real/test_windows_crd_real.py.
+    schema = crds()["TalosCluster"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    obj = {"spec": {"secretsRef": {"name": "b"}, "endpoint": "https://10.5.0.2:6443", "kubernetesVersion": "1.34.1",
+                    "maintenance": {"windows": [window]}}}
+    causes = [c for c in sim_schema.validate(obj, schema) if "oneOf" in c[2]]
+    assert bool(causes) is refused, causes
+    if refused:
+        assert causes[0][1] == "spec.maintenance.windows[0]"

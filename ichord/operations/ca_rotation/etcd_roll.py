@@ -36,11 +36,13 @@ from ichord.kube import crds
 from ichord.kube import nodes as kube_nodes
 from ichord.kube.client import KubeClient
 from ichord.kube.nodes import NodeView
+from ichord.operations import backbone
 from ichord.operations.ca_rotation.etcd_pki import ExpectedPKI, expected_pki, pki_problem
 from ichord.operations.ca_rotation.managed_objects import not_ready_nodes
 from ichord.operations.ca_rotation.passes import kubernetes_cas
 from ichord.operations.ca_rotation.plan import verify_dial
 from ichord.operations.ca_rotation.status import (
+    CA_ROTATION,
     VERIFY_STEP,
     blocked,
     ca_status,
@@ -68,6 +70,7 @@ from ichord.operations.roll import (
     failed,
 )
 from ichord.operations.roll_store import StatusMarkerStore
+from ichord.operations.windows import Closed
 from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
 from ichord.talos.client import TalosClient
@@ -231,10 +234,14 @@ async def roll_step(ctx: StepContext, inputs: Inputs, stage: Stage) -> Outcome:
     gate = EtcdGate(talos, cps, expected, managed)
     verifier = EtcdGate(talos, cps, expected, managed, verifier=True)
     store = StatusMarkerStore(crds.operations(ctx.kube), inputs.op_namespace, inputs.name)
+
+    async def window(t: RollTarget) -> Closed | None:  # the next member reboots only inside a maintenance window
+        return backbone.window_closed(ctx, inputs.cluster, f"the etcd reboot of {t.machine}")
+
     try:
         out = await advance_roll(roll_plan(cps), store, TalosNodes(talos, inputs.cluster_inputs.contract), managed,
                                  gates=[gate], verifiers=[verifier], hooks=leadership_hook(talos, len(cps)),
-                                 timing=ctx.timing, clock=ctx.now)
+                                 timing=ctx.timing, clock=ctx.now, admit=window)
         leaves = await leaf_problems(talos, cps, expected) if out.finished else []
     finally:
         await managed.aclose()
@@ -266,6 +273,8 @@ async def _report(ctx: StepContext, inputs: Inputs, stage: Stage, out: RollOutco
     total = len(inputs.control_planes)
     if out.pause:
         return await blocked(ctx, inputs, f"{stage.value}: {out.message}")
+    if out.window is not None:
+        return await backbone.wait_for_window(ctx, CA_ROTATION, inputs, out.window)
     if out.reason is RollReason.GATE_CLOSED:
         waited = _since_progress(inputs, ctx)
         bound = ctx.timing.ca_pass_wait_bound

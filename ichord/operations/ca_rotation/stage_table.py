@@ -6,6 +6,8 @@ stage only moves forward, and only after the stage under way is verified. The li
 stages (plan only, pause/resume, lock, finalizer, blocked, fail) is the backbone's (operations/backbone).
 
     stage ""             plan, finalizer, lock, preflight, rotation.yaml saved      -> Accepting
+    (a pass stage)       starts only inside a maintenance window (backbone.window_closed): else
+                         InProgress WaitingForWindow; once started (passStarted) it runs to its end
     Accepting            pass (apply, later verify)                                 -> AwaitingCredentials
     AwaitingCredentials  the hand-off annotation equals the token                   -> Issuing
     Issuing              pass, kube-root-ca.crt everywhere, caClientSettleDelay     -> Dropping
@@ -219,6 +221,10 @@ async def _held_by_spec(ctx: StepContext, inputs: Inputs, stage: Stage) -> Outco
 # ---- passes -------------------------------------------------------------------------------
 
 
+#: status.caRotation.passStarted: the stage whose pass has started (a maintenance window admitted it).
+PASS_STARTED = "passStarted"  # noqa: S105 (a status field, not a password)
+
+
 async def _pass(ctx: StepContext, inputs: Inputs, stage: Stage) -> Outcome:
     rotation = inputs.rotation
     certs = ca_status(inputs).get("certificates") or []
@@ -234,6 +240,13 @@ async def _pass(ctx: StepContext, inputs: Inputs, stage: Stage) -> Outcome:
     refusal = await lock(ctx, inputs)
     if refusal is not None:
         return refusal
+    if ca_status(inputs).get(PASS_STARTED) != stage.value:
+        # docs/decisions.md#maintenance-windows: a pass starts only inside a window, and once started it is run to
+        # its end (its nodes are in flight); the record is written before the pass's first apply.
+        closed = backbone.window_closed(ctx, inputs.cluster, f"the {stage.value} pass")
+        if closed is not None:
+            return await backbone.wait_for_window(ctx, CA_ROTATION, inputs, closed)
+        await write(ctx, inputs, lambda s: s.setdefault("caRotation", {}).__setitem__(PASS_STARTED, stage.value))
     rolls = etcd_roll.rolls(rotation.targets)
     if rolls and etcd_roll.rolling(inputs):
         # docs/decisions.md#etcd-reboot-roll: while the roll runs the pass does nothing else (no configuration read).

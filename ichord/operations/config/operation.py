@@ -288,9 +288,16 @@ async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], cl
                                           gated=gates.declared(inputs.cluster, inputs.op))
                 if current.change is Change.REBOOT:
                     rolled = await advance_reboot(world, m)
+                    if rolled.window is not None:  # not started: outside every maintenance window
+                        return await backbone.wait_for_window(ctx, CONFIG, inputs, rolled.window)
                     reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
                     return await _report(ctx, inputs, [current], rolled.outcome, reason, rolled.message,
                                          pause=rolled.pause, done=rolled.reason is RollReason.NODE_REBOOTED)
+                if RestartMarker.of(inputs.status).machine != current.name:
+                    # Not started: its kube-apiserver restarts only inside a maintenance window.
+                    closed = backbone.window_closed(ctx, inputs.cluster, f"the kube-apiserver restart of {m.name}")
+                    if closed is not None:
+                        return await backbone.wait_for_window(ctx, CONFIG, inputs, closed)
                 restarted = await advance_restart(world, m)
                 return await _report(ctx, inputs, [current], restarted.outcome, restarted.reason, restarted.message,
                                      pause=restarted.pause, done=restarted.reason in ("APIServerRestarted",
@@ -325,9 +332,12 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
     lock = anyio.Lock()  # the workers' markers share the operation's status: one write at a time, not a 409 storm
     # Twice at most: the slots a worker freed in the first round are taken in the second, in this same step,
     # rather than a whole step of the cluster later (docs/decisions.md#config-rollout: up to maxUnavailable at once).
+    closed = None
     for round_ in range(2):
         freed = False
-        taking = not gated or (round_ == 0 and not workers.in_flight(inputs.status))
+        # Outside every maintenance window no new worker is taken; those under way finish (windows.py).
+        closed = backbone.window_closed(ctx, inputs.cluster, "the next workers")
+        taking = closed is None and (not gated or (round_ == 0 and not workers.in_flight(inputs.status)))
         for taken in workers.to_start(planned, inputs.status, inputs.worker_bound.at_once) if taking else []:
             inputs.op = await workers.open_slot(objects, inputs.op_namespace, inputs.name, taken.name)
             ctx.observe(inputs.op)
@@ -360,6 +370,8 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
     blocked = next((o for o in outcomes if isinstance(o, Blocked)), None)
     if blocked is not None:
         return await backbone.blocked(ctx, CONFIG, inputs, blocked.message)
+    if closed is not None and all(r == RollReason.WAITING_FOR_WINDOW for _, r, _ in shown):
+        return await backbone.wait_for_window(ctx, CONFIG, inputs, closed)  # nothing in flight: all wait
     summary = "; ".join(f"{p.name}: {r}" for p, r, _ in shown) or "taking the next workers"
     at_most = inputs.worker_bound.at_once
     await _operation_status(ctx, inputs, "RollingWorkers", f"workers under way (at most {at_most}): {summary}",

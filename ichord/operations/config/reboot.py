@@ -3,6 +3,7 @@ table).
 
     converged (and no reboot outstanding)      -> done without a call; ichord's cordon (if any) released
     gates: held? Node Ready, dry run, etcd (CP) -> closed: Blocked, retried
+    outside every maintenance window            -> not cordoned: WaitingForWindow (operations/windows.py)
     cordon (roll)                              -> drain rounds (before_reboot): Eviction API, one round a step
     drained                                    -> STAGED apply of the render (own deadline), then the roll
                                                   records the boot ID and calls Reboot (own deadline)
@@ -21,6 +22,7 @@ from ichord.errors import IchordError
 from ichord.failpoints import failpoint
 from ichord.kube import crds
 from ichord.kube.nodes import uncordon
+from ichord.operations import backbone
 from ichord.operations.config import checks
 from ichord.operations.config.plan import HOLD_ANNOTATION
 from ichord.operations.config.world import ROLL_FIELDS, World
@@ -43,6 +45,7 @@ from ichord.operations.roll import (
 )
 from ichord.operations.roll_state import GateResult
 from ichord.operations.roll_store import StatusMarkerStore
+from ichord.operations.windows import Closed
 from ichord.pki.scrub import SCRUBBER
 from ichord.talos.client import ApplyMode
 from ichord.talos.errors import TalosError, TalosUnreachableError
@@ -118,6 +121,9 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
         failpoint("config.stage.after")
         return PROCEED
 
+    async def window(_t: RollTarget) -> Closed | None:
+        return backbone.window_closed(world.ctx, world.inputs.cluster, f"the reboot of {m.name}")
+
     gates: list[Gate] = [held, ready, dry]
     verifiers: list[Gate] = [back]
     if m.is_control_plane:
@@ -126,4 +132,4 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
     hooks = RollHooks(before_reboot=drain_and_stage)
     return await advance_roll([target], store, TalosNodes(world.talos, world.inputs.cluster_inputs.contract),
                               KubeNodes(world.managed), gates=gates, verifiers=verifiers, hooks=hooks,
-                              timing=world.ctx.timing, clock=world.ctx.now)
+                              timing=world.ctx.timing, clock=world.ctx.now, admit=window)

@@ -142,6 +142,13 @@ def _check(value: Any, schema: JSON, path: str, old: Any, causes: list[Cause], r
             # kube-apiserver 1.36 (the real tier) shows a scalar's value and omits an object's or a list's.
             shown = "" if isinstance(value, (dict, list)) else f"{_quote(value)}: "
             rule_causes.append(("FieldValueInvalid", path, f"Invalid value: {shown}{msg}"))
+    if isinstance(value, dict) and schema.get("oneOf"):
+        # Only the shape the chart uses: branches of ``required`` lists (exactly one must hold, as the API server's
+        # value validation asks of oneOf).
+        held = sum(1 for branch in schema["oneOf"] if all(k in value for k in branch.get("required") or []))
+        if held != 1:
+            causes.append(("FieldValueInvalid", path, f"Invalid value: \"object\": {path} in body must validate one "
+                           "and only one schema (oneOf)"))
     if isinstance(value, dict):
         props: JSON = schema.get("properties") or {}
         for req in schema.get("required") or []:
