@@ -330,7 +330,7 @@ async def test_a_holding_and_excluding_kind_is_named_in_its_own_words(world: Wor
     message = str((find(_status(op)["conditions"], census.CONDITION) or {}).get("message"))
     assert message == (f"a census (operation {env.namespace}/holder) is under way on cluster {env.cluster_name}; "
                        "this operation waits until it completes")
-    assert _status(op)["phase"] == names.Phase.PAUSED and await world.lease_holder() != op["metadata"]["uid"]
+    assert _status(op)["phase"] == names.Phase.PAUSED and await world.lease_holder() != (op or {})["metadata"]["uid"]
 
     await env.set_unreachable(silent, False)
     await world.run_until("holder", lambda o: _status(o).get("phase") == names.Phase.COMPLETED)
