@@ -70,7 +70,7 @@ class Target(metaclass=_Targets):
         return describe(self.value)
 
     @property
-    def ca_kind(self) -> CAKind:
+    def ca_kind(self) -> CAKind | str:
         return self.description.ca_kind
 
     @property
@@ -194,4 +194,4 @@ class Rotation:
 
 def generate_rotation(targets: tuple[Target, ...]) -> Rotation:
     """New CAs for the targets, with Talos's algorithms and subjects."""
-    return Rotation({t: generate_ca(t.ca_kind) for t in targets})
+    return Rotation({t: generate_ca(t.description.ca_profile) for t in targets})
