@@ -69,11 +69,6 @@ def spec_targets(op: dict[str, Any]) -> tuple[Target, ...]:
     return targets
 
 
-def targets_in_order(targets: Iterable[Target]) -> list[Target]:
-    chosen = set(targets)
-    return [t for t in target_order() if t in chosen]
-
-
 def contract_refusal(targets: Iterable[Target], contract: VersionContract) -> str | None:
     """Why the cluster's version contract cannot take these targets (docs/decisions.md#ca-rotation-passes), or None."""
     try:
