@@ -112,7 +112,8 @@ class World:
             published = {c["name"]: c["fingerprint"] for c in _status(cluster).get("certificates") or []}
             if done(published):
                 return published
-            await self.reconciler.step({})
+            # What the daemon's router tells the actor when the bundle Secret changes (watchers/routing.py).
+            await self.reconciler.step({("Secret", self.env.secret_name): "MODIFIED"})
             await anyio.sleep(0.02)
         raise AssertionError(f"status.certificates never showed it: {published}")
 
