@@ -25,5 +25,9 @@ Events
 # tarfile.TarInfo.mtime: read by tarfile when it writes the kubeconfig archive the Kubeconfig RPC streams.
 mtime
 
+# The metaclass of pki.rotation.Target: `for t in Target` (every registered target, in the rotation order) calls it,
+# as iterating the enum it replaces did; the CRD-agreement tests list the targets so.
+__iter__
+
 # ruamel.yaml's YAML().preserve_quotes: read by ruamel when it loads (ichord/yamlio.py).
 preserve_quotes

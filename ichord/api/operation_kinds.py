@@ -5,10 +5,12 @@
     config       ConfigRollout  status               no              no               ichor.maesh.dev/config
 
 The views (``OperationView``), the backbone, ``ichord cluster status``, the operation CLI and the cluster actor
-read these descriptions and name no kind. A kind's behaviour (its ``advance``, what it covers and disrupts) is
-attached to its description in ``ichord/operations/`` (``Registry``). Adding a kind is one ``KindDescription``
-here and one ``register`` line (docs/architecture.md#how-to-add-an-operation-kind);
-``tests/unit/test_crd_registry.py`` checks the CRD's enum, rules and columns against this table.
+read these descriptions and name no kind. A kind's behaviour (its ``advance``, what it covers and disrupts) carries
+its description (``ichord/operations/``: ``Operation.spec.description``), and ``Registry.register`` puts that
+description here: registering a kind is that one line (docs/architecture.md#how-to-add-an-operation-kind). The
+kinds ichord ships are also described here at import, because the CLI reads them and builds no
+registry; ``tests/unit/test_crd_registry.py`` checks the CRD's enum, rules and columns against this table and that
+each shipped kind's behaviour carries the description listed here.
 """
 
 from __future__ import annotations
@@ -114,5 +116,6 @@ def sections() -> list[str]:
     return [d.section for d in KINDS.values() if d.section]
 
 
+# The kinds ichord ships are described at import: the CLI reads them and builds no registry.
 register(CA_ROTATION)
 register(CONFIG)

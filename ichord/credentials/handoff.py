@@ -31,7 +31,7 @@ from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import Forbidden, Invalid, KubeError, NotFound, TLSVerificationError, Unauthorized
 from ichord.kube.reads import read_secret
-from ichord.operations.ca_rotation.plan import CERT_NAMES, handoff_token, hands_off, replaced_by
+from ichord.operations.ca_rotation.plan import handoff_token, hands_off, replaced_by
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CertificateAuthority
 from ichord.pki.fingerprint import ca_fingerprint
@@ -197,7 +197,7 @@ def _authorities(bundle: SecretsBundle, rotation: Rotation | None, certs: Sequen
         return bundle.os, [bundle.os.cert_pem], bundle.k8s, [bundle.k8s.cert_pem]
     expected = {str(c.get("name")): str(c.get("next")) for c in certs if c.get("next")}
     for target, ca in rotation.new.items():
-        want = expected.get(CERT_NAMES[target])
+        want = expected.get(target.value)
         if want is not None and ca_fingerprint(ca) != want:
             raise CredentialsError(f"the new {target.value} CA in {where} key {names.ROTATION_KEY} is not the one the "
                                    "operation's status names; the Secret changed under the rotation. Nothing written.")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from ichord.pki.bundle import SecretsBundle
@@ -110,7 +111,12 @@ def bundle_digest(bundle: SecretsBundle) -> bytes:
         if not f.compare:
             continue
         value = getattr(bundle, f.name)
-        parts = (value.cert_pem, value.key_pem) if isinstance(value, CertificateAuthority) else (value,)
+        if isinstance(value, CertificateAuthority):
+            parts: tuple[object, ...] = (value.cert_pem, value.key_pem)
+        elif isinstance(value, Mapping):  # extra_cas: each bundle key and its CA, in key order
+            parts = tuple(p for k in sorted(value) for p in (k, value[k].cert_pem, value[k].key_pem))
+        else:
+            parts = (value,)
         for part in parts:
             if part is None:
                 h.update(b"\xff" * 8)  # no length prefix is all ones: None differs from every value

@@ -35,7 +35,7 @@ from ichord.kube.errors import Forbidden, KubeError, NotFound
 from ichord.kube.forbidden import forbidden_message
 from ichord.kube.reads import SecretData, read_secret
 from ichord.pki import pem as _pem
-from ichord.pki.bundle import BundleError, SecretsBundle
+from ichord.pki.bundle import BundleError, SecretsBundle, extra_keys
 from ichord.pki.ca import CAKind, CertificateAuthority
 from ichord.pki.rotation import Rotation, RotationError, Target
 from ichord.pki.scrub import SCRUBBER
@@ -115,27 +115,40 @@ def _parse_public(raw: bytes, source: str) -> SecretsBundle:
     cas: dict[CAKind, CertificateAuthority] = {}
     certs = doc.get("certs")
     for kind, entry in _CA_ENTRIES.items():
-        entry_doc = certs.get(entry) if isinstance(certs, dict) else None
-        crt = entry_doc.get("crt") if isinstance(entry_doc, dict) else None
-        if not isinstance(crt, str) or not crt:
-            problems.append(f"certs.{entry}.crt is missing")
-            continue
-        try:
-            ca = CertificateAuthority(_pem.b64_pem_decode(crt, f"certs.{entry}.crt"))
-            cert = _pem.load_certificate(ca.cert_pem, f"certs.{entry}.crt")
-        except _pem.PEMError as exc:
-            problems.append(str(exc))
-            continue
-        if not _is_ca(cert):
-            problems.append(f"certs.{entry}.crt is not a CA certificate")
-            continue
-        cas[kind] = ca
+        ca = _public_ca(certs.get(entry) if isinstance(certs, dict) else None, entry, problems)
+        if ca is not None:
+            cas[kind] = ca
+    extra: dict[str, CertificateAuthority] = {}
+    for key in extra_keys():  # a registered target's CA kept beside Talos's four: optional (absent until rotated)
+        entry_doc = certs.get(key) if isinstance(certs, dict) else None
+        if entry_doc is not None:
+            ca = _public_ca(entry_doc, key, problems)
+            if ca is not None:
+                extra[key] = ca
     if problems:
         raise BundleError(problems, source)
     return SecretsBundle(
         cluster_id="", cluster_secret="", bootstrap_token="", trustd_token="", secretbox_encryption_secret=None,
         aescbc_encryption_secret=None, etcd=cas[CAKind.ETCD], k8s=cas[CAKind.KUBERNETES],
-        k8s_aggregator=cas[CAKind.AGGREGATOR], k8s_service_account_key=b"", os=cas[CAKind.OS])
+        k8s_aggregator=cas[CAKind.AGGREGATOR], k8s_service_account_key=b"", os=cas[CAKind.OS], extra_cas=extra)
+
+
+def _public_ca(entry_doc: object, entry: str, problems: list[str]) -> CertificateAuthority | None:
+    """certs.<entry>'s certificate alone (its key never decoded), or None with the defect in ``problems``."""
+    crt = entry_doc.get("crt") if isinstance(entry_doc, dict) else None
+    if not isinstance(crt, str) or not crt:
+        problems.append(f"certs.{entry}.crt is missing")
+        return None
+    try:
+        ca = CertificateAuthority(_pem.b64_pem_decode(crt, f"certs.{entry}.crt"))
+        cert = _pem.load_certificate(ca.cert_pem, f"certs.{entry}.crt")
+    except _pem.PEMError as exc:
+        problems.append(str(exc))
+        return None
+    if not _is_ca(cert):
+        problems.append(f"certs.{entry}.crt is not a CA certificate")
+        return None
+    return ca
 
 
 def _plain(raw: bytes) -> object:

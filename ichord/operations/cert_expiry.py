@@ -86,6 +86,7 @@ def certificate_expiries(bundle: SecretsBundle) -> tuple[CertificateExpiry, ...]
     return tuple(
         CertificateExpiry(t.name, bundle.ca(t.ca_kind).not_after, ca_fingerprint(bundle.ca(t.ca_kind)))
         for t in in_certificate_order()  # status.certificates' order; the names are the rotation targets'
+        if bundle.holds(t.ca_kind)  # a target's CA kept beside Talos's four is published once the bundle has it
     )
 
 

@@ -5,8 +5,8 @@ The cluster actor has one operations phase and names no kind: it hands the step'
 finalizer), oldest first, and returns the soonest outcome. An operation whose kind is not registered gets a
 condition and a Warning Event saying so (once), never silence.
 
-Adding a kind is its description (api/operation_kinds.py), a module that builds an ``Operation`` of it and a line
-in ``default_registry``.
+Adding a kind is a module that builds an ``Operation`` (its behaviour, carrying its ``KindDescription``) and one
+``register`` line: that line puts the description in the table of kinds (api/operation_kinds.py) too.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from ichord.api import operation_kinds
 from ichord.api.conditions import Condition
 from ichord.api.disruptions import PlannedDisruption, by_machine
 from ichord.api.names import Phase
@@ -67,8 +68,13 @@ class Registry:
     retries: StepRetries = field(default_factory=StepRetries)
 
     def register(self, operation: Operation) -> None:
+        """The kind's behaviour here and its description in the table of kinds (api/operation_kinds.py), which the
+        views, the backbone and the actor read: registering a kind is this one call. A description the table
+        already holds under that name must be the same object (ValueError otherwise, nothing registered)."""
         if operation.spec.kind in self.kinds:
             raise ValueError(f"operation kind {operation.spec.kind!r} is registered twice")
+        if operation_kinds.describe(operation.spec.kind) is not operation.spec.description:
+            operation_kinds.register(operation.spec.description)  # ichord's own kinds are there from import
         self.kinds[operation.spec.kind] = operation
 
     def get(self, kind: str) -> Operation | None:

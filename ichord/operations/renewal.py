@@ -55,7 +55,7 @@ from ichord.operations.outcome import Done, Outcome, Requeue
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CA_VALIDITY
 from ichord.pki.fingerprint import ca_fingerprint
-from ichord.pki.rotation import TARGET_ORDER, RotationError, Target, parse_targets
+from ichord.pki.rotation import RotationError, Target, parse_targets, target_order
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.stages import StageRenderError, check_targets
 
@@ -101,7 +101,7 @@ class Policy:
         if default is None and not by_target:
             return None
         periods: dict[Target, tuple[dt.timedelta, str]] = {}
-        for target in TARGET_ORDER:
+        for target in target_order():
             text = by_target.get(target.value, default)
             if text is None:
                 continue
@@ -116,7 +116,7 @@ class Policy:
                     f"{field} {text} is not shorter than a new CA's lifetime ({CA_VALIDITY.days}d): every CA a "
                     "rotation makes would be due at once")
             periods[target] = (period, str(text))
-        unknown = sorted(set(by_target) - {t.value for t in TARGET_ORDER})
+        unknown = sorted(set(by_target) - {t.value for t in target_order()})
         if unknown:
             raise RenewalPolicyError(f"spec.caRotation.renewBeforeByTarget names no CA target: {', '.join(unknown)}")
         approval = str(section.get("approval") or MANUAL)

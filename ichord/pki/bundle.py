@@ -16,6 +16,7 @@ import datetime as dt
 import os as _os
 import secrets as _secrets
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ from ichord import yamlio
 from ichord.contract import DEFAULT_CONTRACT, VersionContract
 from ichord.errors import IchordError
 from ichord.pki import pem as _pem
-from ichord.pki.ca import CAKind, CertificateAuthority, KeyAlgorithm, generate_ca, generate_key
+from ichord.pki import targets as ca_targets
+from ichord.pki.ca import CAKind, CAProfile, CertificateAuthority, KeyAlgorithm, generate_ca, generate_key
 
 
 class BundleError(IchordError):
@@ -74,30 +76,45 @@ class SecretsBundle:
     os: CertificateAuthority
     # The parsed document this bundle came from, for a faithful round trip; None when generated.
     _document: Any = field(default=None, repr=False, compare=False)
+    #: certs.<key> -> a CA ichord keeps beside Talos's four: a registered CA-rotation target's whose ``ca_kind`` is
+    #: a bundle key (ichord/pki/targets). Talos reads none of them; absent from a bundle made before the target.
+    extra_cas: Mapping[str, CertificateAuthority] = field(default_factory=dict, hash=False)
 
-    def ca(self, kind: CAKind) -> CertificateAuthority:
-        return {
-            CAKind.OS: self.os,
-            CAKind.ETCD: self.etcd,
-            CAKind.KUBERNETES: self.k8s,
-            CAKind.AGGREGATOR: self.k8s_aggregator,
-        }[kind]
+    def ca(self, kind: CAKind | str) -> CertificateAuthority:
+        """The CA of ``kind``: one of Talos's four, or an extra CA by its bundle key (BundleError when absent)."""
+        key = kind.value if isinstance(kind, CAKind) else kind
+        own = {CAKind.OS.value: self.os, CAKind.ETCD.value: self.etcd, CAKind.KUBERNETES.value: self.k8s,
+               CAKind.AGGREGATOR.value: self.k8s_aggregator}
+        if key in own:
+            return own[key]
+        try:
+            return self.extra_cas[key]
+        except KeyError:
+            raise BundleError([f"certs.{key} is missing (the CA of a CA-rotation target ichord keeps in the bundle; "
+                               "rotate the target to create it)"]) from None
 
-    def with_cas(self, cas: dict[CAKind, CertificateAuthority]) -> SecretsBundle:
+    def holds(self, kind: CAKind | str) -> bool:
+        """Whether the bundle has the CA of ``kind`` (Talos's four always)."""
+        return isinstance(kind, CAKind) or kind in {k.value for k in CAKind} or kind in self.extra_cas
+
+    def with_cas(self, cas: Mapping[CAKind | str, CertificateAuthority]) -> SecretsBundle:
         """A copy with some CAs replaced (everything else, cluster ID and secret included, kept)."""
+        by_key = {(k.value if isinstance(k, CAKind) else k): ca for k, ca in cas.items()}
+        own = {k.value for k in CAKind}
         return replace(
             self,
-            os=cas.get(CAKind.OS, self.os),
-            etcd=cas.get(CAKind.ETCD, self.etcd),
-            k8s=cas.get(CAKind.KUBERNETES, self.k8s),
-            k8s_aggregator=cas.get(CAKind.AGGREGATOR, self.k8s_aggregator),
+            os=by_key.get(CAKind.OS.value, self.os),
+            etcd=by_key.get(CAKind.ETCD.value, self.etcd),
+            k8s=by_key.get(CAKind.KUBERNETES.value, self.k8s),
+            k8s_aggregator=by_key.get(CAKind.AGGREGATOR.value, self.k8s_aggregator),
+            extra_cas={**self.extra_cas, **{k: ca for k, ca in by_key.items() if k not in own}},
         )
 
     def secret_values(self) -> list[str]:
         """Every secret this bundle holds, in the encodings it may appear in (for the scrubber)."""
         out = [self.cluster_secret, self.bootstrap_token, self.trustd_token]
         out += [s for s in (self.secretbox_encryption_secret, self.aescbc_encryption_secret) if s]
-        for ca in (self.os, self.etcd, self.k8s, self.k8s_aggregator):
+        for ca in (self.os, self.etcd, self.k8s, self.k8s_aggregator, *self.extra_cas.values()):
             if ca.key_pem:
                 out.append(ca.key_pem.decode())
         out.append(self.k8s_service_account_key.decode())
@@ -127,6 +144,8 @@ class SecretsBundle:
             _set_ca(doc, kind.value, ca)
         _set_path(doc, ("certs", "k8sserviceaccount", "key"), _pem.b64_pem_encode(self.k8s_service_account_key))
         _set_ca(doc, CAKind.OS.value, self.os)
+        for key, ca in self.extra_cas.items():
+            _set_ca(doc, key, ca)
         return yamlio.dump(doc)
 
     @classmethod
@@ -184,7 +203,17 @@ def generate_bundle(contract: VersionContract = DEFAULT_CONTRACT, *, now: dt.dat
         k8s_aggregator=generate_ca(CAKind.AGGREGATOR, now=now),
         k8s_service_account_key=_pem.encode_private_key(generate_key(sa_alg)),
         os=generate_ca(CAKind.OS, now=now),
+        extra_cas={key: generate_ca(profile, now=now) for key, profile in _extra_profiles().items()},
     )
+
+
+def extra_keys() -> tuple[str, ...]:
+    """The bundle keys of the registered targets' CAs that are not Talos's four."""
+    return tuple(_extra_profiles())
+
+
+def _extra_profiles() -> dict[str, CAProfile]:
+    return {t.bundle_key: t.ca_profile for t in ca_targets.REGISTRY if not isinstance(t.ca_kind, CAKind)}
 
 
 # ---- parsing ------------------------------------------------------------------------------
@@ -296,6 +325,9 @@ def _parse(doc: Any, source: str) -> SecretsBundle:
     if problems:
         raise BundleError(problems, source)
     assert cluster_id and cluster_secret and bootstrap and trustd and sa_key  # noqa: PT018 - narrowed above
+    extra = {key: ca for key in extra_keys() if _has_entry(doc, key) and (ca := _parse_ca(doc, key, problems))}
+    if problems:
+        raise BundleError(problems, source)
     etcd, k8s, agg, os_ca = cas["etcd"], cas["k8s"], cas["k8saggregator"], cas["os"]
     assert etcd and k8s and agg and os_ca  # noqa: PT018
     return SecretsBundle(
@@ -311,4 +343,10 @@ def _parse(doc: Any, source: str) -> SecretsBundle:
         k8s_service_account_key=sa_key,
         os=os_ca,
         _document=doc,
+        extra_cas=extra,
     )
+
+
+def _has_entry(doc: Any, key: str) -> bool:
+    certs = doc.get("certs")
+    return isinstance(certs, dict) and key in certs

@@ -123,10 +123,11 @@ def key_usage(*, cert_sign: bool = False, key_encipherment: bool = False) -> x50
 
 
 def generate_ca(
-    kind: CAKind, *, now: dt.datetime | None = None, algorithm: KeyAlgorithm | None = None
+    kind: CAKind | CAProfile, *, now: dt.datetime | None = None, algorithm: KeyAlgorithm | None = None
 ) -> CertificateAuthority:
-    """Generate a self-signed CA exactly as Talos does for ``kind``."""
-    profile = CA_PROFILES[kind]
+    """Generate a self-signed CA exactly as Talos does for ``kind`` (or as ``kind``, a profile, says: a CA-rotation
+    target whose CA is not one of Talos's four carries its own, ichord/pki/targets)."""
+    profile = kind if isinstance(kind, CAProfile) else CA_PROFILES[kind]
     key = generate_key(algorithm or profile.algorithm)
     now = now or dt.datetime.now(dt.UTC)
     subject = _name(profile.organization, profile.common_name)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ichord.contract import SUPPORTED_CONTRACTS
+from ichord.contract import SUPPORTED_CONTRACTS, VersionContract
+from ichord.pki import targets as ca_targets
 from ichord.pki.bundle import SecretsBundle
+from ichord.pki.ca import CAKind
 from ichord.render import keyorder, legacy, multidoc, zerofields
 from ichord.render.config import MachineConfig
 from ichord.render.errors import RenderError
@@ -39,6 +41,17 @@ def load_patches(cluster: ClusterInputs, machine: MachineInputs) -> list[Patch]:
     return patches
 
 
+def _place_target_cas(config: MachineConfig, bundle: SecretsBundle, machine: MachineInputs,
+                      contract: VersionContract) -> None:
+    """A registered CA-rotation target whose CA the bundle keeps beside Talos's four (ichord/pki/targets) is placed by
+    its render writer, as the generator places those four: a rotation's stages then add only what is trusted."""
+    control_plane = str(getattr(machine.role, "value", machine.role)) == "controlplane"
+    for target in ca_targets.REGISTRY:
+        if isinstance(target.ca_kind, CAKind) or target.render_writer is None or not bundle.holds(target.ca_kind):
+            continue
+        target.render_writer(config, bundle.ca(target.ca_kind).cert_pem, control_plane, contract)
+
+
 def render(
     bundle: SecretsBundle,
     cluster: ClusterInputs,
@@ -51,6 +64,7 @@ def render(
     ``extra_patches`` (already loaded) come last; the CA-rotation stages use them.
     """
     config = generate(bundle, cluster, machine)
+    _place_target_cas(config, bundle, machine, cluster.contract)
     patches = [*load_patches(cluster, machine), *extra_patches]
     for patch in patches:
         if isinstance(patch, StrategicPatch):

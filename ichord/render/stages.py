@@ -149,6 +149,7 @@ def _trust_etcd(config: MachineConfig, cert_pem: bytes, cp: bool, _contract: Ver
     ca["crt"] = _b64(signing + cert_pem)
 
 
+#: ichord's own targets' writers; a target registered with a ``render_writer`` brings its own (``writer``).
 WRITERS: dict[Target, Callable[[MachineConfig, bytes, bool, VersionContract], None]] = {
     Target.TALOS: _trust_talos,
     Target.KUBERNETES: _trust_kubernetes,
@@ -200,5 +201,13 @@ def render_stage(
         return config
     cp = _is_controlplane(machine)
     for t in chosen:
-        WRITERS[t](config, pick(t, row.trusted).cert_pem, cp, cluster.contract)
+        writer(t)(config, pick(t, row.trusted).cert_pem, cp, cluster.contract)
     return config
+
+
+def writer(target: Target) -> Callable[[MachineConfig, bytes, bool, VersionContract], None]:
+    """The target's render writer: its description's, else ichord's own for the targets it ships (``WRITERS``)."""
+    own = target.description.render_writer or WRITERS.get(target)
+    if own is None:
+        raise StageRenderError(f"the {target.value} target has no render writer (its description names none)")
+    return own

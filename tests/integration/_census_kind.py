@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from ichord.api import names, operation_kinds
@@ -65,20 +63,11 @@ CENSUS = OperationKind(DESCRIPTION)
 HOLDING = dataclasses.replace(DESCRIPTION, holds_machines=True, excludes_others=True)
 
 
-@contextmanager
-def described(description: KindDescription = DESCRIPTION) -> Iterator[KindDescription]:
-    """The description in ichord's table of kinds (what views and the backbone read) for the caller's span only:
-    the table is process-wide, and the CRD-agreement tests expect ichord's own kinds alone."""
-    operation_kinds.register(description)
-    try:
-        yield description
-    finally:
-        del operation_kinds.KINDS[KIND]
-
-
-def census_operation() -> Operation:
-    """The kind's behaviour, for a ``Registry``."""
-    return Operation(CENSUS, advance)
+def census_operation(description: KindDescription = DESCRIPTION) -> Operation:
+    """The kind's behaviour, carrying its description: ``Registry.register`` of it is the one registration line (it
+    puts the description in ichord's table of kinds too). ``advance`` answers to the name, condition and finalizer,
+    which ``HOLDING`` shares with ``DESCRIPTION``."""
+    return Operation(OperationKind(description), advance)
 
 
 def _versions(status: Obj) -> dict[str, str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ import anyio
 import pytest
 
 from ichord.actors.cluster import ClusterReconciler, Runtime
-from ichord.api import names
+from ichord.api import names, operation_kinds
 from ichord.api.conditions import find
 from ichord.api.operation_kinds import KindDescription
 from ichord.daemon import Daemon, DaemonSettings
@@ -116,6 +116,16 @@ def _resource(kind: str) -> Resource:
     return Resource(names.GROUP, names.VERSION, names.PLURALS[kind])
 
 
+@pytest.fixture(autouse=True)
+def _kinds_restored() -> Iterator[None]:
+    """The table of kinds is process-wide: what a test's registry added to it leaves with the test (the
+    CRD-agreement tests expect ichord's own kinds alone)."""
+    before = dict(operation_kinds.KINDS)
+    yield
+    operation_kinds.KINDS.clear()
+    operation_kinds.KINDS.update(before)
+
+
 @pytest.fixture
 def description() -> KindDescription:
     """The census's description in ichord's table while the test runs (a test parametrizes another)."""
@@ -132,21 +142,20 @@ async def world(env: SimEnvironment, description: KindDescription) -> AsyncItera
                      for k in (names.TALOS_CLUSTER, names.TALOS_MACHINE, names.TALOS_OPERATION)}
         recorder = EventRecorder(kube, instance="test")
         registry = Registry()
-        with census.described(description):  # the description, in ichord's table of kinds while the test runs
-            registry.register(census.census_operation())  # the one registration line
-            rt = Runtime(kube, env.namespace, informers[names.TALOS_CLUSTER], informers[names.TALOS_MACHINE],
-                         informers[names.TALOS_OPERATION], recorder, TIMING, resync=3600, registry=registry)
-            async with anyio.create_task_group() as tg:
-                for inf in informers.values():
-                    tg.start_soon(inf.run)
-                tg.start_soon(recorder.run)
-                for inf in informers.values():
-                    await inf.wait_synced()
-                reconciler = ClusterReconciler(rt, env.namespace, env.cluster_name)
-                yield World(env, kube, reconciler)
-                reconciler.close()
-                await recorder.drain()
-                tg.cancel_scope.cancel()
+        registry.register(census.census_operation(description))  # the one registration line: behaviour + description
+        rt = Runtime(kube, env.namespace, informers[names.TALOS_CLUSTER], informers[names.TALOS_MACHINE],
+                     informers[names.TALOS_OPERATION], recorder, TIMING, resync=3600, registry=registry)
+        async with anyio.create_task_group() as tg:
+            for inf in informers.values():
+                tg.start_soon(inf.run)
+            tg.start_soon(recorder.run)
+            for inf in informers.values():
+                await inf.wait_synced()
+            reconciler = ClusterReconciler(rt, env.namespace, env.cluster_name)
+            yield World(env, kube, reconciler)
+            reconciler.close()
+            await recorder.drain()
+            tg.cancel_scope.cancel()
 
 
 def _status(op: Obj | None) -> Obj:
@@ -251,22 +260,21 @@ async def test_a_fake_kind_runs_to_completion_under_the_daemon_itself(env: SimEn
                                   metrics_host="127.0.0.1", metrics_port=0, timing=TIMING, trust_pool=False)
         daemon = Daemon(settings, kube)
         registry = Registry()
-        with census.described():
-            registry.register(census.census_operation())  # the one registration line
-            # Daemon builds its Runtime with ichord's default registry; the Runtime takes any (its field).
-            daemon.runtime = dataclasses.replace(daemon.runtime, registry=registry)
-            await crds.operations(kube).create(env.namespace, {"metadata": {"name": "daemon-run"}, "spec": {
-                "clusterRef": {"name": env.cluster_name}, "kind": census.KIND}})
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(daemon.run)
-                with anyio.fail_after(60):
-                    while True:
-                        op = await crds.operations(kube).get(env.namespace, "daemon-run")
-                        if _status(op).get("phase") == names.Phase.COMPLETED and not op["metadata"].get("finalizers"):
-                            break
-                        await anyio.sleep(0.05)
-                lock = await get_lease(kube, env.namespace, lock_name(env.cluster_name))
-                tg.cancel_scope.cancel()
+        registry.register(census.census_operation())  # the one registration line: behaviour + description
+        # Daemon builds its Runtime with ichord's default registry; the Runtime takes any (its field).
+        daemon.runtime = dataclasses.replace(daemon.runtime, registry=registry)
+        await crds.operations(kube).create(env.namespace, {"metadata": {"name": "daemon-run"}, "spec": {
+            "clusterRef": {"name": env.cluster_name}, "kind": census.KIND}})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            with anyio.fail_after(60):
+                while True:
+                    op = await crds.operations(kube).get(env.namespace, "daemon-run")
+                    if _status(op).get("phase") == names.Phase.COMPLETED and not op["metadata"].get("finalizers"):
+                        break
+                    await anyio.sleep(0.05)
+            lock = await get_lease(kube, env.namespace, lock_name(env.cluster_name))
+            tg.cancel_scope.cancel()
     assert lock is not None and lock.holder is None  # taken by the census, then released
     expected = {m: env.node(m).cluster.version_tag(env.node(m).contract) for m in env.machine_names}
     assert _versions(op) == expected and _reason(op) == census.SURVEYED
@@ -322,7 +330,7 @@ async def test_a_holding_and_excluding_kind_is_named_in_its_own_words(world: Wor
     message = str((find(_status(op)["conditions"], census.CONDITION) or {}).get("message"))
     assert message == (f"a census (operation {env.namespace}/holder) is under way on cluster {env.cluster_name}; "
                        "this operation waits until it completes")
-    assert _status(op)["phase"] == names.Phase.PAUSED and await world.lease_holder() != op["metadata"]["uid"]
+    assert _status(op)["phase"] == names.Phase.PAUSED and await world.lease_holder() != (op or {})["metadata"]["uid"]
 
     await env.set_unreachable(silent, False)
     await world.run_until("holder", lambda o: _status(o).get("phase") == names.Phase.COMPLETED)

@@ -8,6 +8,7 @@ answer for it correctly without a line of them changed; ``ca-rotation`` and ``co
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Iterator
 from typing import Any, cast
@@ -22,7 +23,11 @@ from ichord.kube.client import KubeClient
 from ichord.kube.events import EventRecorder
 from ichord.machines.reconciler import reconcile_machine
 from ichord.operations import backbone
+from ichord.operations.backbone import OperationKind
+from ichord.operations.kinds import default_registry
 from ichord.operations.lock import Exclusion
+from ichord.operations.outcome import Done
+from ichord.operations.registry import Operation, Registry
 from ichord.operations.scope import ClusterScope
 from ichord.pki.bundle import SecretsBundle
 from ichord.render.inputs import ClusterInputs
@@ -185,3 +190,27 @@ def test_cluster_status_reads_the_description(described: None) -> None:
 def test_the_table_holds_the_known_kinds() -> None:
     assert set(KINDS) == {"ca-rotation", "config"}
     assert KINDS["ca-rotation"] is operation_kinds.CA_ROTATION and KINDS["config"] is operation_kinds.CONFIG
+
+
+async def _never_advances(_scope: Any, _op: OperationView) -> Done:
+    raise AssertionError("not stepped here")
+
+
+def test_registering_a_kinds_behaviour_is_its_one_registration_line() -> None:
+    """Issue 29: ``Registry.register`` of a behaviour that carries its description puts that description in the
+    table the views read; registering ichord's own kinds again (every registry built) changes nothing; another
+    description under a registered name is refused, and nothing of it is registered."""
+    registry = Registry()
+    try:
+        registry.register(Operation(OperationKind(PROBE), _never_advances))
+        assert describe("probe") is PROBE and "probe" in registry.kinds
+        assert OperationView.of(op("probe")).condition_type == "Probed"
+    finally:
+        KINDS.pop(PROBE.name, None)
+    default_registry()
+    assert set(KINDS) == {"ca-rotation", "config"}
+    impostor = dataclasses.replace(operation_kinds.CONFIG, condition_type="Impostor")
+    fresh = Registry()
+    with pytest.raises(ValueError, match="described twice"):
+        fresh.register(Operation(OperationKind(impostor), _never_advances))
+    assert fresh.kinds == {} and KINDS["config"] is operation_kinds.CONFIG

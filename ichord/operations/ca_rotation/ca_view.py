@@ -69,7 +69,8 @@ async def _etcd(talos: TalosClient, address: str, _read: dict[str, Any]) -> dict
     return _entry(blocks[0], blocks[1:]) if blocks else {"issuing": "", "trusted": []}
 
 
-#: Where a node keeps each target's CAs (the table of the module's docstring).
+#: Where a node keeps each of ichord's own targets' CAs (the table of the module's docstring); a target registered
+#: with a ``node_reader`` (ichord/pki/targets) brings its own.
 READERS: dict[Target, Callable[[TalosClient, str, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
     Target.TALOS: _talos,
     Target.KUBERNETES: _kubernetes,
@@ -87,5 +88,6 @@ async def read_node_cas(talos: TalosClient, m: MachineView, targets: Iterable[Ta
     for description in in_certificate_order():  # the order status.certificates shows the CAs in
         if description.name not in chosen or (description.control_plane_only and not m.is_control_plane):
             continue
-        out[description.name] = await READERS[Target(description.name)](talos, m.address, read)
+        reader = description.node_reader or READERS[Target(description.name)]
+        out[description.name] = await reader(talos, m.address, read)
     return out

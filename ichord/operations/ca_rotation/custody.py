@@ -41,7 +41,7 @@ from ichord.kube.reads import SecretData
 from ichord.operations import backbone
 from ichord.operations.bundle_source import full_bundle, parse_rotation
 from ichord.operations.ca_rotation.bundle_secret import BundleSecretError
-from ichord.operations.ca_rotation.plan import CERT_NAMES, replaced_by
+from ichord.operations.ca_rotation.plan import replaced_by
 from ichord.operations.ca_rotation.status import CA_ROTATION, ca_status
 from ichord.operations.managed.context import Obj, StepContext
 from ichord.operations.managed.inputs import Inputs
@@ -270,7 +270,7 @@ def bundle_problem(secret: SecretData, bundle: SecretsBundle, rotation: Rotation
         return f"{where} holds no {names.ROTATION_KEY} although the rotation is in {stage.value}"
     by_name = {str(c.get("name")): c for c in certs}
     for t, ca in rotation.new.items():
-        entry = by_name.get(CERT_NAMES[t])
+        entry = by_name.get(t.value)
         if entry is None or entry.get("next") != ca_fingerprint(ca):
             return f"{where}'s {names.ROTATION_KEY} holds other CAs than the ones this rotation gave the nodes"
     for name, entry in by_name.items():

@@ -25,22 +25,18 @@ from ichord.contract import VersionContract
 from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint
-from ichord.pki.rotation import TARGET_ORDER, Rotation, RotationError, Target, parse_targets
+from ichord.pki.rotation import Rotation, RotationError, Target, parse_targets, target_order
 from ichord.render.stages import StageRenderError, check_targets
 from ichord.talos.dial import DialBundle
 
-#: Targets this executor rotates (docs/decisions.md#ca-rotation-passes): every described one, each from its minimum
-#: contract on (``contract_refusal``; kubernetes-aggregator from v1.14).
-SUPPORTED_TARGETS = frozenset(TARGET_ORDER)
+#: Targets this executor rotates (docs/decisions.md#ca-rotation-passes): every registered one (``target_order()``,
+#: read at each call), each from its minimum contract on (``contract_refusal``; kubernetes-aggregator from v1.14).
 
 
 def api_disrupting(targets: Iterable[Target]) -> bool:
     """Some target's passes restart kube-apiserver or reboot its node: with one control plane the API is away
     meanwhile."""
     return any(t.description.restarts_apiserver or t.description.reboot_roll for t in targets)
-
-#: Status name of each target's certificate entry (the names status.certificates already uses).
-CERT_NAMES = {t: t.value for t in Target}
 
 
 #: docs/decisions.md#aggregator-ca: ichord restarts none of them; the plan and the completion message say so.
@@ -63,18 +59,14 @@ def spec_targets(op: dict[str, Any]) -> tuple[Target, ...]:
         targets = parse_targets(list(names) if names else None)
     except RotationError as exc:
         raise TargetSpecError(str(exc)) from None
-    unsupported = [t.value for t in targets if t not in SUPPORTED_TARGETS]
+    supported_targets = target_order()
+    unsupported = [t.value for t in targets if t not in supported_targets]
     if unsupported:
-        supported = ", ".join(t.value for t in targets_in_order(SUPPORTED_TARGETS))
+        supported = ", ".join(t.value for t in supported_targets)
         raise UnsupportedTargetError(
             f"target(s) {', '.join(unsupported)} are not rotated by this version of ichord yet; create the "
             f"operation with spec.caRotation.targets limited to {supported}")
     return targets
-
-
-def targets_in_order(targets: Iterable[Target]) -> list[Target]:
-    chosen = set(targets)
-    return [t for t in TARGET_ORDER if t in chosen]
 
 
 def contract_refusal(targets: Iterable[Target], contract: VersionContract) -> str | None:
@@ -184,7 +176,7 @@ def certificates_status(bundle: SecretsBundle, rotation: Rotation, stage: Stage)
             issuing, accepted = nxt, [nxt, prev]
         else:
             issuing, accepted = nxt, [nxt]
-        out.append({"name": CERT_NAMES[t], "previous": prev, "next": nxt, "issuing": issuing, "accepted": accepted})
+        out.append({"name": t.value, "previous": prev, "next": nxt, "issuing": issuing, "accepted": accepted})
     return out
 
 
@@ -195,7 +187,7 @@ def handoff_token(certificates: Iterable[dict[str, Any]]) -> str:
 
 def replaced_by(bundle: SecretsBundle, certificates: Iterable[dict[str, Any]]) -> bool:
     """True when ``bundle`` already holds every new CA status names (the Secret was replaced)."""
-    by_name = {CERT_NAMES[t]: t for t in Target}
+    by_name = {t.value: t for t in target_order()}
     entries = [c for c in certificates if c.get("next")]
     return bool(entries) and all(
         c["name"] in by_name and ca_fingerprint(bundle.ca(by_name[c["name"]].ca_kind)) == c["next"] for c in entries)

@@ -35,7 +35,6 @@ from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import KubeError, NotFound, translate
 from ichord.operations.ca_rotation.custody import FINALIZER, Kept, copy_name, get_secret, read_copy
-from ichord.operations.ca_rotation.plan import CERT_NAMES
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.pki.rotation import RotationError
 from ichord.pki.scrub import SCRUBBER
@@ -83,7 +82,7 @@ def _checked(kept: Kept | None, op: OperationView) -> Kept:
     except (RotationError, ValueError):
         rotation = None
     nexts = {str(c.get("name")): c.get("next") for c in (op.status.get("caRotation") or {}).get("certificates") or []}
-    if rotation is None or not nexts or {CERT_NAMES[t]: ca_fingerprint(ca) for t, ca in rotation.new.items()} != nexts:
+    if rotation is None or not nexts or {t.value: ca_fingerprint(ca) for t, ca in rotation.new.items()} != nexts:
         raise RestoreFailed(f"the custody copy {where} does not hold the new CAs status.caRotation.certificates names; "
                             "it was not used. Nothing was written")
     return kept

@@ -15,8 +15,19 @@ from __future__ import annotations
 from ichord.pki.targets import aggregator, etcd, kubernetes, talos
 from ichord.pki.targets.description import TargetDescription
 
-#: Every target, in the rotation order (see the module's docstring).
-REGISTRY: tuple[TargetDescription, ...] = (talos.TARGET, kubernetes.TARGET, etcd.TARGET, aggregator.TARGET)
+#: Every target, in the rotation order (see the module's docstring); ``register`` adds one.
+REGISTRY: list[TargetDescription] = [talos.TARGET, kubernetes.TARGET, etcd.TARGET, aggregator.TARGET]
+
+
+def register(description: TargetDescription) -> TargetDescription:
+    """Add a target, last in the rotation order (a new name goes at the end of the CRD's enum too): registering a
+    target is this one call (docs/architecture.md#how-to-add-a-ca-target). A name or a rotation.yaml key
+    registered twice is a mistake, never an override."""
+    clash = [t.name for t in REGISTRY if description.name == t.name or description.rotation_key == t.rotation_key]
+    if clash:
+        raise ValueError(f"CA-rotation target {description.name!r} clashes with {clash[0]!r} (name or rotation key)")
+    REGISTRY.append(description)
+    return description
 
 
 def describe(name: str) -> TargetDescription:
@@ -48,4 +59,4 @@ def certificate_names() -> tuple[str, ...]:
 
 
 __all__ = ["REGISTRY", "TargetDescription", "certificate_names", "default_target_names", "describe",
-           "in_certificate_order", "target_names"]
+           "in_certificate_order", "register", "target_names"]
