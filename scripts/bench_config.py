@@ -123,6 +123,7 @@ async def one_run(bundle: Any, workers: int, k: int, reboot_time: float, scale: 
                 if (namespace, cluster) == (env.namespace, env.cluster_name):
                     actor.tell(obj, reason)
 
+            rt.wake = tell  # as the daemon does: a managed Node back from its reboot wakes the actor
             router = Router(tell)
             router.active = True
             informers[names.TALOS_CLUSTER].add_handler(router.on_cluster)

@@ -15,8 +15,9 @@ The outcome of each phase is logged and counted here, in one place. Steps are sh
 from __future__ import annotations
 
 import copy
+import functools
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +88,9 @@ class Runtime:
     trust: TrustHooks = field(default_factory=TrustHooks)
     #: Namespaces other than a cluster's own that its secretsRef may name (--allow-secret-namespace).
     allowed_secret_namespaces: frozenset[str] = frozenset()
+    #: Tells a cluster's actor (namespace, name) that ``obj`` changed (the Router's tell; set by whoever runs the
+    #: actors): what a step waits on outside ichord's own objects (ClusterScope.wake).
+    wake: Callable[[str, str, tuple[str, str], str], None] = lambda _ns, _name, _obj, _reason: None
     #: Each cluster's machines, from the machines informer's events (a step never scans the whole fleet).
     machine_index: ByCluster = field(init=False, repr=False)
     #: Each cluster's operations, likewise.
@@ -178,7 +182,8 @@ class ClusterReconciler:
         return ClusterScope(self.rt.kube, self.rt.namespace, self.namespace, self.name,
                             ClusterView.of(cluster) if cluster is not None else None, machines, operations,
                             self.rt.recorder, self.rt.timing, trust=self.rt.trust,
-                            allowed_secret_namespaces=self.rt.allowed_secret_namespaces)
+                            allowed_secret_namespaces=self.rt.allowed_secret_namespaces,
+                            wake=functools.partial(self.rt.wake, self.namespace, self.name))
 
     def _record(self, phase: str, outcome: Outcome) -> Outcome:
         """The one place an outcome becomes a metric and (when it changes) a log line."""

@@ -74,6 +74,9 @@ class ClusterScope:
     #: Namespaces other than the cluster's own that a secretsRef may name (--allow-secret-namespace).
     allowed_secret_namespaces: frozenset[str] = frozenset()
     now: Clock = _utcnow
+    #: Tells this cluster's actor that something it waits on changed (obj, reason): its next step runs now, not at
+    #: the outcome's delay (e.g. a managed Node back from its reboot: operations/managed/node_wakes.py).
+    wake: Callable[[tuple[str, str], str], None] = lambda _obj, _reason: None
     _bundle: BundleRead | BundleSourceError | None = field(default=None, repr=False)
 
     @property

@@ -20,8 +20,10 @@ from ichord.api.views import MachineView
 from ichord.errors import IchordError
 from ichord.kube.client import KubeClient, from_kubeconfig_data
 from ichord.kube.errors import KubeError
+from ichord.operations.managed.node_wakes import NodeWatch, Wake
 from ichord.pki import pem as _pem
 from ichord.pki.scrub import SCRUBBER
+from ichord.settings import Timing
 from ichord.talos.client import TalosClient
 from ichord.talos.errors import TalosError
 
@@ -93,6 +95,8 @@ def credentials_fingerprint(talos: TalosClient, control_planes: Sequence[Machine
 class _Held:
     fingerprint: str
     client: KubeClient
+    #: The cluster's Nodes watched through ``client`` once a step waits on one (node_wakes.py), closed with it.
+    nodes: NodeWatch | None = None
 
 
 class ManagedClients:
@@ -134,6 +138,13 @@ class ManagedClients:
         if held.client.reachability.failing_since is not None:
             await self._drop(key, held)
 
+    def wake_on_nodes(self, key: str, wake: Wake, timing: Timing) -> None:
+        """From now until the cluster's client goes, a Node of the cluster turning Ready (or on a new boot) calls
+        ``wake`` (node_wakes.py). Inside ``client``'s block: it watches through the client held there."""
+        held = self._held.get(key)
+        if held is not None and held.nodes is None:
+            held.nodes = NodeWatch(held.client, wake, timing)
+
     async def close(self, key: str) -> None:
         """The operation ended (or its credentials changed): its client goes."""
         held = self._held.pop(key, None)
@@ -152,4 +163,6 @@ class ManagedClients:
     @staticmethod
     async def _close(held: _Held) -> None:
         with anyio.CancelScope(shield=True):  # a cancelled step still closes the sockets it held
+            if held.nodes is not None:
+                await held.nodes.close()
             await held.client.close()
