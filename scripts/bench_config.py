@@ -17,7 +17,8 @@ etcd; the simulator reports both the moment the node is up, so that settle is 0 
 ``where`` (scripts/rollout_timeline.py: the critical path's time by segment, from the simulators' own marks, and
 each segment's mean over the workers); ``steps`` (the actor's steps, time inside them) and ``requests`` (the
 management API's writes by resource, the managed API's requests by verb); ``reboots`` (the simulators' count, one
-per machine expected) and ``most_workers_down`` (never above k).
+per machine expected) and ``most_workers_down`` (never above k); ``cpu_s`` (this process's CPU over the rollout:
+ichord's code and the simulators together, the figure a loaded machine disturbs least) and ``load_1m``.
 
 ``--management real``: ichord's objects live on a real kube-apiserver + etcd (scripts/real_management.py, the real
 tier's server; exits 1 when scripts/tools.sh has not built it); the managed cluster stays simulated. ``requests``
@@ -34,6 +35,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -176,7 +178,7 @@ async def _run(env: SimEnvironment, kube: Any, real: real_management.RealManagem
         managed_before, management_before = len(env.kube.requests.entries), len(env.management.requests.entries)
         server_before = real.counts() if real is not None else None
         steps_before = len(step_time)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         timeline.start = time.monotonic()
         await crds.operations(kube).create(env.namespace, {"metadata": {"name": "bench"}, "spec": {
             "clusterRef": {"name": env.cluster_name}, "kind": "config", "maxUnavailable": k}})
@@ -187,7 +189,7 @@ async def _run(env: SimEnvironment, kube: Any, real: real_management.RealManagem
             return (op.get("status") or {}).get("phase") in ("Completed", "Failed")
 
         await until(finished, "the rollout", 3600)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         steps = step_time[steps_before:]
         managed_requests = env.kube.requests.entries[managed_before:]
         management_requests = env.management.requests.entries[management_before:]
@@ -228,6 +230,7 @@ async def _run(env: SimEnvironment, kube: Any, real: real_management.RealManagem
     return {"max_unavailable": k, "workers": workers, "phase": op["status"]["phase"],
             **({} if op["status"]["phase"] == "Completed" else {"message": op["status"].get("message", "")}),
             "wall_s": round(wall, 3), "floor_s": round(lowest, 3), "ratio": round(wall / lowest, 3),
+            "cpu_s": round(cpu, 3), "load_1m": round(os.getloadavg()[0], 2),
             "where": {"critical_path": timeline.critical_path(plan, worker_names),
                       "worker_means_s": timeline.means([m for m in plan if m in worker_names])},
             "steps": {"count": len(steps), "in_steps_s": round(sum(steps), 3),
@@ -246,7 +249,8 @@ async def main(args: argparse.Namespace) -> int:
     summary = {"figure": "summary", "control_planes": 3, "workers": args.workers, "management": args.management,
                "reboot_s_scaled": args.reboot_time * args.time_scale,
                "runs": {str(r["max_unavailable"]): {"wall_s": r["wall_s"], "floor_s": r["floor_s"],
-                                                    "ratio": r["ratio"]} for r in runs},
+                                                    "ratio": r["ratio"], "cpu_s": r["cpu_s"],
+                                                    "load_1m": r["load_1m"]} for r in runs},
                "all_completed": all(r["phase"] == "Completed" for r in runs),
                "one_reboot_each": all(r["reboots"] == 3 + args.workers for r in runs),
                "bound_held": all(r["most_workers_down"] <= r["max_unavailable"] for r in runs)}

@@ -133,6 +133,10 @@ class ClusterReconciler:
         self._last: dict[str, tuple[str, str]] = {}  # phase -> (outcome type, reason) last logged
         #: Configuration hashes by content, shared by this cluster's machines (ichord.machines.memo).
         self._memo = ConfigMemo()
+        #: Machine name -> (what its last reconcile saw, when it is due again): a machine whose inputs did not change
+        #: is not read again before its own requeue (its resync), however often the cluster steps (a config rollout
+        #: steps many times a minute, and read every waiting node's configuration each time).
+        self._due: dict[str, tuple[tuple[object, ...], float]] = {}
         #: The TalosCluster as this step last wrote it: the next status write starts from it, not from a GET.
         self._written: Obj | None = None
         #: 403s on status writes already told by a Warning (object key, message): a refused status write cannot
@@ -289,8 +293,21 @@ class ClusterReconciler:
 
         results: dict[tuple[str, str], MachineResult] = {}
         limiter = anyio.CapacityLimiter(MAX_PARALLEL_MACHINES)
+        bundle_version = (await scope.bundle()).resource_version
+        clock = time.monotonic()
+        not_due: dict[str, float] = {}
+
+        def seen(m: MachineView) -> tuple[object, ...]:
+            # Everything reconcile_machine decides from, but the node itself (read again at the machine's resync):
+            # its object, the cluster's spec, the bundle, the operation holding the machines, its planned disruption.
+            return (m.metadata.get("resourceVersion"), m.generation, cluster.generation, bundle_version,
+                    held_by.name if held_by is not None else None, planned.get(m.name))
 
         async def one(m: MachineView) -> None:
+            last = self._due.get(m.name)
+            if last is not None and last[0] == seen(m) and clock < last[1]:
+                not_due[m.name] = last[1] - clock
+                return
             async with limiter:
                 results[m.key] = await reconcile_machine(
                     talos,
@@ -304,8 +321,15 @@ class ClusterReconciler:
                     planned=planned.get(m.name),
                     now=now,
                 )
+            after = results[m.key].requeue_after
+            if after is None:
+                self._due.pop(m.name, None)
+            else:
+                self._due[m.name] = (seen(m), clock + after)
 
         self._memo.bound(len(machines))  # an entry per machine at most: what deleted machines left goes
+        for gone in set(self._due) - {m.name for m in machines}:
+            del self._due[gone]
         async with anyio.create_task_group() as tg:
             for m in machines:
                 if m.approved:
@@ -324,6 +348,9 @@ class ClusterReconciler:
                         )
                     ),
                 )
+                continue
+            if m.name in not_due:  # nothing it depends on changed since its last reconcile: nothing to write
+                delays.append(not_due[m.name])
                 continue
             result = results[m.key]
             await self._write_machine(m, result)
