@@ -58,6 +58,7 @@ from ichord.settings import Timing
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 from ichord.watchers.informer import Informer
+from ichord.watchers.managed_nodes import NodeWatch
 from ichord.watchers.written import ReadYourWrites
 
 log = structlog.get_logger("ichord.actors.cluster")
@@ -89,7 +90,7 @@ class Runtime:
     #: Namespaces other than a cluster's own that its secretsRef may name (--allow-secret-namespace).
     allowed_secret_namespaces: frozenset[str] = frozenset()
     #: Tells a cluster's actor (namespace, name) that ``obj`` changed (the Router's tell; set by whoever runs the
-    #: actors): what a step waits on outside ichord's own objects (ClusterScope.wake).
+    #: actors): what a step waits on outside ichord's own objects (ClusterScope.watch_nodes).
     wake: Callable[[str, str, tuple[str, str], str], None] = lambda _ns, _name, _obj, _reason: None
     #: Each cluster's machines, from the machines informer's events (a step never scans the whole fleet).
     machine_index: ByCluster = field(init=False, repr=False)
@@ -147,6 +148,10 @@ class ClusterReconciler:
         if self._talos is not None:
             self._talos.close()
 
+    def _watch_nodes(self, client: KubeClient) -> NodeWatch:
+        """A watch of this cluster's managed Nodes through ``client`` that wakes this actor when one is back."""
+        return NodeWatch(client, functools.partial(self.rt.wake, self.namespace, self.name), self.rt.timing)
+
     # ---- the step -------------------------------------------------------------------------
 
     async def step(self, messages: dict[Hashable, str]) -> Outcome:
@@ -187,7 +192,7 @@ class ClusterReconciler:
                             ClusterView.of(cluster) if cluster is not None else None, machines, operations,
                             self.rt.recorder, self.rt.timing, trust=self.rt.trust,
                             allowed_secret_namespaces=self.rt.allowed_secret_namespaces,
-                            wake=functools.partial(self.rt.wake, self.namespace, self.name))
+                            watch_nodes=self._watch_nodes)
 
     def _record(self, phase: str, outcome: Outcome) -> Outcome:
         """The one place an outcome becomes a metric and (when it changes) a log line."""

@@ -62,10 +62,9 @@ from ichord.operations.config.reboot import advance_reboot
 from ichord.operations.config.release import release_cordons
 from ichord.operations.config.world import ROLL_FIELDS, NodeNameUnknown, World
 from ichord.operations.disruptions import reboot_of, restart_of
-from ichord.operations.managed.clients import ManagedAPIError, ManagedClients
+from ichord.operations.managed.clients import ManagedAPIError, ManagedClients, NodeWatcher
 from ichord.operations.managed.context import Obj, StepContext, context_of
 from ichord.operations.managed.inputs import Inputs, InputsError, load_inputs
-from ichord.operations.managed.node_wakes import Wake
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, soonest
 from ichord.operations.registry import Operation
 from ichord.operations.roll import RollOutcome, RollReason
@@ -168,7 +167,7 @@ async def advance_in_scope(scope: ClusterScope, op: OperationView, clients: Mana
     if op.paused:
         return await backbone.hold_paused(ctx, CONFIG, inputs, op.stage)
     await backbone.resume_if_paused(ctx, CONFIG, inputs, op.stage)
-    return await _rolling(ctx, inputs, objects, clients, scope.key, scope.wake)
+    return await _rolling(ctx, inputs, objects, clients, scope.key, scope.watch_nodes)
 
 
 async def _start(ctx: StepContext, scope: ClusterScope, op: OperationView, inputs: Inputs,
@@ -261,7 +260,7 @@ def _issuer(ctx: StepContext, inputs: Inputs) -> tuple[TalosClient, list[Machine
 
 
 async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], clients: ManagedClients,
-                   key: str, wake: Wake) -> Outcome:
+                   key: str, watch_nodes: NodeWatcher | None) -> Outcome:
     planned = planned_from_status(inputs.status)
     current = _current(planned, inputs.status)
     if current is None:
@@ -279,8 +278,9 @@ async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], cl
     try:
         try:
             async with clients.client(key, talos, control_planes, trusted) as managed:
-                # A node back from its reboot wakes the next step (node_wakes.py); reboot_poll stays the fallback.
-                clients.wake_on_nodes(key, wake, ctx.timing)
+                # A node back from its reboot wakes the next step (watchers/managed_nodes.py); reboot_poll stays
+                # the fallback.
+                clients.watch_nodes(key, watch_nodes)
                 world = World(ctx, inputs, talos, managed, objects)
                 if parallel:
                     return await _workers(ctx, inputs, world, planned)

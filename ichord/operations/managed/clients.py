@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 
@@ -20,12 +21,20 @@ from ichord.api.views import MachineView
 from ichord.errors import IchordError
 from ichord.kube.client import KubeClient, from_kubeconfig_data
 from ichord.kube.errors import KubeError
-from ichord.operations.managed.node_wakes import NodeWatch, Wake
 from ichord.pki import pem as _pem
 from ichord.pki.scrub import SCRUBBER
-from ichord.settings import Timing
 from ichord.talos.client import TalosClient
 from ichord.talos.errors import TalosError
+
+
+class NodeWatch(Protocol):
+    """A watch of the managed cluster's Nodes that wakes the cluster's actor (watchers/managed_nodes.py)."""
+
+    async def close(self) -> None: ...
+
+
+#: Starts a NodeWatch through the given client (the actor composes it: ClusterScope.watch_nodes).
+NodeWatcher = Callable[[KubeClient], NodeWatch]
 
 
 class ManagedAPIError(IchordError):
@@ -95,7 +104,7 @@ def credentials_fingerprint(talos: TalosClient, control_planes: Sequence[Machine
 class _Held:
     fingerprint: str
     client: KubeClient
-    #: The cluster's Nodes watched through ``client`` once a step waits on one (node_wakes.py), closed with it.
+    #: The cluster's Nodes watched through ``client`` once a step waits on one (``watch_nodes``), closed with it.
     nodes: NodeWatch | None = None
 
 
@@ -138,12 +147,12 @@ class ManagedClients:
         if held.client.reachability.failing_since is not None:
             await self._drop(key, held)
 
-    def wake_on_nodes(self, key: str, wake: Wake, timing: Timing) -> None:
-        """From now until the cluster's client goes, a Node of the cluster turning Ready (or on a new boot) calls
-        ``wake`` (node_wakes.py). Inside ``client``'s block: it watches through the client held there."""
+    def watch_nodes(self, key: str, watcher: NodeWatcher | None) -> None:
+        """From now until the cluster's client goes, its Nodes are watched by ``watcher`` (a Node back from its
+        reboot wakes the actor: watchers/managed_nodes.py). Inside ``client``'s block: through the client held."""
         held = self._held.get(key)
-        if held is not None and held.nodes is None:
-            held.nodes = NodeWatch(held.client, wake, timing)
+        if held is not None and held.nodes is None and watcher is not None:
+            held.nodes = watcher(held.client)
 
     async def close(self, key: str) -> None:
         """The operation ended (or its credentials changed): its client goes."""

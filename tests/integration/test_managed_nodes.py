@@ -1,4 +1,4 @@
-"""A managed Node turning Ready, or reporting a new boot, wakes the cluster's actor (operations/managed/node_wakes.py);
+"""A managed Node turning Ready, or reporting a new boot, wakes the cluster's actor (watchers/managed_nodes.py);
 a cordon, a label or a Node seen for the first time does not. On the real wire: the Kubernetes simulator's watch."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import anyio
 import pytest
 
 from ichord.kube.client import KubeClient
-from ichord.operations.managed.node_wakes import NODE, NodeWatch
 from ichord.settings import Timing
 from ichord.watchers.informer import WatchEvent
+from ichord.watchers.managed_nodes import NODE, NodeWatch
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

@@ -1,13 +1,15 @@
 """A node's return as an event, not a poll: the managed cluster's Nodes watched while an operation waits on them.
 
 A rollout that asked a node to reboot used to learn of its return only at its next poll (``reboot_poll``), on every
-node of the plan. ``NodeWakes`` watches the managed cluster's Nodes (one Informer on the admin client the operation
-already holds, managed/clients.py) and wakes the cluster's actor the moment a Node turns Ready or reports a new
-``status.nodeInfo.bootID``: the kubelet's own account of the new boot, on real Kubernetes as on the simulator.
+node of the plan. ``NodeWatch`` watches the managed cluster's Nodes (one Informer on the admin client the operation
+already holds, operations/managed/clients.py) and wakes the cluster's actor the moment a Node turns Ready or reports
+a new ``status.nodeInfo.bootID``: the kubelet's own account of the new boot, on real Kubernetes as on the simulator.
 
 The watch only wakes; it decides nothing. The step it wakes reads the boot ID from Talos and the Node with a live
 GET, as the poll's step did (kube/nodes.py: a cache must not decide a reboot), and the poll stays as the fallback
 for a watch that is down (the managed API restarting, a control plane rebooting behind a single endpoint).
+The operations layer holds the watch only as ``operations.managed.clients.NodeWatcher``: the actor composes it
+(ClusterScope.watch_nodes).
 """
 
 from __future__ import annotations
