@@ -15,10 +15,11 @@ workers but the plan's last in rounds of maxUnavailable, then the last alone, ea
 (shutdown and boot) plus the settle the decision mandates (Node Ready on the new boot, a control plane back in
 etcd; the simulator reports both the moment the node is up, so that settle is 0 here); ``ratio`` (wall / floor);
 ``where`` (scripts/rollout_timeline.py: the critical path's time by segment, from the simulators' own marks, and
-each segment's mean over the workers); ``steps`` (the actor's steps, time inside them) and ``requests`` (the
-management API's writes by resource, the managed API's requests by verb); ``reboots`` (the simulators' count, one
-per machine expected) and ``most_workers_down`` (never above k); ``cpu_s`` (this process's CPU over the rollout:
-ichord's code and the simulators together, the figure a loaded machine disturbs least) and ``load_1m``.
+each segment's mean over the workers); ``steps`` (the actor's steps, time inside them, the messages that woke it by
+kind: ``Node`` is a managed Node back from its reboot) and ``requests`` (the management API's writes by resource,
+the managed API's requests by verb); ``reboots`` (the simulators' count, one per machine expected) and
+``most_workers_down`` (never above k); ``cpu_s`` (this process's CPU over the rollout: ichord's code and the
+simulators together, the figure a loaded machine disturbs least) and ``load_1m``.
 
 ``--management real``: ichord's objects live on a real kube-apiserver + etcd (scripts/real_management.py, the real
 tier's server; exits 1 when scripts/tools.sh has not built it); the managed cluster stays simulated. ``requests``
@@ -141,8 +142,11 @@ async def _run(env: SimEnvironment, kube: Any, real: real_management.RealManagem
 
         actor = ClusterActor(reconciler.key, step)
 
+        told: Counter[str] = Counter()
+
         def tell(namespace: str, cluster: str, obj: tuple[str, str], reason: str) -> None:
             if (namespace, cluster) == (env.namespace, env.cluster_name):
+                told[obj[0]] += 1
                 actor.tell(obj, reason)
 
         rt.wake = tell  # as the daemon does: a managed Node back from its reboot wakes the actor
@@ -178,6 +182,7 @@ async def _run(env: SimEnvironment, kube: Any, real: real_management.RealManagem
         managed_before, management_before = len(env.kube.requests.entries), len(env.management.requests.entries)
         server_before = real.counts() if real is not None else None
         steps_before = len(step_time)
+        told.clear()
         t0, cpu0 = time.perf_counter(), time.process_time()
         timeline.start = time.monotonic()
         await crds.operations(kube).create(env.namespace, {"metadata": {"name": "bench"}, "spec": {
@@ -233,7 +238,7 @@ async def _run(env: SimEnvironment, kube: Any, real: real_management.RealManagem
             "cpu_s": round(cpu, 3), "load_1m": round(os.getloadavg()[0], 2),
             "where": {"critical_path": timeline.critical_path(plan, worker_names),
                       "worker_means_s": timeline.means([m for m in plan if m in worker_names])},
-            "steps": {"count": len(steps), "in_steps_s": round(sum(steps), 3),
+            "steps": {"count": len(steps), "in_steps_s": round(sum(steps), 3), "woken_by": dict(told),
                       "mean_ms": round(1000 * sum(steps) / len(steps), 1) if steps else 0.0},
             "requests": requests, "management": "real" if real is not None else "sim",
             "reboots": reboots, "most_workers_down": most, "steps_raised": len(crashes)}
