@@ -261,6 +261,7 @@ class Daemon:
             "api": lambda: kube.reachability.reachable(timing.api_unready_grace),
         })
         self.router = Router(self._tell, self._clusters_of_secret)
+        self.runtime.wake = self._tell
         for bundles in self.bundles:
             bundles.add_handler(self.router.on_bundle_secret)
         self.clusters.add_handler(self.router.on_cluster)

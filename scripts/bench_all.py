@@ -36,6 +36,7 @@ VARIANTS: dict[str, tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]] = 
     "bench_kube": (("real", ("--target", "real"), ("etcd", "kube-apiserver")),),
     # ichord's objects on the real kube-apiserver, the managed clusters simulated (issue 32)
     "bench_idle": (("real", ("--management", "real"), ("etcd", "kube-apiserver")),),
+    "bench_config": (("real", ("--management", "real"), ("etcd", "kube-apiserver")),),
 }
 
 

@@ -92,9 +92,14 @@ class Timeline:
         self._ready[machine] = ready
 
     def on_management(self, change: Any, rt: Any) -> None:
-        if rt.plural != "talosoperations" or change.type == "DELETED":
+        if rt.plural == "talosoperations":
+            self.on_operation(change.new, deleted=change.type == "DELETED")
+
+    def on_operation(self, obj: dict[str, Any], *, deleted: bool = False) -> None:
+        """The operation as the management API holds it (the simulator's store, or a real server's watch)."""
+        if deleted:
             return
-        status = change.new.get("status") or {}
+        status = obj.get("status") or {}
         slots = {k for k, v in (status.get("workerRolls") or {}).items() if v is not None}
         for m in slots - self._slots:
             self._mark(m, "taken")

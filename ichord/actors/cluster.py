@@ -18,6 +18,7 @@ Elsewhere: what every actor shares (runtime.py), the status writes on the cluste
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Hashable
 from typing import Any
@@ -34,6 +35,7 @@ from ichord.api.names import ReadyReason
 from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView
 from ichord.errors import IchordError
 from ichord.kube import crds
+from ichord.kube.client import KubeClient
 from ichord.kube.errors import Forbidden, KubeError
 from ichord.kube.forbidden import forbidden_message
 from ichord.kube.reads import label_secret
@@ -54,6 +56,7 @@ from ichord.render.errors import RenderError
 from ichord.render.inputs import ClusterInputs
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
+from ichord.watchers.managed_nodes import NodeWatch
 
 log = structlog.get_logger("ichord.actors.cluster")
 Obj = dict[str, Any]
@@ -86,10 +89,18 @@ class ClusterReconciler:
         self._memo = ConfigMemo()
         #: The status writes on the TalosCluster and its machines (status_writes.py).
         self._writes = StatusWrites(rt, namespace, name)
+        #: Machine name -> (what its last reconcile saw, when it is due again): a machine whose inputs did not change
+        #: is not read again before its own requeue (its resync), however often the cluster steps (a config rollout
+        #: steps many times a minute, and read every waiting node's configuration each time).
+        self._due: dict[str, tuple[tuple[object, ...], float]] = {}
 
     def close(self) -> None:
         if self._talos is not None:
             self._talos.close()
+
+    def _watch_nodes(self, client: KubeClient) -> NodeWatch:
+        """A watch of this cluster's managed Nodes through ``client`` that wakes this actor when one is back."""
+        return NodeWatch(client, functools.partial(self.rt.wake, self.namespace, self.name), self.rt.timing)
 
     # ---- the step -------------------------------------------------------------------------
 
@@ -132,7 +143,8 @@ class ClusterReconciler:
         return ClusterScope(self.rt.kube, self.rt.namespace, self.namespace, self.name,
                             ClusterView.of(cluster) if cluster is not None else None, machines, operations,
                             self.rt.recorder, self.rt.timing, trust=self.rt.trust,
-                            allowed_secret_namespaces=self.rt.allowed_secret_namespaces, now=self.rt.clock)
+                            allowed_secret_namespaces=self.rt.allowed_secret_namespaces, now=self.rt.clock,
+                            watch_nodes=self._watch_nodes)
 
     def _record(self, phase: str, outcome: Outcome) -> Outcome:
         """The one place an outcome becomes a metric and (when it changes) a log line."""
@@ -261,8 +273,21 @@ class ClusterReconciler:
 
         results: dict[tuple[str, str], MachineResult] = {}
         limiter = anyio.CapacityLimiter(MAX_PARALLEL_MACHINES)
+        bundle_version = (await scope.bundle()).resource_version
+        clock = time.monotonic()
+        not_due: dict[str, float] = {}
+
+        def seen(m: MachineView) -> tuple[object, ...]:
+            # Everything reconcile_machine decides from, but the node itself (read again at the machine's resync):
+            # its object, the cluster's spec, the bundle, the operation holding the machines, its planned disruption.
+            return (m.metadata.get("resourceVersion"), m.generation, cluster.generation, bundle_version,
+                    held_by.name if held_by is not None else None, planned.get(m.name))
 
         async def one(m: MachineView) -> None:
+            last = self._due.get(m.name)
+            if last is not None and last[0] == seen(m) and clock < last[1]:
+                not_due[m.name] = last[1] - clock
+                return
             async with limiter:
                 results[m.key] = await reconcile_machine(
                     talos,
@@ -276,8 +301,15 @@ class ClusterReconciler:
                     planned=planned.get(m.name),
                     now=now,
                 )
+            after = results[m.key].requeue_after
+            if after is None:
+                self._due.pop(m.name, None)
+            else:
+                self._due[m.name] = (seen(m), clock + after)
 
         self._memo.bound(len(machines))  # an entry per machine at most: what deleted machines left goes
+        for gone in set(self._due) - {m.name for m in machines}:
+            del self._due[gone]
         async with anyio.create_task_group() as tg:
             for m in machines:
                 if m.approved:
@@ -296,6 +328,9 @@ class ClusterReconciler:
                         )
                     ),
                 )
+                continue
+            if m.name in not_due:  # nothing it depends on changed since its last reconcile: nothing to write
+                delays.append(not_due[m.name])
                 continue
             result = results[m.key]
             await self._writes.write_machine(m, result)

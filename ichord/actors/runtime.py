@@ -8,6 +8,7 @@ through it without a request.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ichord.actors.machine_index import ByCluster
@@ -43,6 +44,9 @@ class Runtime:
     allowed_secret_namespaces: frozenset[str] = frozenset()
     #: The steps' clock (the wall clock; tests inject a faster one to run maintenance windows in seconds).
     clock: Clock = utcnow
+    #: Tells a cluster's actor (namespace, name) that ``obj`` changed (the Router's tell; set by whoever runs the
+    #: actors): what a step waits on outside ichord's own objects (ClusterScope.watch_nodes).
+    wake: Callable[[str, str, tuple[str, str], str], None] = lambda _ns, _name, _obj, _reason: None
     #: Each cluster's machines, from the machines informer's events (a step never scans the whole fleet).
     machine_index: ByCluster = field(init=False, repr=False)
     #: Each cluster's operations, likewise.

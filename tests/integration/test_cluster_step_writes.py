@@ -20,6 +20,7 @@ from ichord.kube.status import update_status
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from tests.integration._actor import cluster_actor
+from tests.integration._kube_helpers import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -66,3 +67,36 @@ async def test_a_stale_copy_costs_a_conflict_never_another_writers_update(env: S
         cluster = await crds.clusters(kube).get(env.namespace, env.cluster_name)
         assert cluster["status"]["earliestExpiry"] == "2099-01-01T00:00:00Z"
         assert find(cluster["status"]["conditions"], names.READY)["reason"] == "Reconciled"
+
+
+async def test_a_machine_is_not_read_again_before_its_resync_unless_its_inputs_change(env: SimEnvironment) -> None:
+    """Issue 32: a cluster that steps often (a config rollout's steps, many a minute) does not read every machine's
+    node on each step; a machine is read again at its own resync, or at once when its TalosMachine changes."""
+    def rpcs() -> dict[str, int]:  # the simulated nodes' own count of the calls they served
+        return {name: sum(env.node(name).rpcs.values()) for name in env.machine_names}
+
+    async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube, \
+            cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING, resync=3600) as reconciler:
+        machines = reconciler.rt.machines
+
+        async def caught_up() -> None:  # the informer holds what the server holds (the step's own writes)
+            served = {o["metadata"]["name"]: o["metadata"]["resourceVersion"]
+                      for o in (await crds.machines(kube).list_objects(env.namespace))[0]}
+            await eventually(lambda: all((machines.get(env.namespace, n) or {}).get("metadata", {}).get(
+                "resourceVersion") == rv for n, rv in served.items()))
+
+        await reconciler.step({})
+        await caught_up()
+        await reconciler.step({})  # each machine's own status write is a change of its object: read once more
+        await caught_up()
+        before = rpcs()
+        for _ in range(3):
+            await reconciler.step({})
+        assert rpcs() == before  # converged, not due: no node read
+
+        first = env.machine_names[0]
+        await crds.machines(kube).patch(env.namespace, first, {"metadata": {"annotations": {"touched": "1"}}})
+        await caught_up()
+        await reconciler.step({})
+        read = {name: n - before[name] for name, n in rpcs().items() if n != before[name]}
+        assert list(read) == [first] and read[first] > 0

@@ -62,7 +62,7 @@ from ichord.operations.config.reboot import advance_reboot
 from ichord.operations.config.release import release_cordons
 from ichord.operations.config.world import ROLL_FIELDS, NodeNameUnknown, World
 from ichord.operations.disruptions import reboot_of, restart_of
-from ichord.operations.managed.clients import ManagedAPIError, ManagedClients
+from ichord.operations.managed.clients import ManagedAPIError, ManagedClients, NodeWatcher
 from ichord.operations.managed.context import Obj, StepContext, context_of
 from ichord.operations.managed.inputs import Inputs, InputsError, load_inputs
 from ichord.operations.managed.rendered import render_of
@@ -166,7 +166,7 @@ async def advance_in_scope(scope: ClusterScope, op: OperationView, clients: Mana
     if op.paused:
         return await backbone.hold_paused(ctx, CONFIG, inputs, op.stage)
     await backbone.resume_if_paused(ctx, CONFIG, inputs, op.stage)
-    return await _rolling(ctx, inputs, objects, clients, scope.key)
+    return await _rolling(ctx, inputs, objects, clients, scope.key, scope.watch_nodes)
 
 
 async def _start(ctx: StepContext, scope: ClusterScope, op: OperationView, inputs: Inputs,
@@ -259,7 +259,7 @@ def _issuer(ctx: StepContext, inputs: Inputs) -> tuple[TalosClient, list[Machine
 
 
 async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], clients: ManagedClients,
-                   key: str) -> Outcome:
+                   key: str, watch_nodes: NodeWatcher | None) -> Outcome:
     planned = planned_from_status(inputs.status)
     current = _current(planned, inputs.status)
     if current is None:
@@ -277,6 +277,9 @@ async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], cl
     try:
         try:
             async with clients.client(key, talos, control_planes, trusted) as managed:
+                # A node back from its reboot wakes the next step (watchers/managed_nodes.py); reboot_poll stays
+                # the fallback.
+                clients.watch_nodes(key, watch_nodes)
                 world = World(ctx, inputs, talos, managed, objects)
                 if not outstanding:  # a new node is about to start: the health gates first (operations/gates.py)
                     held = await gates.hold(ctx, CONFIG, inputs, inputs.cluster, gates.kube_probe(managed),
@@ -329,7 +332,8 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
     shown: list[tuple[PlannedMachine, str, str]] = []
     paused: tuple[PlannedMachine, str] | None = None
     advanced: set[str] = set()
-    lock = anyio.Lock()  # the workers' markers share the operation's status: one write at a time, not a 409 storm
+    # The workers' markers share the operation's status: one write at a time, each from the copy the last returned.
+    line = workers.StatusLine(inputs.op)
     # Twice at most: the slots a worker freed in the first round are taken in the second, in this same step,
     # rather than a whole step of the cluster later (docs/decisions.md#config-rollout: up to maxUnavailable at once).
     closed = None
@@ -339,22 +343,26 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
         closed = backbone.window_closed(ctx, inputs.cluster, "the next workers")
         taking = closed is None and (not gated or (round_ == 0 and not workers.in_flight(inputs.status)))
         for taken in workers.to_start(planned, inputs.status, inputs.worker_bound.at_once) if taking else []:
-            inputs.op = await workers.open_slot(objects, inputs.op_namespace, inputs.name, taken.name)
+            inputs.op = line.obj = await workers.open_slot(objects, inputs.op_namespace, inputs.name, taken.name)
             ctx.observe(inputs.op)
         under_way = [(name, by_name[name], m) for name in workers.in_flight(inputs.status)
                      if name not in advanced and name in by_name
                      and (m := workers.machine_of(inputs.machines, name)) is not None]
         # (left the plan or unapproved: its marker stays until it is back)
         advanced.update(name for name, _, _ in under_way)
-        rolled_by = await _advance_workers(world, objects, inputs, [(name, m) for name, _, m in under_way], lock)
+        rolled_by = await _advance_workers(world, objects, inputs, [(name, m) for name, _, m in under_way], line)
+        if line.obj is not None:
+            inputs.op = line.obj
+            ctx.observe(inputs.op)
         for name, pm, _m in under_way:
-            rolled = rolled_by[name]
+            rolled, slot_closed = rolled_by[name]
             reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
             done = name in rolled.done
             await _machine_condition(ctx, inputs, pm, reason, rolled.message, pause=rolled.pause, done=done)
             if done:
-                inputs.op = await workers.close_slot(objects, inputs.op_namespace, inputs.name, name)
-                ctx.observe(inputs.op)
+                if not slot_closed:  # recorded done by an earlier step's write that left the slot (an older daemon's)
+                    inputs.op = line.obj = await workers.close_slot(objects, inputs.op_namespace, inputs.name, name)
+                    ctx.observe(inputs.op)
                 outcomes.append(Requeue(0.0, "worker done"))
                 freed = True
                 continue
@@ -380,16 +388,18 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
 
 
 async def _advance_workers(world: World, objects: crds.CustomObjects, inputs: Inputs,
-                           under_way: list[tuple[str, MachineView]], lock: anyio.Lock) -> dict[str, RollOutcome]:
+                           under_way: list[tuple[str, MachineView]], line: workers.StatusLine,
+                           ) -> dict[str, tuple[RollOutcome, bool]]:
     """One roll step of each worker under way, together (each its own node and its own marker; a step of twenty
-    workers one after the other lasted seconds). The first error is raised as it would be from one of them."""
-    rolled: dict[str, RollOutcome] = {}
+    workers one after the other lasted seconds). The first error is raised as it would be from one of them.
+    Each worker's outcome, and whether its slot was freed by the write that recorded it done."""
+    rolled: dict[str, tuple[RollOutcome, bool]] = {}
     errors: list[BaseException] = []
 
     async def one(name: str, m: MachineView) -> None:
-        store = workers.WorkerMarkerStore(objects, inputs.op_namespace, inputs.name, name, lock=lock)
+        store = workers.WorkerMarkerStore(objects, inputs.op_namespace, inputs.name, name, line)
         try:
-            rolled[name] = await advance_reboot(world, m, store)
+            rolled[name] = (await advance_reboot(world, m, store), store.closed is not None)
         except Exception as exc:  # re-raised below, alone: the caller's handlers expect one error, not a group
             errors.append(exc)
 

@@ -3,12 +3,15 @@
 Each worker under way has its own marker in ``status.workerRolls.<machine>`` (the roll's fields: rebooting,
 rebootBootID, requestedAt, done), written before its cordon, so the set of disrupted workers is persisted
 and a restarted daemon counts it against the bound. A worker whose marker says done is moved to
-``status.roll.done`` and its marker removed, in one write. The plan's last machine (ichord's own node when
-it is in the plan) is never taken here: it goes alone, after everything else, through ``status.roll``.
+``status.roll.done`` and its marker removed, in one write: the roll's own "done" write does it (a marker naming
+its machine done is never kept in the slot), so recording a worker done costs no round of its own. The plan's
+last machine (ichord's own node when it is in the plan) is never taken here: it goes alone, after everything
+else, through ``status.roll``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -40,21 +43,43 @@ def _entry(marker: RollMarker) -> Obj:
     return out
 
 
+class StatusLine:
+    """What the workers a step advances together share: one write to the operation's status at a time (not a 409
+    storm), and the operation as the step last read or wrote it.
+
+    That copy is the step's own read of the operation (the informer's, never older than this process's own last
+    write: docs/architecture.md#read-your-writes), then what each write returned. A marker is read from it (only
+    the leader writes workers' markers) and a write starts from it: a copy gone stale costs one 409 and a fresh
+    read (kube/status.py), never a lost marker."""
+
+    def __init__(self, obj: Obj | None = None) -> None:
+        self.lock = anyio.Lock()
+        self.obj = obj
+
+
 class WorkerMarkerStore:
-    """MarkerStore on ``status.workerRolls.<machine>`` of the operation (read uncached, conflicts retried)."""
+    """MarkerStore on ``status.workerRolls.<machine>`` of the operation (conflicts retried)."""
 
     def __init__(self, objects: CustomObjects, namespace: str, name: str, machine: str,
-                 lock: anyio.Lock | None = None) -> None:
+                 line: StatusLine | None = None) -> None:
         self._objects, self._namespace, self._name, self._machine = objects, namespace, name, machine
-        #: Shared by the workers a step advances together: their writes to the one status go one at a time.
-        self._lock = lock or anyio.Lock()
+        self._line = line or StatusLine()
+        #: The operation as the write that recorded the worker done returned it (None until then).
+        self.closed: Obj | None = None
 
     async def read(self) -> RollMarker:
-        obj = await self._objects.get(self._namespace, self._name)
+        obj = self._line.obj
+        if obj is None:
+            obj = self._line.obj = await self._objects.get(self._namespace, self._name)
         entry = ((obj.get("status") or {}).get(SLOTS) or {}).get(self._machine) or {}
         return _marker(entry, f"status.{SLOTS}.{self._machine}")
 
     async def write(self, marker: RollMarker) -> None:
+        if not marker.rebooting and self._machine in marker.done:
+            # Done: straight into status.roll.done, the slot freed, in this one write (as close_slot does).
+            self.closed = await self._update(_close(self._machine))
+            return
+
         def mutate(status: Obj, _obj: Obj) -> Obj | None:
             slots = dict(status.get(SLOTS) or {})
             if self._machine in slots and _marker(slots[self._machine], "") == marker:
@@ -63,8 +88,18 @@ class WorkerMarkerStore:
             status[SLOTS] = slots
             return status
 
-        async with self._lock:
-            await update_status(self._objects, self._namespace, self._name, mutate)
+        await self._update(mutate)
+
+    async def _update(self, mutate: Callable[[Obj, Obj], Obj | None]) -> Obj:
+        async with self._line.lock:
+            try:
+                written = await update_status(self._objects, self._namespace, self._name, mutate,
+                                              current=self._line.obj)
+            except BaseException:
+                self._line.obj = None  # unknown now: the next read or write reads it afresh
+                raise
+            self._line.obj = written
+            return written
 
 
 def in_flight(status: Obj) -> list[str]:
@@ -107,6 +142,10 @@ async def open_slot(kube_objects: CustomObjects, namespace: str, name: str, mach
 
 async def close_slot(kube_objects: CustomObjects, namespace: str, name: str, machine: str) -> Obj:
     """The worker is done: into status.roll.done, its marker removed (one write)."""
+    return await update_status(kube_objects, namespace, name, _close(machine))
+
+
+def _close(machine: str) -> Callable[[Obj, Obj], Obj | None]:
     def mutate(status: Obj, _obj: Obj) -> Obj | None:
         slots = dict(status.get(SLOTS) or {})
         roll = dict(status.get(ROLL_FIELDS.section) or {})
@@ -120,7 +159,7 @@ async def close_slot(kube_objects: CustomObjects, namespace: str, name: str, mac
         status[SLOTS], status[ROLL_FIELDS.section] = slots, roll
         return status
 
-    return await update_status(kube_objects, namespace, name, mutate)
+    return mutate
 
 
 def machine_of(machines: list[MachineView], name: str) -> MachineView | None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 
@@ -24,6 +25,16 @@ from ichord.pki import pem as _pem
 from ichord.pki.scrub import SCRUBBER
 from ichord.talos.client import TalosClient
 from ichord.talos.errors import TalosError
+
+
+class NodeWatch(Protocol):
+    """A watch of the managed cluster's Nodes that wakes the cluster's actor (watchers/managed_nodes.py)."""
+
+    async def close(self) -> None: ...
+
+
+#: Starts a NodeWatch through the given client (the actor composes it: ClusterScope.watch_nodes).
+NodeWatcher = Callable[[KubeClient], NodeWatch]
 
 
 class ManagedAPIError(IchordError):
@@ -93,6 +104,8 @@ def credentials_fingerprint(talos: TalosClient, control_planes: Sequence[Machine
 class _Held:
     fingerprint: str
     client: KubeClient
+    #: The cluster's Nodes watched through ``client`` once a step waits on one (``watch_nodes``), closed with it.
+    nodes: NodeWatch | None = None
 
 
 class ManagedClients:
@@ -134,6 +147,13 @@ class ManagedClients:
         if held.client.reachability.failing_since is not None:
             await self._drop(key, held)
 
+    def watch_nodes(self, key: str, watcher: NodeWatcher | None) -> None:
+        """From now until the cluster's client goes, its Nodes are watched by ``watcher`` (a Node back from its
+        reboot wakes the actor: watchers/managed_nodes.py). Inside ``client``'s block: through the client held."""
+        held = self._held.get(key)
+        if held is not None and held.nodes is None and watcher is not None:
+            held.nodes = watcher(held.client)
+
     async def close(self, key: str) -> None:
         """The operation ended (or its credentials changed): its client goes."""
         held = self._held.pop(key, None)
@@ -152,4 +172,6 @@ class ManagedClients:
     @staticmethod
     async def _close(held: _Held) -> None:
         with anyio.CancelScope(shield=True):  # a cancelled step still closes the sockets it held
+            if held.nodes is not None:
+                await held.nodes.close()
             await held.client.close()
