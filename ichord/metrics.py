@@ -59,6 +59,13 @@ RECONCILE_OUTCOMES = Counter(
     ["phase", "outcome", "reason"],
     registry=REGISTRY,
 )
+ACTOR_STEPS = Counter(
+    "ichord_actor_steps_total",
+    "Cluster actor steps by what woke them: a timer (the step's own requested wake-up) or the kind of object "
+    "whose change was told (TalosCluster, TalosMachine, TalosOperation, Secret); one step counts once per kind.",
+    ["cause"],
+    registry=REGISTRY,
+)
 ACTOR_RESTARTS = Counter("ichord_actor_restarts_total", "Crashed cluster actors restarted.", registry=REGISTRY)
 LEADER = Gauge("ichord_leader", "1 while this replica leads.", registry=REGISTRY)
 LEADERLESS_SECONDS = Gauge(

@@ -24,7 +24,8 @@ Figures, one JSON line each (stdout):
               (the store is polled directly), and the requests / RPCs that took
   idle      - over --idle-seconds after convergence (+ --settle): daemon RSS, CPU seconds and CPU %,
               open fds, Kubernetes requests per minute by verb and by verb+resource, Talos RPCs per minute
-              by method (every simulated service method is counted in this process)
+              by method (every simulated service method is counted in this process), and the daemon's own
+              steps by what woke them (a timer, or the kind of object whose change was told) and watch restarts
   summary   - the headline numbers on one line
   progress  - every 30 s while converging (converged count, Ready reasons, daemon CPU/RSS, the daemon's
               warning/error log events so far); converge_incomplete when the daemon exits or --converge-timeout
@@ -50,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -212,6 +214,26 @@ class Management:
         await asyncio.gather(*(create(d) for d in self.fleet.documents))
 
 
+#: The daemon's own counters read around the idle window (its /metrics): what woke its steps, and its watch restarts.
+DAEMON_COUNTERS = ("ichord_actor_steps_total", "ichord_watch_restarts_total")
+
+
+def daemon_counters(workdir: Path) -> Counter[str]:
+    """The daemon's step causes and watch restarts so far, by label set (empty when /metrics does not answer)."""
+    out: Counter[str] = Counter()
+    try:
+        port = int((workdir / "port").read_text())
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    except (OSError, ValueError):
+        return out
+    for line in text.splitlines():
+        if line.startswith(DAEMON_COUNTERS):
+            series, _, value = line.rpartition(" ")
+            out[series.removesuffix("_total").removeprefix("ichord_")] += int(float(value))
+    return out
+
+
 def per_minute(after: Counter[str], before: Counter[str], seconds: float) -> dict[str, float]:
     delta = after - before
     return {k: round(v * 60 / seconds, 2) for k, v in sorted(delta.items(), key=lambda kv: -kv[1])}
@@ -351,6 +373,7 @@ async def bench(args: argparse.Namespace) -> int:
             await asyncio.sleep(args.settle)
             k_a, rpc_a, cpu_a, sim_a, t_a = management.counts(), Counter(TALOS_RPCS), \
                 proc_cpu(proc.pid), self_cpu(), time.perf_counter()
+            daemon_a = daemon_counters(workdir)
             rss: list[int] = []
             cpu_samples: list[float] = []  # CPU % over each 5 s: shows the drift-resync bursts
             last_cpu, last_t = cpu_a, t_a
@@ -365,6 +388,7 @@ async def bench(args: argparse.Namespace) -> int:
             k_b, rpc_b, cpu_b, sim_b, t_b = management.counts(), Counter(TALOS_RPCS), \
                 proc_cpu(proc.pid), self_cpu(), time.perf_counter()
             window = t_b - t_a
+            daemon_b = daemon_counters(workdir)
             status = proc_status(proc.pid)
             still = management.ready_reasons()
             idle = {"window_s": round(window, 1), "daemon_rss_mib": round(status["VmRSS"] / 1024, 1),
@@ -380,6 +404,7 @@ async def bench(args: argparse.Namespace) -> int:
                     "kube_per_min_by_resource": per_minute(k_b[1], k_a[1], window),
                     "talos_rpcs_per_min": round(sum((rpc_b - rpc_a).values()) * 60 / window, 2),
                     "talos_rpcs_per_min_by_method": per_minute(rpc_b, rpc_a, window),
+                    "daemon_steps_and_watch_restarts_per_min": per_minute(daemon_b, daemon_a, window),
                     "ready_reasons_after": still, "daemon_log_warnings": log_events(log_path)}
             emit("idle", params=params, **idle)
             summary = {"clusters": args.clusters, "machines": args.machines, "management": args.management,
@@ -392,6 +417,8 @@ async def bench(args: argparse.Namespace) -> int:
                        "idle_writes": sum((k_b[0] - k_a[0]).get(v, 0) for v in WRITE_VERBS),
                        "rss_mib": idle["daemon_rss_mib"], "idle_cpu_pct": idle["daemon_cpu_pct"],
                        "kube_per_min": idle["kube_per_min"], "talos_rpcs_per_min": idle["talos_rpcs_per_min"],
+                       "idle_steps_per_min": round(sum(v for k, v in (daemon_b - daemon_a).items()
+                                                       if k.startswith("actor_steps")) * 60 / window, 2),
                        "daemon_fds": idle["daemon_fds"]}
             emit("summary", **summary)
             # Idle means converged still: a machine that fell out of it in the window voids the figures.

@@ -37,6 +37,13 @@ class Mailbox:
     def closed(self) -> bool:
         return self._closed
 
+    def drain(self) -> dict[Hashable, str]:
+        """Take everything pending now, without waiting."""
+        taken, self._pending = self._pending, {}
+        if not self._closed:
+            self._event = anyio.Event()
+        return taken
+
     async def take(self, max_wait: float | None = None) -> dict[Hashable, str]:
         """Wait for at least one message (or ``max_wait`` seconds) and take everything pending."""
         if not self._pending and not self._closed:

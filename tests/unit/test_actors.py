@@ -140,3 +140,27 @@ async def test_on_idle_runs_after_a_step_only_when_no_other_step_runs() -> None:
         assert idle == ["a"]  # a was the last step running
         a.stop()
         b.stop()
+
+
+async def test_a_message_told_while_the_step_waits_its_turn_is_that_steps_news() -> None:
+    """A thousand actors wake at start-up and queue behind the step limiter; a change told to one meanwhile (the
+    bundle Secrets' first list lands) is read by the step it waited for: one step, not a second one after it."""
+    calls: list[dict[Hashable, str]] = []
+
+    async def step(messages: dict[Hashable, str]) -> Outcome:
+        calls.append(dict(messages))
+        return Done()
+
+    limiter = anyio.CapacityLimiter(1)
+    actor = ClusterActor("ns/c", step, limiter=limiter)
+    async with anyio.create_task_group() as tg:
+        await limiter.acquire()  # another actor's step holds the only slot
+        tg.start_soon(actor.run)
+        await anyio.sleep(0.02)  # the actor woke (its start) and waits for the slot
+        assert calls == []
+        actor.tell(("Secret", "bundle"), "ADDED")
+        limiter.release()
+        await anyio.sleep(0.05)
+        actor.stop()
+    assert calls == [{("Secret", "bundle"): "ADDED"}]
+    assert actor.steps == 1
