@@ -45,6 +45,7 @@ from ichord.operations import op_status
 from ichord.operations.lock import Exclusion, acquire_disruptive_lock, release_lock
 from ichord.operations.op_status import Decision, Transition
 from ichord.operations.outcome import Blocked, Failed
+from ichord.operations.progress import note_progress
 from ichord.pki.scrub import SCRUBBER
 from ichord.settings import Timing
 
@@ -153,6 +154,9 @@ async def _write(ctx: Context, subject: Subject, mutations: tuple[Mutation, ...]
         for m in mutations:
             m(status)
         mirror_stage(status, obj)
+        described = describe(str((obj.get("spec") or {}).get("kind") or ""))
+        if described is not None:
+            note_progress(described, status, ctx.now())  # in this write, never one of its own
         status["observedGeneration"] = int((obj.get("metadata") or {}).get("generation") or 0)
         ended[:] = note_stage_change(obj, status, before, ctx.now())
         return status

@@ -14,18 +14,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ichord.errors import IchordError
+from ichord.operations.progress import DEFAULTS  # the same model the ETA of a real run is computed from
 
 if TYPE_CHECKING:
     from ichord.rehearsal.run import Event
 
-#: Step kind -> (low, high) seconds on a real cluster, and what it covers. Defaults: Talos on VMs or bare metal.
-DEFAULTS: dict[str, tuple[float, float, str]] = {
-    "apply": (1.0, 5.0, "one ApplyConfiguration, dry run and write"),
-    "reboot": (60.0, 240.0, "a reboot, down to Talos answering and the Node Ready again"),
-    "apiserver_restart": (15.0, 60.0, "a kube-apiserver restart to /readyz ok"),
-    "drain": (10.0, 120.0, "cordon and evict a node's pods, each replacement Ready"),
-    "stage": (5.0, 30.0, "a stage's own checks and settling (clients restarted, Secrets republished)"),
-}
 #: Recorded event kind -> the step kind whose duration it costs.
 COSTS = {"apply": "apply", "reboot": "reboot", "apiserver_restart": "apiserver_restart", "cordon": "drain",
          "stage": "stage"}
