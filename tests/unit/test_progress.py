@@ -1,0 +1,78 @@
+"""status.progress (operations/progress.py): steps done of the total and an ETA from the duration model scaled by
+the run's pace, on a step clock (never the wall clock) driven by per-node durations."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from ichord.api.conditions import now_rfc3339, parse_time
+from ichord.api.operation_kinds import CA_ROTATION, CONFIG
+from ichord.operations.progress import note_progress
+
+Obj = dict[str, Any]
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def _config_status(planned: list[tuple[str, str]], done: list[str]) -> Obj:
+    return {"stage": "Rolling", "startedAt": now_rfc3339(START),
+            "plan": {"machines": [{"name": n, "role": r, "reboots": True} for n, r in planned]},
+            "roll": {"done": done}}
+
+
+PLANNED = [("cp-1", "controlplane"), ("cp-2", "controlplane"), ("cp-3", "controlplane"),
+           ("w-1", "worker"), ("w-2", "worker"), ("w-3", "worker")]
+
+
+@pytest.mark.parametrize("seconds", [
+    {"cp-1": 100, "cp-2": 110, "cp-3": 95, "w-1": 150, "w-2": 160, "w-3": 140},   # even
+    {"cp-1": 300, "cp-2": 280, "cp-3": 320, "w-1": 400, "w-2": 380, "w-3": 420},  # a slow cluster
+    {"cp-1": 40, "cp-2": 45, "cp-3": 50, "w-1": 70, "w-2": 65, "w-3": 75},        # a fast one
+])
+def test_the_eta_at_halfway_is_within_20_percent_of_the_time_left(seconds: dict[str, int]) -> None:
+    clock = START
+    done: list[str] = []
+    progress: list[tuple[int, int]] = []
+    eta_halfway: dt.datetime | None = None
+    halfway_at = START
+    for name, _role in PLANNED:
+        clock += dt.timedelta(seconds=seconds[name])
+        done.append(name)
+        status = _config_status(PLANNED, done)
+        note_progress(CONFIG, status, clock)
+        progress.append((status["progress"]["done"], status["progress"]["total"]))
+        if len(done) == len(PLANNED) // 2:
+            eta_halfway, halfway_at = parse_time(status["progress"]["eta"]), clock
+    assert progress == [(i, 6) for i in range(1, 7)]
+    assert eta_halfway is not None
+    actual_left = (clock - halfway_at).total_seconds()
+    predicted_left = (eta_halfway - halfway_at).total_seconds()
+    assert abs(predicted_left - actual_left) <= 0.2 * actual_left, (predicted_left, actual_left)
+
+
+def test_before_the_first_step_the_eta_is_the_models_and_none_once_done() -> None:
+    status = _config_status(PLANNED, [])
+    note_progress(CONFIG, status, START)
+    assert status["progress"]["steps"] == "0/6"
+    # The model's middles: 3 control planes (apply 3 + reboot 150) and 3 workers (drain 65 more).
+    assert (parse_time(status["progress"]["eta"]) - START).total_seconds() == pytest.approx(3 * 153 + 3 * 218, abs=1)
+    status = {**_config_status(PLANNED, [n for n, _ in PLANNED]), "stage": "Done"}
+    note_progress(CONFIG, status, START + dt.timedelta(hours=1))
+    assert status["progress"] == {"done": 6, "total": 6, "steps": "6/6", "eta": None}
+
+
+def test_a_ca_rotation_counts_its_planned_stages() -> None:
+    status: Obj = {"startedAt": now_rfc3339(START), "plan": {"stages": ["Accepting", "Issuing", "Dropping",
+                                                                      "Finalizing"]},
+                   "caRotation": {"stage": "Dropping"}}
+    note_progress(CA_ROTATION, status, START + dt.timedelta(seconds=60))
+    assert status["progress"]["steps"] == "2/4"
+    assert (parse_time(status["progress"]["eta"]) - START).total_seconds() == pytest.approx(120, abs=1)
+
+
+def test_a_status_without_a_plan_gets_no_progress() -> None:
+    status: Obj = {"stage": ""}
+    note_progress(CONFIG, status, START)
+    assert "progress" not in status
