@@ -1,0 +1,96 @@
+"""status.progress on a real run (operations/progress.py): a reboot-class config rollout over 3 control planes and
+3 workers on the simulators, run by the real cluster actor step and registry. Progress goes 0 -> 6 without ever
+going back, an ETA is there while the rollout runs and gone once it is done, and ``kubectl get`` prints both
+through the CRD's Progress and ETA columns."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+
+from ichord.api.conditions import parse_time
+from ichord.kube import crds
+from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.settings import Timing
+from ichord.sim.combined import SimEnvironment
+from tests.integration._config_world import REBOOT_PATCH, World, world_on
+from tests.real import tools
+
+KUBECTL = tools.kubectl()
+pytestmark = [pytest.mark.integration, pytest.mark.anyio,
+              pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed and not built (scripts/tools.sh)")]
+
+Obj = dict[str, Any]
+TIMING = Timing().scaled(0.01)
+
+
+@pytest.fixture(scope="module")
+def bundle() -> SecretsBundle:
+    return generate_bundle()
+
+
+@pytest.fixture
+async def world(bundle: SecretsBundle) -> AsyncIterator[World]:
+    async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=3, workers=3) as env:
+        async for w in world_on(env, TIMING):
+            yield w
+
+
+async def _columns(world: World, name: str) -> dict[str, str]:
+    """``kubectl get talosoperations NAME``: header -> cell, as kubectl prints them through the CRD's jsonPaths."""
+    assert KUBECTL is not None
+    out = await anyio.run_process([KUBECTL, "--kubeconfig", str(world.env.kubeconfig), "-n", world.env.namespace,
+                                   "get", "talosoperations", name], check=True)
+    header, row = out.stdout.decode().splitlines()
+    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
+    ends = [*starts[1:], None]
+    return {header[s:e].strip(): row[s:e].strip() for s, e in zip(starts, ends, strict=True)}
+
+
+async def test_a_3_plus_3_rollout_reports_progress_monotonically_and_an_eta_while_it_runs(world: World) -> None:
+    env = world.env
+    await world.patch_cluster([REBOOT_PATCH])
+
+    async def reported() -> bool:
+        return sum(1 for m in await world.machines() if (m.get("status") or {}).get("rebootPaths")) == 6
+
+    await world.run_until(reported, what="6 machines reporting rebootPaths")
+    await crds.operations(world.kube).create(env.namespace, {"metadata": {"name": "roll"}, "spec": {
+        "clusterRef": {"name": env.cluster_name}, "kind": "config"}})
+
+    seen: list[Obj] = []
+    running_columns: dict[str, str] = {}
+
+    async def finished() -> bool:
+        nonlocal running_columns
+        op = await world.op("roll")
+        status = op.get("status") or {}
+        if status.get("progress") and (not seen or seen[-1] != status["progress"]):
+            seen.append(dict(status["progress"]))
+            if status.get("phase") == "InProgress" and status["progress"]["done"] > 0 and not running_columns:
+                running_columns = await _columns(world, "roll")
+        return status.get("phase") in ("Completed", "Failed", "Paused")
+
+    await world.run_until(finished, what="the rollout finished")
+    op = await world.op("roll")
+    assert op["status"]["phase"] == "Completed", op["status"]
+
+    done = [p["done"] for p in seen]
+    assert done == sorted(done) and done[0] == 0 and done[-1] == 6, seen  # 0 -> total, never back
+    assert {p["total"] for p in seen} == {6}
+    assert all(p["steps"] == f"{p['done']}/6" for p in seen)
+    running = [p for p in seen if p["done"] < 6]
+    assert running and all(p.get("eta") for p in running), seen  # an ETA from the start to the last machine
+    started = parse_time(op["status"]["startedAt"])
+    assert all(parse_time(p["eta"]) >= started for p in running)
+    assert op["status"]["progress"] == {"done": 6, "total": 6, "steps": "6/6"}  # the ETA gone once done
+
+    # kubectl prints them through the CRD's columns: while running, and once done.
+    assert running_columns, "kubectl was never run while the rollout was under way"
+    assert running_columns["PROGRESS"].endswith("/6") and running_columns["PROGRESS"] != "6/6", running_columns
+    assert running_columns["ETA"].endswith("Z"), running_columns
+    done_columns = await _columns(world, "roll")
+    assert (done_columns["PHASE"], done_columns["PROGRESS"], done_columns["ETA"]) == ("Completed", "6/6", "")
