@@ -1,9 +1,14 @@
-"""status.progress of every operation kind: steps done of the total, and an ETA from the duration model.
+"""status.progress of every operation kind: steps done of the total, how long each took, and an ETA.
 
 The steps are the kind's (``KindDescription.steps``: a config rollout's planned machines, a ca-rotation's planned
 stages); what each costs comes from the model the rehearsal uses (``DEFAULTS``, docs/architecture.md#rehearsal).
-The ETA is the model's cost of the steps left, scaled by what this run has shown so far: the time since
-status.startedAt over the model's cost of the steps done (before the first step is done, the model alone).
+
+- ``observed``: per node and kind of step, how long it took in this run (the time from the step before it, or the
+  start, to the write that first counts it done; steps counted done together share that time). At most
+  ``OBSERVED_MAX`` entries, the latest kept: ``ichord cluster rehearse`` reads them from past operations.
+- ``eta``: the cost of the steps left: a kind of step this run has seen takes its observed mean, any other its
+  model cost scaled by this run's pace so far (time since status.startedAt over the model's cost of the steps
+  done; before the first step is done, the model alone).
 
 Written by the backbone's one status writer, inside the write a step makes anyway (operations/backbone.py): never a
 write of its own. Times are the step's clock, as every other time the step writes.
@@ -15,10 +20,13 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from ichord.api.conditions import now_rfc3339, parse_time
+from ichord.api.conditions import now_rfc3339
 from ichord.api.operation_kinds import DONE_STAGE, KindDescription, Step
 
 Obj = dict[str, Any]
+
+#: The most entries status.progress.observed keeps (the latest): the status stays bounded on any cluster size.
+OBSERVED_MAX = 100
 
 #: Step kind -> (low, high) seconds on a real cluster, and what it covers. Defaults: Talos on VMs or bare metal.
 DEFAULTS: dict[str, tuple[float, float, str]] = {
@@ -35,31 +43,77 @@ def cost(step: Step) -> float:
     return sum((DEFAULTS[k][0] + DEFAULTS[k][1]) / 2 for k in step.costs if k in DEFAULTS)
 
 
-def remaining_seconds(steps: Sequence[Step], elapsed: float | None) -> float:
-    """The model's cost of the steps left, scaled by this run's pace on the steps done (``elapsed``: seconds since
-    the start; None: not started, the model alone)."""
-    left = sum(cost(s) for s in steps if not s.done)
+def step_kind(step: Step) -> str:
+    """How an observed step is named: its kinds of the model joined (``drain+apply+reboot``, ``stage``)."""
+    return "+".join(step.costs)
+
+
+def remaining_seconds(steps: Sequence[Step], elapsed: float | None, observed: Sequence[Obj] = ()) -> float:
+    """The time the steps left take: a kind of step in ``observed`` its mean there, any other the model's cost
+    scaled by this run's pace on the steps done (``elapsed``: seconds since the start; None: the model alone)."""
+    seen: dict[str, list[float]] = {}
+    for o in observed:
+        if isinstance(o, dict) and isinstance(o.get("seconds"), int | float):
+            seen.setdefault(str(o.get("step") or ""), []).append(float(o["seconds"]))
     spent = sum(cost(s) for s in steps if s.done)
-    if elapsed is None or spent <= 0:
-        return left
-    return left * (max(0.0, elapsed) / spent)
+    pace = max(0.0, elapsed) / spent if elapsed is not None and spent > 0 else 1.0
+    left = 0.0
+    for s in steps:
+        if s.done:
+            continue
+        times = seen.get(step_kind(s))
+        left += sum(times) / len(times) if times else cost(s) * pace
+    return left
+
+
+def _observe(steps: Sequence[Step], before: Obj, since: dt.datetime | None, now: dt.datetime) -> list[Obj]:
+    """status.progress.observed with the steps done since the last write that counted one (``before``: the
+    progress as read)."""
+    observed = [o for o in before.get("observed") or [] if isinstance(o, dict)]
+    done = [s for s in steps if s.done]
+    new = len(done) - int(before.get("done") or 0)
+    if new <= 0 or since is None:
+        return observed[-OBSERVED_MAX:]
+    recorded = {(o.get("node"), o.get("step")) for o in observed}
+    fresh = [s for s in done if not s.node or (s.node, step_kind(s)) not in recorded][-new:]
+    seconds = max(0.0, (now - since).total_seconds()) / max(1, len(fresh))
+    observed += [{"node": s.node or None, "step": step_kind(s), "seconds": round(seconds, 3)} for s in fresh]
+    return observed[-OBSERVED_MAX:]
+
+
+def _time(value: object) -> dt.datetime | None:
+    """An RFC 3339 time as written here (lastDoneAt with microseconds, startedAt without); None if unreadable."""
+    if not value:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
+
+
+def _precise(t: dt.datetime) -> str:
+    """With microseconds: each step is timed from it, and a whole second lost per step would add up."""
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def note_progress(kind: KindDescription, status: Obj, now: dt.datetime) -> None:
-    """Set status.progress ({done, total, steps: "done/total", eta}) from ``status`` as about to be written. The
-    ETA is removed (None: the merge patch drops it) once nothing is left or before the start."""
+    """Set status.progress ({done, total, steps: "done/total", eta, lastDoneAt, observed}) from ``status`` as about
+    to be written (its progress as read). The ETA is removed (None: the merge patch drops it) once nothing is left
+    or before the start."""
     steps = kind.steps(status)
     if not steps:
         return
+    before = status.get("progress") if isinstance(status.get("progress"), dict) else {}
     done = sum(1 for s in steps if s.done)
-    started = status.get("startedAt")
-    elapsed: float | None = None
-    if started:
-        try:
-            elapsed = (now - parse_time(str(started))).total_seconds()
-        except ValueError:
-            elapsed = None
+    started = _time(status.get("startedAt"))
+    last = _time(before.get("lastDoneAt")) or started
+    observed = _observe(steps, before, last, now)
+    moved = done > int(before.get("done") or 0)
+    elapsed = None if started is None else (now - started).total_seconds()
     finished = done == len(steps) or kind.stage_in(status) == DONE_STAGE
-    eta = None if finished or not started else now_rfc3339(now + dt.timedelta(
-        seconds=remaining_seconds(steps, elapsed)))
-    status["progress"] = {"done": done, "total": len(steps), "steps": f"{done}/{len(steps)}", "eta": eta}
+    eta = None if finished or started is None else now_rfc3339(now + dt.timedelta(
+        seconds=remaining_seconds(steps, elapsed, observed)))
+    status["progress"] = {"done": done, "total": len(steps), "steps": f"{done}/{len(steps)}", "eta": eta,
+                          "lastDoneAt": _precise(now) if moved and started else before.get("lastDoneAt"),
+                          "observed": observed or None}

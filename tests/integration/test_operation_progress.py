@@ -5,6 +5,7 @@ through the CRD's Progress and ETA columns."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -86,7 +87,14 @@ async def test_a_3_plus_3_rollout_reports_progress_monotonically_and_an_eta_whil
     assert running and all(p.get("eta") for p in running), seen  # an ETA from the start to the last machine
     started = parse_time(op["status"]["startedAt"])
     assert all(parse_time(p["eta"]) >= started for p in running)
-    assert op["status"]["progress"] == {"done": 6, "total": 6, "steps": "6/6"}  # the ETA gone once done
+    final = op["status"]["progress"]
+    assert (final["steps"], final.get("eta")) == ("6/6", None)  # the ETA gone once done
+    # Each node's step observed once, named by what it costs; together they take no longer than the run.
+    observed = final["observed"]
+    assert sorted(o["node"] for o in observed) == sorted(env.machine_names)
+    assert {o["step"] for o in observed} == {"apply+reboot", "drain+apply+reboot"}
+    run = (dt.datetime.fromisoformat(final["lastDoneAt"]) - started).total_seconds()
+    assert all(o["seconds"] >= 0 for o in observed) and sum(o["seconds"] for o in observed) <= run + 1
 
     # kubectl prints them through the CRD's columns: while running, and once done.
     assert running_columns, "kubectl was never run while the rollout was under way"

@@ -37,10 +37,12 @@ def test_the_eta_at_halfway_is_within_20_percent_of_the_time_left(seconds: dict[
     progress: list[tuple[int, int]] = []
     eta_halfway: dt.datetime | None = None
     halfway_at = START
+    status = _config_status(PLANNED, done)
+    note_progress(CONFIG, status, clock)
     for name, _role in PLANNED:
         clock += dt.timedelta(seconds=seconds[name])
         done.append(name)
-        status = _config_status(PLANNED, done)
+        status = {**_config_status(PLANNED, done), "progress": status["progress"]}  # as read for the next write
         note_progress(CONFIG, status, clock)
         progress.append((status["progress"]["done"], status["progress"]["total"]))
         if len(done) == len(PLANNED) // 2:
@@ -60,7 +62,36 @@ def test_before_the_first_step_the_eta_is_the_models_and_none_once_done() -> Non
     assert (parse_time(status["progress"]["eta"]) - START).total_seconds() == pytest.approx(3 * 153 + 3 * 218, abs=1)
     status = {**_config_status(PLANNED, [n for n, _ in PLANNED]), "stage": "Done"}
     note_progress(CONFIG, status, START + dt.timedelta(hours=1))
-    assert status["progress"] == {"done": 6, "total": 6, "steps": "6/6", "eta": None}
+    assert {k: status["progress"][k] for k in ("done", "total", "steps", "eta")} == {
+        "done": 6, "total": 6, "steps": "6/6", "eta": None}
+
+
+def test_each_step_is_observed_once_per_node_and_kind_and_the_record_stays_bounded() -> None:
+    planned = [(f"w-{i}", "worker") for i in range(150)]
+    status = _config_status(planned, [])
+    note_progress(CONFIG, status, START)
+    clock = START
+    for i in range(150):
+        clock += dt.timedelta(seconds=10 + i % 3)
+        status = {**_config_status(planned, [n for n, _ in planned[:i + 1]]), "progress": status["progress"]}
+        note_progress(CONFIG, status, clock)
+        status = {**status, "message": "a write that counts nothing new"}
+        note_progress(CONFIG, status, clock + dt.timedelta(seconds=1))  # no step done: nothing observed
+    observed = status["progress"]["observed"]
+    assert len(observed) == 100  # the latest kept
+    assert [o["node"] for o in observed] == [f"w-{i}" for i in range(50, 150)]
+    assert {o["step"] for o in observed} == {"drain+apply+reboot"}
+    assert [o["seconds"] for o in observed[:3]] == [10 + 50 % 3, 10 + 51 % 3, 10 + 52 % 3]
+
+
+def test_a_kind_observed_in_this_run_takes_its_observed_mean_in_the_eta() -> None:
+    status = _config_status(PLANNED, ["cp-1"])
+    status["progress"] = {"done": 1, "total": 6, "observed": [{"node": "cp-1", "step": "apply+reboot", "seconds": 20}]}
+    status["roll"]["done"] = ["cp-1"]
+    note_progress(CONFIG, status, START + dt.timedelta(seconds=20))
+    # cp-2, cp-3 at the observed 20 s; the workers at the model's 218 s scaled by the pace (20 s for 153 s of model).
+    left = (parse_time(status["progress"]["eta"]) - START).total_seconds() - 20
+    assert left == pytest.approx(2 * 20 + 3 * 218 * 20 / 153, abs=1)
 
 
 def test_a_ca_rotation_counts_its_planned_stages() -> None:
