@@ -104,7 +104,8 @@ def note_progress(kind: KindDescription, status: Obj, now: dt.datetime) -> None:
     steps = kind.steps(status)
     if not steps:
         return
-    before = status.get("progress") if isinstance(status.get("progress"), dict) else {}
+    read = status.get("progress")
+    before: Obj = read if isinstance(read, dict) else {}
     done = sum(1 for s in steps if s.done)
     started = _time(status.get("startedAt"))
     last = _time(before.get("lastDoneAt")) or started
