@@ -17,7 +17,7 @@ write of its own. Times are the step's clock, as every other time the step write
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ichord.api.conditions import now_rfc3339
@@ -48,21 +48,49 @@ def step_kind(step: Step) -> str:
     return "+".join(step.costs)
 
 
-def remaining_seconds(steps: Sequence[Step], elapsed: float | None, observed: Sequence[Obj] = ()) -> float:
-    """The time the steps left take: a kind of step in ``observed`` its mean there, any other the model's cost
-    scaled by this run's pace on the steps done (``elapsed``: seconds since the start; None: the model alone)."""
-    seen: dict[str, list[float]] = {}
-    for o in observed:
+def _means(entries: Iterable[object]) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+    """Mean seconds of observed entries per kind of step, and per (node, kind of step)."""
+    by_kind: dict[str, list[float]] = {}
+    by_node: dict[tuple[str, str], list[float]] = {}
+    for o in entries:
         if isinstance(o, dict) and isinstance(o.get("seconds"), int | float):
-            seen.setdefault(str(o.get("step") or ""), []).append(float(o["seconds"]))
+            kind = str(o.get("step") or "")
+            by_kind.setdefault(kind, []).append(float(o["seconds"]))
+            if o.get("node"):
+                by_node.setdefault((str(o["node"]), kind), []).append(float(o["seconds"]))
+    return ({k: sum(v) / len(v) for k, v in by_kind.items()},
+            {k: sum(v) / len(v) for k, v in by_node.items()})
+
+
+def history_of(operations: Iterable[Obj], uid: str) -> list[Obj]:
+    """The observed steps of the cluster's other operations (``uid``'s own excluded): what its ETA learns from."""
+    out: list[Obj] = []
+    for op in operations:
+        if str((op.get("metadata") or {}).get("uid") or "") == uid:
+            continue
+        progress = (op.get("status") or {}).get("progress")
+        observed = progress.get("observed") if isinstance(progress, dict) else None
+        out += [o for o in observed or [] if isinstance(o, dict)]
+    return out
+
+
+def remaining_seconds(steps: Sequence[Step], elapsed: float | None, observed: Sequence[Obj] = (),
+                      history: Sequence[Obj] = ()) -> float:
+    """The time the steps left take. A step takes, first found: its kind's mean in this run (``observed``), its
+    node's own time for that kind in the cluster's past operations (``history``), the kind's mean there, else the
+    model's cost scaled by this run's pace on the steps done (``elapsed``: seconds since the start; None: the model
+    alone)."""
+    run, _ = _means(observed)
+    past, past_node = _means(history)
     spent = sum(cost(s) for s in steps if s.done)
     pace = max(0.0, elapsed) / spent if elapsed is not None and spent > 0 else 1.0
     left = 0.0
     for s in steps:
         if s.done:
             continue
-        times = seen.get(step_kind(s))
-        left += sum(times) / len(times) if times else cost(s) * pace
+        kind = step_kind(s)
+        found = run.get(kind, past_node.get((s.node, kind), past.get(kind)))
+        left += found if found is not None else cost(s) * pace
     return left
 
 
@@ -77,7 +105,9 @@ def _observe(steps: Sequence[Step], before: Obj, since: dt.datetime | None, now:
     recorded = {(o.get("node"), o.get("step")) for o in observed}
     fresh = [s for s in done if not s.node or (s.node, step_kind(s)) not in recorded][-new:]
     seconds = max(0.0, (now - since).total_seconds()) / max(1, len(fresh))
-    observed += [{"node": s.node or None, "step": step_kind(s), "seconds": round(seconds, 3)} for s in fresh]
+    # A stage has no node: the key is left out (the schema's node is a string, never null).
+    observed += [{**({"node": s.node} if s.node else {}), "step": step_kind(s), "seconds": round(seconds, 3)}
+                 for s in fresh]
     return observed[-OBSERVED_MAX:]
 
 
@@ -97,10 +127,10 @@ def _precise(t: dt.datetime) -> str:
     return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def note_progress(kind: KindDescription, status: Obj, now: dt.datetime) -> None:
+def note_progress(kind: KindDescription, status: Obj, now: dt.datetime, history: Sequence[Obj] = ()) -> None:
     """Set status.progress ({done, total, steps: "done/total", eta, lastDoneAt, observed}) from ``status`` as about
     to be written (its progress as read). The ETA is removed (None: the merge patch drops it) once nothing is left
-    or before the start."""
+    or before the start. ``history``: the cluster's past observed steps (``history_of``)."""
     steps = kind.steps(status)
     if not steps:
         return
@@ -114,7 +144,7 @@ def note_progress(kind: KindDescription, status: Obj, now: dt.datetime) -> None:
     elapsed = None if started is None else (now - started).total_seconds()
     finished = done == len(steps) or kind.stage_in(status) == DONE_STAGE
     eta = None if finished or started is None else now_rfc3339(now + dt.timedelta(
-        seconds=remaining_seconds(steps, elapsed, observed)))
+        seconds=remaining_seconds(steps, elapsed, observed, history)))
     status["progress"] = {"done": done, "total": len(steps), "steps": f"{done}/{len(steps)}", "eta": eta,
                           "lastDoneAt": _precise(now) if moved and started else before.get("lastDoneAt"),
                           "observed": observed or None}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -102,3 +103,57 @@ async def test_a_3_plus_3_rollout_reports_progress_monotonically_and_an_eta_whil
     assert running_columns["ETA"].endswith("Z"), running_columns
     done_columns = await _columns(world, "roll")
     assert (done_columns["PHASE"], done_columns["PROGRESS"], done_columns["ETA"]) == ("Completed", "6/6", "")
+
+
+#: A second reboot-class change (another kernel module), so the same world rolls out twice.
+SECOND_PATCH = "apiVersion: v1alpha1\nkind: KernelModuleConfig\nname: nf_conntrack\n"
+
+
+def _stamp(value: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(value)
+
+
+async def _roll(world: World, name: str, patch: str) -> tuple[Obj, list[Obj]]:
+    """Roll ``patch`` out as operation ``name``; the operation as it ended and each new progress it reported."""
+    env = world.env
+    await world.patch_cluster([patch])
+
+    async def reported() -> bool:
+        return sum(1 for m in await world.machines() if (m.get("status") or {}).get("rebootPaths")) == 6
+
+    await world.run_until(reported, what="6 machines reporting rebootPaths")
+    await crds.operations(world.kube).create(env.namespace, {"metadata": {"name": name}, "spec": {
+        "clusterRef": {"name": env.cluster_name}, "kind": "config"}})
+    seen: list[Obj] = []
+
+    async def finished() -> bool:
+        status = (await world.op(name)).get("status") or {}
+        progress = status.get("progress")
+        if progress and (not seen or seen[-1]["done"] != progress["done"]):
+            seen.append(dict(progress))
+        return status.get("phase") in ("Completed", "Failed", "Paused")
+
+    await world.run_until(finished, steps=4000, what=f"{name} finished")
+    return await world.op(name), seen
+
+
+async def test_the_eta_at_halfway_is_within_20_percent_of_the_time_left(world: World) -> None:
+    """Per-node reboot times injected in the simulated nodes (varied, one slow worker): a first rollout records
+    them, and the second's ETA, at its halfway point, is within 20 % of the time it then took. Both are the
+    daemon's step clock as written in the status (progress.lastDoneAt, progress.eta), never the test's clock."""
+    env = world.env
+    seconds = dict(zip(env.machine_names, [1.0, 1.4, 1.2, 1.1, 3.0, 1.3], strict=True))  # the fifth: slow
+    for name, node in env.talos.nodes.items():
+        node.timings = replace(node.timings, reboot=seconds[name])
+
+    first, _ = await _roll(world, "first", REBOOT_PATCH)
+    assert first["status"]["phase"] == "Completed", first["status"]
+    second, seen = await _roll(world, "second", SECOND_PATCH)
+    assert second["status"]["phase"] == "Completed", second["status"]
+
+    halfway = next(p for p in seen if p["done"] == 3)
+    left = (_stamp(second["status"]["progress"]["lastDoneAt"]) - _stamp(halfway["lastDoneAt"])).total_seconds()
+    predicted = (parse_time(halfway["eta"]) - _stamp(halfway["lastDoneAt"])).total_seconds()
+    # The ETA is written to the second, truncated: up to a second earlier than computed, never later.
+    assert 0.8 * left <= predicted + 1.0 and predicted <= 1.2 * left, (predicted, left, seen)
+    assert left > 4.0, left  # the injected reboots dominate what is measured (not the steps' own overhead)

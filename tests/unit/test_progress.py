@@ -10,7 +10,7 @@ import pytest
 
 from ichord.api.conditions import now_rfc3339, parse_time
 from ichord.api.operation_kinds import CA_ROTATION, CONFIG
-from ichord.operations.progress import note_progress
+from ichord.operations.progress import history_of, note_progress
 
 Obj = dict[str, Any]
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -100,6 +100,9 @@ def test_a_ca_rotation_counts_its_planned_stages() -> None:
                    "caRotation": {"stage": "Dropping"}}
     note_progress(CA_ROTATION, status, START + dt.timedelta(seconds=60))
     assert status["progress"]["steps"] == "2/4"
+    status = {**status, "caRotation": {"stage": "Finalizing"}}
+    note_progress(CA_ROTATION, status, START + dt.timedelta(seconds=90))
+    assert status["progress"]["observed"] == [{"step": "stage", "seconds": 30.0}] * 3  # a stage names no node
     assert (parse_time(status["progress"]["eta"]) - START).total_seconds() == pytest.approx(120, abs=1)
 
 
@@ -107,3 +110,22 @@ def test_a_status_without_a_plan_gets_no_progress() -> None:
     status: Obj = {"stage": ""}
     note_progress(CONFIG, status, START)
     assert "progress" not in status
+
+
+def test_a_step_this_run_has_not_seen_takes_its_nodes_time_from_the_clusters_past_operations() -> None:
+    past = [{"metadata": {"uid": "old"}, "status": {"progress": {"observed": [
+        {"node": "w-1", "step": "drain+apply+reboot", "seconds": 30},
+        {"node": "w-2", "step": "drain+apply+reboot", "seconds": 90},
+        {"node": "cp-1", "step": "apply+reboot", "seconds": 999}]}}},
+        {"metadata": {"uid": "this"}, "status": {"progress": {"observed": [
+            {"node": "w-3", "step": "drain+apply+reboot", "seconds": 5000}]}}}, {"metadata": {}}]
+    history = history_of(past, "this")
+    assert [o["node"] for o in history] == ["w-1", "w-2", "cp-1"]  # its own run is not its history
+    status = _config_status(PLANNED, ["cp-1", "cp-2", "cp-3"])
+    status["progress"] = {"done": 3, "total": 6, "lastDoneAt": "2026-01-01T00:01:00.000000Z",
+                          "observed": [{"node": n, "step": "apply+reboot", "seconds": 20}
+                                       for n in ("cp-1", "cp-2", "cp-3")]}
+    note_progress(CONFIG, status, START + dt.timedelta(seconds=60), history)
+    left = (parse_time(status["progress"]["eta"]) - START).total_seconds() - 60
+    # w-1 and w-2 their own past 30 s and 90 s; w-3, with none of its own, the kind's past mean (60 s).
+    assert left == pytest.approx(30 + 90 + 60, abs=1)
