@@ -129,8 +129,11 @@ def _precise(t: dt.datetime) -> str:
 
 def note_progress(kind: KindDescription, status: Obj, now: dt.datetime, history: Sequence[Obj] = ()) -> None:
     """Set status.progress ({done, total, steps: "done/total", eta, lastDoneAt, observed}) from ``status`` as about
-    to be written (its progress as read). The ETA is removed (None: the merge patch drops it) once nothing is left
-    or before the start. ``history``: the cluster's past observed steps (``history_of``)."""
+    to be written (its progress as read). ``history``: the cluster's past observed steps (``history_of``).
+
+    The progress as read is kept as it is until a step is counted (or the run starts, or ends): a write that
+    changes nothing else stays a write not sent (kube/status.update_status), so progress never adds one. The ETA is
+    removed (None: the merge patch drops it) once nothing is left or before the start."""
     steps = kind.steps(status)
     if not steps:
         return
@@ -138,13 +141,23 @@ def note_progress(kind: KindDescription, status: Obj, now: dt.datetime, history:
     before: Obj = read if isinstance(read, dict) else {}
     done = sum(1 for s in steps if s.done)
     started = _time(status.get("startedAt"))
+    finished = done == len(steps) or kind.stage_in(status) == DONE_STAGE
+    wants_eta = not finished and started is not None
+    if before and (before.get("done"), before.get("total")) == (done, len(steps)) and \
+            bool(before.get("eta")) == wants_eta:
+        return  # nothing counted since the last write: the estimate stands
     last = _time(before.get("lastDoneAt")) or started
     observed = _observe(steps, before, last, now)
     moved = done > int(before.get("done") or 0)
     elapsed = None if started is None else (now - started).total_seconds()
-    finished = done == len(steps) or kind.stage_in(status) == DONE_STAGE
-    eta = None if finished or started is None else now_rfc3339(now + dt.timedelta(
-        seconds=remaining_seconds(steps, elapsed, observed, history)))
-    status["progress"] = {"done": done, "total": len(steps), "steps": f"{done}/{len(steps)}", "eta": eta,
-                          "lastDoneAt": _precise(now) if moved and started else before.get("lastDoneAt"),
-                          "observed": observed or None}
+    progress: Obj = {"done": done, "total": len(steps), "steps": f"{done}/{len(steps)}"}
+    if wants_eta:
+        progress["eta"] = now_rfc3339(now + dt.timedelta(
+            seconds=remaining_seconds(steps, elapsed, observed, history)))
+    lately = _precise(now) if moved and started else before.get("lastDoneAt")
+    for key, value in (("lastDoneAt", lately), ("observed", observed or None)):
+        if value is not None:
+            progress[key] = value
+    for key in before:
+        progress.setdefault(key, None)  # a key no longer said is removed (a merge patch drops only a null)
+    status["progress"] = progress

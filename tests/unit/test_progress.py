@@ -60,10 +60,14 @@ def test_before_the_first_step_the_eta_is_the_models_and_none_once_done() -> Non
     assert status["progress"]["steps"] == "0/6"
     # The model's middles: 3 control planes (apply 3 + reboot 150) and 3 workers (drain 65 more).
     assert (parse_time(status["progress"]["eta"]) - START).total_seconds() == pytest.approx(3 * 153 + 3 * 218, abs=1)
-    status = {**_config_status(PLANNED, [n for n, _ in PLANNED]), "stage": "Done"}
+    # A later write that counts nothing leaves the progress as read (so a write with nothing else stays unsent).
+    again = {**_config_status(PLANNED, []), "progress": dict(status["progress"])}
+    note_progress(CONFIG, again, START + dt.timedelta(minutes=5))
+    assert again["progress"] == status["progress"]
+    status = {**_config_status(PLANNED, [n for n, _ in PLANNED]), "stage": "Done", "progress": status["progress"]}
     note_progress(CONFIG, status, START + dt.timedelta(hours=1))
     assert {k: status["progress"][k] for k in ("done", "total", "steps", "eta")} == {
-        "done": 6, "total": 6, "steps": "6/6", "eta": None}
+        "done": 6, "total": 6, "steps": "6/6", "eta": None}  # None: the merge patch removes the ETA
 
 
 def test_each_step_is_observed_once_per_node_and_kind_and_the_record_stays_bounded() -> None:
