@@ -118,7 +118,7 @@ def format_status(view: ClusterView, now: dt.datetime) -> str:
     if not open_ops:
         out.append("  none under way")
     for op in open_ops:
-        out += _operation(view, op)
+        out += _operation(view, op, now)
     if finished:
         last = finished[-1]
         cond = _operation_condition(last)
@@ -161,13 +161,19 @@ def next_for_cluster(view: ClusterView, open_ops: Sequence[Obj]) -> str | None:
     return None
 
 
-def _operation(view: ClusterView, op: Obj) -> list[str]:
+def _operation(view: ClusterView, op: Obj, now: dt.datetime) -> list[str]:
     status, read = op.get("status") or {}, OperationView.of(op)
     parts = [f"{_name(op)}", _kind(op), f"phase {_phase(op)}"]
     if read.stage:
         parts.append(f"stage {read.stage}")
     if read.step:
         parts.append(f"step {read.step}")
+    progress = status.get("progress") or {}
+    if progress.get("steps"):
+        parts.append(f"progress {progress['steps']}")
+    if progress.get("eta") and _phase(op) not in FINISHED:
+        left = (parse_time(str(progress["eta"])) - now).total_seconds()
+        parts.append(f"eta {progress['eta']} ({f'in {_duration(left)}' if left >= 0 else 'overdue'})")
     lines = ["  " + "  ".join(parts)]
     cond = _operation_condition(op)
     if cond:

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 #: source (the CRD's Stage and Step columns); a kind with a section mirrors them here (operations/backbone.py).
 STAGE_COLUMN = ".status.stage"
 STEP_COLUMN = ".status.step"
+#: The printer columns every kind's progress is read from (operations/progress.py writes them in every status write).
+PROGRESS_COLUMN = ".status.progress.steps"
+ETA_COLUMN = ".status.progress.eta"
 #: The last stage of every kind: an operation there has nothing left under way.
 DONE_STAGE = "Done"
 
@@ -40,6 +43,60 @@ def _never(_op: OperationView) -> bool:
 
 def _always(_op: OperationView) -> bool:
     return True
+
+
+@dataclass(frozen=True)
+class Step:
+    """One counted step of an operation (status.progress): what it costs (step kinds of the duration model,
+    operations/progress.py) and whether the status records it done."""
+
+    costs: tuple[str, ...]
+    done: bool
+    node: str = ""
+
+
+def _no_steps(_status: Mapping[str, object]) -> list[Step]:
+    return []
+
+
+def _plan(status: Mapping[str, object]) -> Mapping[str, object]:
+    plan = status.get("plan")
+    return plan if isinstance(plan, dict) else {}
+
+
+def _names(value: object) -> set[str]:
+    return {str(x) for x in value} if isinstance(value, list) else set()
+
+
+def stage_steps(status: Mapping[str, object], section: str | None) -> list[Step]:
+    """One step per planned stage (status.plan.stages), done once the stage under way is a later one."""
+    listed = _plan(status).get("stages")
+    stages = [str(s) for s in listed if s] if isinstance(listed, list) else []
+    current = str(_section(status, section).get("stage") or "")
+    if current == DONE_STAGE:
+        return [Step(("stage",), True) for _ in stages]
+    at = stages.index(current) if current in stages else 0
+    return [Step(("stage",), i < at) for i in range(len(stages))]
+
+
+def machine_steps(status: Mapping[str, object]) -> list[Step]:
+    """One step per planned machine (status.plan.machines), done once its roll or restart records it done: a
+    reboot costs an apply and a reboot (a worker's a drain too), a kube-apiserver restart an apply and a restart."""
+    done = _names(_section(status, "roll").get("done")) | _names(_section(status, "apiServerRestart").get("done"))
+    finished = str(status.get("stage") or "") == DONE_STAGE
+    steps = []
+    planned = _plan(status).get("machines")
+    for m in planned if isinstance(planned, list) else []:
+        if not isinstance(m, dict) or not m.get("name"):
+            continue
+        name = str(m["name"])
+        if m.get("reboots"):
+            costs: tuple[str, ...] = ("apply", "reboot") if m.get("role") == "controlplane" else (
+                "drain", "apply", "reboot")
+        else:
+            costs = ("apply", "apiserver_restart")
+        steps.append(Step(costs, finished or name in done, name))
+    return steps
 
 
 @dataclass(frozen=True)
@@ -69,6 +126,8 @@ class KindDescription:
     awaits_credentials: str | None = None
     #: docs/decisions.md#abandon-or-hold: may an operation in this state be abandoned when it is deleted?
     abandonable: Callable[[OperationView], bool] = _never
+    #: The steps status.progress counts, read from a status of the kind (its plan and what it records done).
+    steps: Callable[[Mapping[str, object]], list[Step]] = _no_steps
 
     def stage_in(self, status: Mapping[str, object]) -> str:
         """The stage under way as ``status`` records it ('' before the start)."""
@@ -88,11 +147,12 @@ def _section(status: Mapping[str, object], section: str | None) -> Mapping[str, 
 CA_ROTATION = KindDescription(
     name=names.KIND_CA_ROTATION, condition_type=names.CA_ROTATION, finalizer=names.CA_ROTATION_FINALIZER,
     title="a CA rotation", section="caRotation", holds_machines=True, excludes_others=True, rotates_cas=True,
-    awaits_credentials=names.CARotationReason.AWAITING_CREDENTIALS, abandonable=ca_rotation_abandonable)
+    awaits_credentials=names.CARotationReason.AWAITING_CREDENTIALS, abandonable=ca_rotation_abandonable,
+    steps=lambda status: stage_steps(status, "caRotation"))
 #: A config rollout may always be abandoned: deleting it gives back its cordons and lets the lock go.
 CONFIG = KindDescription(
     name=names.KIND_CONFIG, condition_type=names.CONFIG_ROLLOUT, finalizer=f"{names.GROUP}/config",
-    title="a config operation", abandonable=_always)
+    title="a config operation", abandonable=_always, steps=machine_steps)
 
 #: spec.kind -> its description: every kind this version of ichord knows.
 KINDS: dict[str, KindDescription] = {}

@@ -45,6 +45,7 @@ from ichord.operations import op_status, windows
 from ichord.operations.lock import Exclusion, acquire_disruptive_lock, release_lock
 from ichord.operations.op_status import Decision, Transition
 from ichord.operations.outcome import Blocked, Failed, Outcome, Requeue
+from ichord.operations.progress import history_of, note_progress
 from ichord.pki.scrub import SCRUBBER
 from ichord.settings import Timing
 
@@ -144,6 +145,7 @@ async def transition(ctx: Context, subject: Subject, change: Transition, *also: 
 async def _write(ctx: Context, subject: Subject, mutations: tuple[Mutation, ...], change: Transition | None = None,
                  decision: Decision | None = None) -> Obj:
     ended: list[StageEnded] = []
+    history = history_of([v.obj for v in getattr(ctx, "operations", None) or []], subject.uid)
 
     def mutate(status: Obj, obj: Obj) -> Obj | None:
         before = stage_of(status)
@@ -153,6 +155,9 @@ async def _write(ctx: Context, subject: Subject, mutations: tuple[Mutation, ...]
         for m in mutations:
             m(status)
         mirror_stage(status, obj)
+        described = describe(str((obj.get("spec") or {}).get("kind") or ""))
+        if described is not None:  # in this write, never one of its own; the past from the step's list, no read
+            note_progress(described, status, ctx.now(), history)
         status["observedGeneration"] = int((obj.get("metadata") or {}).get("generation") or 0)
         ended[:] = note_stage_change(obj, status, before, ctx.now())
         return status

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from ichord import log, operation_cli, yamlio
 from ichord.errors import IchordError
 from ichord.kube.client import from_kubeconfig
-from ichord.rehearsal.model import DEFAULTS, Durations
+from ichord.operations.progress import DEFAULTS
+from ichord.rehearsal.model import Durations
 
 if TYPE_CHECKING:
     from ichord.rehearsal.report import Report

@@ -11,21 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ichord.errors import IchordError
+from ichord.operations.progress import DEFAULTS  # the same model the ETA of a real run is computed from
+
+Obj = dict[str, Any]
 
 if TYPE_CHECKING:
     from ichord.rehearsal.run import Event
 
-#: Step kind -> (low, high) seconds on a real cluster, and what it covers. Defaults: Talos on VMs or bare metal.
-DEFAULTS: dict[str, tuple[float, float, str]] = {
-    "apply": (1.0, 5.0, "one ApplyConfiguration, dry run and write"),
-    "reboot": (60.0, 240.0, "a reboot, down to Talos answering and the Node Ready again"),
-    "apiserver_restart": (15.0, 60.0, "a kube-apiserver restart to /readyz ok"),
-    "drain": (10.0, 120.0, "cordon and evict a node's pods, each replacement Ready"),
-    "stage": (5.0, 30.0, "a stage's own checks and settling (clients restarted, Secrets republished)"),
-}
 #: Recorded event kind -> the step kind whose duration it costs.
 COSTS = {"apply": "apply", "reboot": "reboot", "apiserver_restart": "apiserver_restart", "cordon": "drain",
          "stage": "stage"}
@@ -64,8 +59,50 @@ class Durations:
             given.add(kind)
         return cls(ranges, frozenset(given))
 
+    #: Kind -> how many steps of this cluster's past operations its range comes from (``with_history``).
+    recorded: dict[str, int] = field(default_factory=dict)
+    #: (node, kind) -> that node's own recorded range: a node's steps cost what they cost it before.
+    per_node: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+
     def source(self, kind: str) -> str:
-        return "given" if kind in self.given else "default"
+        if kind in self.given:
+            return "given"
+        return f"history of {self.recorded[kind]} step(s)" if kind in self.recorded else "default"
+
+    def of(self, kind: str, node: str) -> tuple[float, float]:
+        """The range of ``kind`` on ``node``: given, else the node's own history, else the cluster's, else the
+        default."""
+        if kind not in self.given and (node, kind) in self.per_node:
+            return self.per_node[(node, kind)]
+        return self.ranges[kind]
+
+    def with_history(self, operations: Iterable[Obj]) -> Durations:
+        """The ranges of the kinds not given, from what past operations recorded (status.progress.observed,
+        operations/progress.py): per kind the lowest to the highest seen, per node its own. An observed step names
+        every kind it cost (``drain+apply+reboot``); its last kind is credited with the time less the others'
+        current middles (a reboot's own time, say). A ca-rotation's ``stage`` step spans the reboots inside the
+        stage: it is not credited to any kind."""
+        seen: dict[str, list[float]] = {}
+        by_node: dict[tuple[str, str], list[float]] = {}
+        for op in operations:
+            progress = (op.get("status") or {}).get("progress") or {}
+            for o in progress.get("observed") or [] if isinstance(progress, dict) else []:
+                parts = str((o or {}).get("step") or "").split("+") if isinstance(o, dict) else []
+                seconds = o.get("seconds") if isinstance(o, dict) else None
+                main = parts[-1] if parts else ""
+                if main not in self.ranges or main == "stage" or not isinstance(seconds, int | float):
+                    continue
+                others = sum(sum(self.ranges[k]) / 2 for k in parts[:-1] if k in self.ranges)
+                own = max(0.0, float(seconds) - others)
+                seen.setdefault(main, []).append(own)
+                if o.get("node"):
+                    by_node.setdefault((str(o["node"]), main), []).append(own)
+        ranges, recorded = dict(self.ranges), dict(self.recorded)
+        for kind, times in seen.items():
+            if kind not in self.given:
+                ranges[kind], recorded[kind] = (min(times), max(times)), len(times)
+        per_node = {key: (min(t), max(t)) for key, t in by_node.items()}
+        return Durations(ranges, self.given, recorded, per_node)
 
 
 @dataclass(frozen=True)
@@ -83,7 +120,7 @@ def predict(events: Iterable[Event], durations: Durations) -> tuple[list[Timed],
     for e in events:
         kind = COSTS.get(e.kind)
         if kind is not None:
-            lo, hi = durations.ranges[kind]
+            lo, hi = durations.of(kind, e.node)
             low, high = low + lo, high + hi
         out.append(Timed(e, (low, high)))
     return out, (low, high)

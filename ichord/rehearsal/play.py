@@ -57,6 +57,7 @@ async def rehearse(kube: KubeClient, namespace: str, cluster: str, operation: Ob
     """Read the live cluster, build its twin, play ``operation`` on it, and predict (the whole command)."""
     op = check_operation(operation, namespace, cluster)
     live = await read_live(kube, namespace, cluster, talos_factory)
+    durations = durations.with_history(live.operations)  # this cluster's own past steps, where it has any
     unfinished = [OperationView.of(o) for o in live.operations if not OperationView.of(o).finished]
     if unfinished:
         other = unfinished[0]

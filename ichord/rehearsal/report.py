@@ -6,8 +6,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ichord.operations.progress import DEFAULTS
 from ichord.rehearsal.live import LiveCluster
-from ichord.rehearsal.model import DEFAULTS, Durations, Timed, clock, most_at_once
+from ichord.rehearsal.model import Durations, Timed, clock, most_at_once
 from ichord.rehearsal.run import Event, Recording
 
 Obj = dict[str, Any]

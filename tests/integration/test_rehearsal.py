@@ -29,6 +29,7 @@ from ichord.cli import main
 from ichord.contract import V1_13
 from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig
+from ichord.operations.progress import DEFAULTS
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.rehearsal.model import Durations, clock
 from ichord.rehearsal.play import rehearse
@@ -345,3 +346,43 @@ async def test_an_unfinished_operation_of_the_cluster_is_a_stop(tmp_path: Path) 
         assert report.exit_code == 1
         (_cond, reason, message), = report.recording.stops
         assert reason == "OperationUnfinished" and f"TalosOperation {env.namespace}/waiting (Pending)" in message
+
+
+async def test_a_rehearsal_takes_its_durations_from_the_clusters_past_operations(world: World,
+                                                                                 tmp_path: Path) -> None:
+    """A past rollout's status.progress.observed (operations/progress.py) sets the reboot range (said so), each node
+    its own (a slow node its slow reboot), and a kind without history stays the default (said so)."""
+    live = world.env
+    await world.patch_cluster([REBOOT_PATCH])
+
+    async def reported() -> bool:
+        return sum(1 for m in await world.machines() if (m.get("status") or {}).get("rebootPaths")) == 6
+
+    await world.run_until(reported, what="every machine reports the reboot it waits for")
+    apply_mid = sum(DEFAULTS["apply"][:2]) / 2
+    drain_mid = sum(DEFAULTS["drain"][:2]) / 2
+    reboot = {m: 90.0 for m in live.machine_names}
+    slow = live.machine_names[1]
+    reboot[slow] = 300.0
+    observed = [{"node": m, "step": "drain+apply+reboot" if "worker" in m else "apply+reboot",
+                 "seconds": reboot[m] + apply_mid + (drain_mid if "worker" in m else 0.0)} for m in live.machine_names]
+    past = {**_op(live.cluster_name, "config", paused=True), "metadata": {"name": "last-week"}}
+    await crds.operations(world.kube).create(live.namespace, past)
+    await crds.operations(world.kube).patch_status(live.namespace, "last-week", {"status": {
+        "phase": names.Phase.COMPLETED, "progress": {"done": 6, "total": 6, "steps": "6/6", "observed": observed}}})
+
+    writes = Writes(live, tmp_path)
+    report = await _rehearse(writes, _op(live.cluster_name, "config"))
+    writes.assert_none()
+    assert report.exit_code == 0, report.text()
+    data = report.as_data()
+    assert data["durations"]["reboot"]["source"] == "history of 6 step(s)"
+    assert (data["durations"]["reboot"]["low"], data["durations"]["reboot"]["high"]) == pytest.approx((90.0, 300.0))
+    assert data["durations"]["drain"]["source"] == data["durations"]["apply"]["source"] == "default"
+    assert "reboot 1m30s-5m00s (history of 6 step(s))" in report.text()
+    # Each reboot costs its own node's recorded time: the slow node's 300 s, the others' 90 s.
+    reboots = [t for t in report.timeline if t.event.kind == "reboot"]
+    assert {t.event.node for t in reboots} == set(live.machine_names)
+    for t in reboots:
+        before = report.timeline[report.timeline.index(t) - 1].at
+        assert t.at[0] - before[0] == pytest.approx(reboot[t.event.node]), t

@@ -164,3 +164,14 @@ def test_finished_operations_are_not_under_way(phase: str) -> None:
     op["status"]["phase"] = phase
     out = format_status(view(operations=[op]), NOW)
     assert "none under way" in out and f"last finished: rotate-talos-2025 ca-rotation {phase}" in out
+
+
+def test_an_operation_under_way_shows_its_progress_and_eta() -> None:
+    op = rotation()
+    op["status"]["progress"] = {"done": 1, "total": 4, "steps": "1/4", "eta": "2026-12-01T17:12:00Z"}
+    out = format_status(view(operations=[op]), NOW)
+    assert "progress 1/4  eta 2026-12-01T17:12:00Z (in 12m)" in out
+    op["status"]["progress"]["eta"] = "2026-12-01T16:59:00Z"
+    assert "eta 2026-12-01T16:59:00Z (overdue)" in format_status(view(operations=[op]), NOW)
+    del op["status"]["progress"]
+    assert "progress" not in format_status(view(operations=[op]), NOW)  # written by an older ichord: nothing said

@@ -12,7 +12,7 @@ from typing import Any
 
 from ichord.api.carotation import Stage
 from ichord.api.names import Phase
-from ichord.api.operation_kinds import KINDS, STAGE_COLUMN, STEP_COLUMN
+from ichord.api.operation_kinds import ETA_COLUMN, KINDS, PROGRESS_COLUMN, STAGE_COLUMN, STEP_COLUMN
 from ichord.operations.kinds import default_registry
 from ichord.pki.rotation import Target
 from tests.unit.test_kube_crds import crds
@@ -62,6 +62,16 @@ def test_stage_columns_and_status_read_where_each_description_says() -> None:
     for d in KINDS.values():
         if d.section is not None:  # kept in the kind's section, mirrored to the columns' source by the backbone
             assert {"stage", "step"} <= set(status[d.section]["properties"]), d.name
+
+
+def test_progress_columns_read_what_the_backbone_writes_for_every_kind() -> None:
+    columns = {c["name"]: c["jsonPath"] for c in _version()["additionalPrinterColumns"]}
+    assert (columns["Progress"], columns["ETA"]) == (PROGRESS_COLUMN, ETA_COLUMN)
+    progress = _schema()["properties"]["status"]["properties"]["progress"]["properties"]
+    assert {p.rsplit(".", 1)[1] for p in (PROGRESS_COLUMN, ETA_COLUMN)} | {"done", "total"} <= set(progress)
+    planned = {"plan": {"stages": ["Accepting", "Finalizing"], "machines": [{"name": "m", "reboots": True}]}}
+    for d in KINDS.values():
+        assert d.steps(planned), f"{d.name} counts no steps: its status.progress would never be written"
 
 
 def test_every_kinds_condition_is_documented_on_the_crd() -> None:

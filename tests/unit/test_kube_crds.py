@@ -15,7 +15,7 @@ from ichord.sim.kube import schema as sim_schema
 CRD_DIR = Path(__file__).resolve().parents[2] / "helm" / "ichord" / "files" / "crds"
 COLUMNS = {"TalosCluster": ["Ready", "Reason", "Expires", "Endpoint", "Contract", "Age"],
            "TalosMachine": ["Cluster", "Role", "Ready", "Reason", "Age"],
-           "TalosOperation": ["Cluster", "Kind", "Phase", "Stage", "Step", "Age"]}
+           "TalosOperation": ["Cluster", "Kind", "Phase", "Stage", "Step", "Progress", "ETA", "Age"]}
 
 
 def crds() -> dict[str, dict[str, Any]]:

@@ -61,3 +61,22 @@ def test_most_at_once_counts_nodes_cordoned_together() -> None:
     wave = [Event(0, "cordon", "a"), Event(0, "cordon", "b"), Event(1, "uncordon", "a"), Event(1, "cordon", "c"),
             Event(2, "uncordon", "b")]
     assert most_at_once(wave) == 2
+
+
+def test_history_sets_the_ranges_not_given_and_each_nodes_own_and_says_so() -> None:
+    apply_mid = sum(DEFAULTS["apply"][:2]) / 2
+    past = [{"status": {"progress": {"observed": [
+        {"node": "cp-1", "step": "apply+reboot", "seconds": 100 + apply_mid},
+        {"node": "cp-2", "step": "apply+reboot", "seconds": 400 + apply_mid},
+        {"node": "cp-1", "step": "apply+apiserver_restart", "seconds": 30 + apply_mid},
+        {"node": None, "step": "stage", "seconds": 999},  # a ca-rotation stage spans its reboots: not credited
+        {"node": "cp-3", "step": "nap", "seconds": 5}, "not an entry"]}}}, {"status": {}}, {}]
+    d = Durations.parse(["apiserver_restart=20"]).with_history(past)
+    assert d.ranges["reboot"] == (100.0, 400.0) and d.source("reboot") == "history of 2 step(s)"
+    assert d.ranges["apiserver_restart"] == (20.0, 20.0) and d.source("apiserver_restart") == "given"
+    assert d.ranges["stage"] == DEFAULTS["stage"][:2] and d.source("stage") == "default"
+    assert (d.of("reboot", "cp-2"), d.of("reboot", "cp-9")) == ((400.0, 400.0), (100.0, 400.0))
+    assert d.of("apiserver_restart", "cp-1") == (20.0, 20.0)  # given beats a node's history
+    events = [Event(0, "apply", "cp-2"), Event(1, "reboot", "cp-2")]
+    assert predict(events, d)[1] == (1.0 + 400.0, 5.0 + 400.0)
+    assert Durations().with_history([]) == Durations()

@@ -1,0 +1,135 @@
+"""status.progress (operations/progress.py): steps done of the total and an ETA from the duration model scaled by
+the run's pace, on a step clock (never the wall clock) driven by per-node durations."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from ichord.api.conditions import now_rfc3339, parse_time
+from ichord.api.operation_kinds import CA_ROTATION, CONFIG
+from ichord.operations.progress import history_of, note_progress
+
+Obj = dict[str, Any]
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def _config_status(planned: list[tuple[str, str]], done: list[str]) -> Obj:
+    return {"stage": "Rolling", "startedAt": now_rfc3339(START),
+            "plan": {"machines": [{"name": n, "role": r, "reboots": True} for n, r in planned]},
+            "roll": {"done": done}}
+
+
+PLANNED = [("cp-1", "controlplane"), ("cp-2", "controlplane"), ("cp-3", "controlplane"),
+           ("w-1", "worker"), ("w-2", "worker"), ("w-3", "worker")]
+
+
+@pytest.mark.parametrize("seconds", [
+    {"cp-1": 100, "cp-2": 110, "cp-3": 95, "w-1": 150, "w-2": 160, "w-3": 140},   # even
+    {"cp-1": 300, "cp-2": 280, "cp-3": 320, "w-1": 400, "w-2": 380, "w-3": 420},  # a slow cluster
+    {"cp-1": 40, "cp-2": 45, "cp-3": 50, "w-1": 70, "w-2": 65, "w-3": 75},        # a fast one
+])
+def test_the_eta_at_halfway_is_within_20_percent_of_the_time_left(seconds: dict[str, int]) -> None:
+    clock = START
+    done: list[str] = []
+    progress: list[tuple[int, int]] = []
+    eta_halfway: dt.datetime | None = None
+    halfway_at = START
+    status = _config_status(PLANNED, done)
+    note_progress(CONFIG, status, clock)
+    for name, _role in PLANNED:
+        clock += dt.timedelta(seconds=seconds[name])
+        done.append(name)
+        status = {**_config_status(PLANNED, done), "progress": status["progress"]}  # as read for the next write
+        note_progress(CONFIG, status, clock)
+        progress.append((status["progress"]["done"], status["progress"]["total"]))
+        if len(done) == len(PLANNED) // 2:
+            eta_halfway, halfway_at = parse_time(status["progress"]["eta"]), clock
+    assert progress == [(i, 6) for i in range(1, 7)]
+    assert eta_halfway is not None
+    actual_left = (clock - halfway_at).total_seconds()
+    predicted_left = (eta_halfway - halfway_at).total_seconds()
+    assert abs(predicted_left - actual_left) <= 0.2 * actual_left, (predicted_left, actual_left)
+
+
+def test_before_the_first_step_the_eta_is_the_models_and_none_once_done() -> None:
+    status = _config_status(PLANNED, [])
+    note_progress(CONFIG, status, START)
+    assert status["progress"]["steps"] == "0/6"
+    # The model's middles: 3 control planes (apply 3 + reboot 150) and 3 workers (drain 65 more).
+    assert (parse_time(status["progress"]["eta"]) - START).total_seconds() == pytest.approx(3 * 153 + 3 * 218, abs=1)
+    # A later write that counts nothing leaves the progress as read (so a write with nothing else stays unsent).
+    again = {**_config_status(PLANNED, []), "progress": dict(status["progress"])}
+    note_progress(CONFIG, again, START + dt.timedelta(minutes=5))
+    assert again["progress"] == status["progress"]
+    status = {**_config_status(PLANNED, [n for n, _ in PLANNED]), "stage": "Done", "progress": status["progress"]}
+    note_progress(CONFIG, status, START + dt.timedelta(hours=1))
+    assert {k: status["progress"][k] for k in ("done", "total", "steps", "eta")} == {
+        "done": 6, "total": 6, "steps": "6/6", "eta": None}  # None: the merge patch removes the ETA
+
+
+def test_each_step_is_observed_once_per_node_and_kind_and_the_record_stays_bounded() -> None:
+    planned = [(f"w-{i}", "worker") for i in range(150)]
+    status = _config_status(planned, [])
+    note_progress(CONFIG, status, START)
+    clock = START
+    for i in range(150):
+        clock += dt.timedelta(seconds=10 + i % 3)
+        status = {**_config_status(planned, [n for n, _ in planned[:i + 1]]), "progress": status["progress"]}
+        note_progress(CONFIG, status, clock)
+        status = {**status, "message": "a write that counts nothing new"}
+        note_progress(CONFIG, status, clock + dt.timedelta(seconds=1))  # no step done: nothing observed
+    observed = status["progress"]["observed"]
+    assert len(observed) == 100  # the latest kept
+    assert [o["node"] for o in observed] == [f"w-{i}" for i in range(50, 150)]
+    assert {o["step"] for o in observed} == {"drain+apply+reboot"}
+    assert [o["seconds"] for o in observed[:3]] == [10 + 50 % 3, 10 + 51 % 3, 10 + 52 % 3]
+
+
+def test_a_kind_observed_in_this_run_takes_its_observed_mean_in_the_eta() -> None:
+    status = _config_status(PLANNED, ["cp-1"])
+    status["progress"] = {"done": 1, "total": 6, "observed": [{"node": "cp-1", "step": "apply+reboot", "seconds": 20}]}
+    status["roll"]["done"] = ["cp-1"]
+    note_progress(CONFIG, status, START + dt.timedelta(seconds=20))
+    # cp-2, cp-3 at the observed 20 s; the workers at the model's 218 s scaled by the pace (20 s for 153 s of model).
+    left = (parse_time(status["progress"]["eta"]) - START).total_seconds() - 20
+    assert left == pytest.approx(2 * 20 + 3 * 218 * 20 / 153, abs=1)
+
+
+def test_a_ca_rotation_counts_its_planned_stages() -> None:
+    status: Obj = {"startedAt": now_rfc3339(START), "plan": {"stages": ["Accepting", "Issuing", "Dropping",
+                                                                      "Finalizing"]},
+                   "caRotation": {"stage": "Dropping"}}
+    note_progress(CA_ROTATION, status, START + dt.timedelta(seconds=60))
+    assert status["progress"]["steps"] == "2/4"
+    status = {**status, "caRotation": {"stage": "Finalizing"}}
+    note_progress(CA_ROTATION, status, START + dt.timedelta(seconds=90))
+    assert status["progress"]["observed"] == [{"step": "stage", "seconds": 30.0}] * 3  # a stage names no node
+    assert (parse_time(status["progress"]["eta"]) - START).total_seconds() == pytest.approx(120, abs=1)
+
+
+def test_a_status_without_a_plan_gets_no_progress() -> None:
+    status: Obj = {"stage": ""}
+    note_progress(CONFIG, status, START)
+    assert "progress" not in status
+
+
+def test_a_step_this_run_has_not_seen_takes_its_nodes_time_from_the_clusters_past_operations() -> None:
+    past = [{"metadata": {"uid": "old"}, "status": {"progress": {"observed": [
+        {"node": "w-1", "step": "drain+apply+reboot", "seconds": 30},
+        {"node": "w-2", "step": "drain+apply+reboot", "seconds": 90},
+        {"node": "cp-1", "step": "apply+reboot", "seconds": 999}]}}},
+        {"metadata": {"uid": "this"}, "status": {"progress": {"observed": [
+            {"node": "w-3", "step": "drain+apply+reboot", "seconds": 5000}]}}}, {"metadata": {}}]
+    history = history_of(past, "this")
+    assert [o["node"] for o in history] == ["w-1", "w-2", "cp-1"]  # its own run is not its history
+    status = _config_status(PLANNED, ["cp-1", "cp-2", "cp-3"])
+    status["progress"] = {"done": 3, "total": 6, "lastDoneAt": "2026-01-01T00:01:00.000000Z",
+                          "observed": [{"node": n, "step": "apply+reboot", "seconds": 20}
+                                       for n in ("cp-1", "cp-2", "cp-3")]}
+    note_progress(CONFIG, status, START + dt.timedelta(seconds=60), history)
+    left = (parse_time(status["progress"]["eta"]) - START).total_seconds() - 60
+    # w-1 and w-2 their own past 30 s and 90 s; w-3, with none of its own, the kind's past mean (60 s).
+    assert left == pytest.approx(30 + 90 + 60, abs=1)
