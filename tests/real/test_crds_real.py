@@ -5,14 +5,16 @@ and the real thing are held to the same expectations."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from ichord import yamlio
 from ichord.kube import errors
-from ichord.kube.client import KubeClient
+from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.crds import machines, operations
 from ichord.sim.kube.server import DEFAULT_CRD_DIR
 from tests.integration import test_kube_sim_api as sim_cases
@@ -33,6 +35,19 @@ test_finalizers_hold_deletion = sim_cases.test_finalizers_hold_deletion
 test_schema_refusals_and_defaults = sim_cases.test_schema_refusals_and_defaults
 test_patch_types = sim_cases.test_patch_types
 test_label_and_field_selectors = sim_cases.test_label_and_field_selectors
+
+
+@pytest.fixture
+async def kube(control_plane: ControlPlane, crds: list[str]) -> AsyncIterator[KubeClient]:
+    """The admin client, with the machines test_client_layer_real.py's cases leave behind (``m`` among them, which
+    test_status_subresource_and_generation creates) gone first: the server is per session, that is per pytest-xdist
+    worker, and the modules' tests reach it in any order."""
+    client = await from_kubeconfig(control_plane.admin_kubeconfig)
+    for name in ("m", "w", "c"):
+        with contextlib.suppress(errors.NotFound):
+            await machines(client).delete(NS, name)
+    yield client
+    await client.close()
 
 
 def _crd_docs() -> list[dict[str, Any]]:
