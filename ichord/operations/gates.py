@@ -460,8 +460,18 @@ def kube_probe(managed: KubeClient) -> LiveProbe:
     """The gates' probe over a client of the managed cluster (its Nodes read once per evaluation, when a CEL gate
     asks)."""
 
+    async def opened() -> KubeClient:
+        return managed
+
+    return opening_probe(opened)
+
+
+def opening_probe(client: Callable[[], Awaitable[KubeClient]]) -> LiveProbe:
+    """The probe over a managed-cluster client opened only when a CEL gate asks for Nodes (a CA rotation's pass
+    start opens none when no CEL gate is declared)."""
+
     async def nodes() -> list[Obj]:
-        listed = await managed.raw("GET", "/api/v1/nodes")
+        listed = await (await client()).raw("GET", "/api/v1/nodes")
         return list(listed.get("items") or [])
 
     return LiveProbe(nodes)
