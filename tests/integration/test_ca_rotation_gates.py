@@ -94,3 +94,32 @@ async def test_a_cel_gate_holds_a_ca_rotation_before_its_next_pass_and_it_goes_o
     assert len(passed) == 1 and passed[0]["type"] == "Normal" and "the Issuing pass" in passed[0]["message"]
     assert len(await _events(driver, names.HealthGateReason.FAILING)) == 1
     assert all(g["passing"] for g in (await driver.get())["status"]["healthGates"]["gates"])
+
+
+async def test_a_cel_gate_holds_the_etcd_roll_before_its_next_control_plane(env: SimEnvironment,
+                                                                             driver: Driver) -> None:
+    cps = [m for m in env.machine_names if "cp" in m]
+    await crds.clusters(driver.kube).patch(env.namespace, env.cluster_name, {"spec": {"health": GATE}})
+    await driver.create(targets=["etcd"])
+    await driver.run(max_steps=600, until=lambda o: o["status"].get("caRotation", {}).get("etcdRestarted") == cps[:1])
+    await _problem(driver, "True")
+    await driver.run(max_steps=200, until=_gate_failing)
+    reboots = len(env.talos.history.of("reboot_requested"))
+    for _ in range(10):  # held: the next control plane is neither cordoned nor rebooted
+        assert isinstance(await driver.step(), Blocked)
+    assert len(env.talos.history.of("reboot_requested")) == reboots
+    op = await driver.get()
+    assert op["status"]["phase"] == "Paused"
+    assert op["status"]["caRotation"]["etcdRestarted"] == cps[:1]
+    assert op["status"]["healthGates"]["target"] == cps[1]
+    store = env.kube.store
+    assert not any(n["spec"].get("unschedulable") for n in store.list(store.resolve("", "v1", "nodes"), None)[0])
+    warnings = await _events(driver, names.HealthGateReason.FAILING)
+    assert len(warnings) == 1 and cps[1] in warnings[0]["message"]
+
+    await _problem(driver, "False")
+    assert isinstance(await driver.run(max_steps=2000), Done)
+    # Every pass rebooted every control plane once (three passes), the held one included.
+    assert {cp: len(env.talos.history.of("reboot_requested", cp)) for cp in cps} == {cp: 3 for cp in cps}
+    passed = await _events(driver, names.EventReason.GATE_PASSED)
+    assert len(passed) == 1 and cps[1] in passed[0]["message"]
