@@ -1,5 +1,6 @@
 """Health gates and soak: asked before each node of a rollout starts, and again after a soak time
-(docs/decisions.md#health-gates).
+(docs/decisions.md#health-gates). A CA rotation asks them the same way before each pass and each control plane of
+its etcd reboot roll (ca_rotation/pass_gates.py, ca_rotation/etcd_roll.py): there ``target`` is the pass or machine.
 
 The policy is the TalosCluster's ``spec.health`` plus the operation's own ``spec.health`` (its gates added to the
 cluster's, its soak replacing the cluster's)::
