@@ -123,3 +123,21 @@ async def test_a_cel_gate_holds_the_etcd_roll_before_its_next_control_plane(env:
     assert {cp: len(env.talos.history.of("reboot_requested", cp)) for cp in cps} == {cp: 3 for cp in cps}
     passed = await _events(driver, names.EventReason.GATE_PASSED)
     assert len(passed) == 1 and cps[1] in passed[0]["message"]
+
+
+async def test_the_operations_own_gates_hold_its_first_pass_before_anything_is_applied(env: SimEnvironment,
+                                                                                     driver: Driver) -> None:
+    await _problem(driver, "True")
+    await crds.operations(driver.kube).create(env.namespace, {"metadata": {"name": driver.op_name}, "spec": {
+        "clusterRef": {"name": env.cluster_name}, "kind": "ca-rotation", "paused": False, "health": GATE}})
+    applies = len(env.talos.history.of("apply"))
+    await driver.run(max_steps=300, until=_gate_failing)
+    for _ in range(5):
+        assert isinstance(await driver.step(), Blocked)
+    assert len(env.talos.history.of("apply")) == applies
+    op = await driver.get()
+    assert op["status"]["healthGates"]["target"] == "the Accepting pass"
+    assert "passStarted" not in op["status"]["caRotation"]
+    await _problem(driver, "False")
+    assert isinstance(await driver.run(max_steps=1500), Done)
+    assert len(env.talos.history.of("apply")) > applies
