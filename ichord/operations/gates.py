@@ -1,5 +1,6 @@
 """Health gates and soak: asked before each node of a rollout starts, and again after a soak time
-(docs/decisions.md#health-gates).
+(docs/decisions.md#health-gates). A CA rotation asks them the same way before each pass and each control plane of
+its etcd reboot roll (ca_rotation/pass_gates.py, ca_rotation/etcd_roll.py): there ``target`` is the pass or machine.
 
 The policy is the TalosCluster's ``spec.health`` plus the operation's own ``spec.health`` (its gates added to the
 cluster's, its soak replacing the cluster's)::
@@ -460,8 +461,18 @@ def kube_probe(managed: KubeClient) -> LiveProbe:
     """The gates' probe over a client of the managed cluster (its Nodes read once per evaluation, when a CEL gate
     asks)."""
 
+    async def opened() -> KubeClient:
+        return managed
+
+    return opening_probe(opened)
+
+
+def opening_probe(client: Callable[[], Awaitable[KubeClient]]) -> LiveProbe:
+    """The probe over a managed-cluster client opened only when a CEL gate asks for Nodes (a CA rotation's pass
+    start opens none when no CEL gate is declared)."""
+
     async def nodes() -> list[Obj]:
-        listed = await managed.raw("GET", "/api/v1/nodes")
+        listed = await (await client()).raw("GET", "/api/v1/nodes")
         return list(listed.get("items") or [])
 
     return LiveProbe(nodes)

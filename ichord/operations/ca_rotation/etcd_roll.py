@@ -36,7 +36,7 @@ from ichord.kube import crds
 from ichord.kube import nodes as kube_nodes
 from ichord.kube.client import KubeClient
 from ichord.kube.nodes import NodeView
-from ichord.operations import backbone
+from ichord.operations import backbone, gates
 from ichord.operations.ca_rotation.etcd_pki import ExpectedPKI, expected_pki, pki_problem
 from ichord.operations.ca_rotation.managed_objects import not_ready_nodes
 from ichord.operations.ca_rotation.passes import kubernetes_cas
@@ -235,8 +235,20 @@ async def roll_step(ctx: StepContext, inputs: Inputs, stage: Stage) -> Outcome:
     verifier = EtcdGate(talos, cps, expected, managed, verifier=True)
     store = StatusMarkerStore(crds.operations(ctx.kube), inputs.op_namespace, inputs.name)
 
+    held: Outcome | None = None
+
     async def window(t: RollTarget) -> Closed | None:  # the next member reboots only inside a maintenance window
-        return backbone.window_closed(ctx, inputs.cluster, f"the etcd reboot of {t.machine}")
+        nonlocal held
+        closed_now = backbone.window_closed(ctx, inputs.cluster, f"the etcd reboot of {t.machine}")
+        if closed_now is not None:
+            return closed_now
+        # docs/decisions.md#health-gates: and only once the health gates pass (and the soak is over), asked before
+        # each member starts (its cordon), never while one is in flight. The hold wrote its own status; the roll is
+        # only told not to start the member.
+        done = ca_status(inputs).get("etcdRestarted") or []
+        held = await gates.hold(ctx, CA_ROTATION, inputs, inputs.cluster, gates.opening_probe(managed.client),
+                                target=t.machine, first=not done)
+        return None if held is None else Closed(f"{t.machine} waits for its health gates", 0.0)
 
     try:
         out = await advance_roll(roll_plan(cps), store, TalosNodes(talos, inputs.cluster_inputs.contract), managed,
@@ -246,6 +258,8 @@ async def roll_step(ctx: StepContext, inputs: Inputs, stage: Stage) -> Outcome:
     finally:
         await managed.aclose()
         talos.close()
+    if held is not None:
+        return held
     if out.finished:
         if leaves:
             return await blocked(ctx, inputs, f"{stage.value}: every control plane rebooted, but " + "; ".join(leaves))

@@ -41,6 +41,7 @@ from ichord.operations.ca_rotation import (
     etcd_roll,
     finalizing,
     handoff,
+    pass_gates,
 )
 from ichord.operations.ca_rotation.bundle_secret import replace_bundle
 from ichord.operations.ca_rotation.lifecycle import (
@@ -246,6 +247,11 @@ async def _pass(ctx: StepContext, inputs: Inputs, stage: Stage) -> Outcome:
         closed = backbone.window_closed(ctx, inputs.cluster, f"the {stage.value} pass")
         if closed is not None:
             return await backbone.wait_for_window(ctx, CA_ROTATION, inputs, closed)
+        # docs/decisions.md#health-gates: and only once its health gates pass (and the soak is over); never re-asked
+        # mid-pass.
+        held = await pass_gates.before_pass(ctx, inputs, rotation, stage)
+        if held is not None:
+            return held
         await write(ctx, inputs, lambda s: s.setdefault("caRotation", {}).__setitem__(PASS_STARTED, stage.value))
     rolls = etcd_roll.rolls(rotation.targets)
     if rolls and etcd_roll.rolling(inputs):
