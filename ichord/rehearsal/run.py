@@ -16,16 +16,14 @@ from typing import Any
 import anyio
 
 from ichord.actors.cluster import ClusterReconciler
-from ichord.actors.runtime import Runtime
+from ichord.actors.standalone import standalone_actor
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.api.views import OperationView
 from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig
 from ichord.kube.errors import KubeError
-from ichord.kube.events import EventRecorder
 from ichord.operations.ca_rotation.plan import handoff_token
-from ichord.operations.kinds import default_registry
 from ichord.operations.outcome import next_delay
 from ichord.pki.scrub import SCRUBBER
 from ichord.rehearsal.live import RehearsalInputError
@@ -36,7 +34,6 @@ from ichord.sim.kube.eviction import selector_matches
 from ichord.sim.kube.resources import ResourceType
 from ichord.sim.talos.node import Timings
 from ichord.sim.talos.testing import fast_timings
-from ichord.watchers.informer import Informer, Resource
 
 Obj = dict[str, Any]
 
@@ -195,34 +192,18 @@ class Player:
 
     async def _run(self, kube: Any, body: Obj, tm: Timing) -> None:
         twin = self.twin
-        informers = {k: Informer(kube, Resource(names.GROUP, names.VERSION, names.PLURALS[k]), timing=tm)
-                     for k in (names.TALOS_CLUSTER, names.TALOS_MACHINE, names.TALOS_OPERATION)}
-        recorder = EventRecorder(kube, instance="rehearsal")
-        rt = Runtime(kube, twin.namespace, informers[names.TALOS_CLUSTER], informers[names.TALOS_MACHINE],
-                     informers[names.TALOS_OPERATION], recorder, tm, resync=3600, registry=default_registry())
         ops = twin.management.store.resolve(names.GROUP, names.VERSION, names.PLURALS[names.TALOS_OPERATION])
         refused: RehearsalInputError | None = None
-        async with anyio.create_task_group() as tg:
-            for inf in informers.values():
-                tg.start_soon(inf.run)
-            tg.start_soon(recorder.run)
-            for inf in informers.values():
-                await inf.wait_synced()
-            reconciler = ClusterReconciler(rt, twin.namespace, twin.cluster_name)
+        async with standalone_actor(kube, twin.namespace, twin.cluster_name, tm, instance="rehearsal") as reconciler:
+            await self._settle(reconciler)
+            self._t0 = anyio.current_time()
             try:
-                await self._settle(reconciler)
-                self._t0 = anyio.current_time()
-                try:
-                    await crds.operations(kube).create(twin.namespace, body)
-                except KubeError as exc:  # the CRD's schema and rules, as the live API server applies them
-                    refused = RehearsalInputError(f"the operation is not one the API server accepts: "
-                                                  f"{SCRUBBER.exception(exc)}. Nothing was written.")
-                else:
-                    await self._loop(reconciler, ops)
-            finally:
-                reconciler.close()
-                await rt.registry.close()
-                tg.cancel_scope.cancel()
+                await crds.operations(kube).create(twin.namespace, body)
+            except KubeError as exc:  # the CRD's schema and rules, as the live API server applies them
+                refused = RehearsalInputError(f"the operation is not one the API server accepts: "
+                                              f"{SCRUBBER.exception(exc)}. Nothing was written.")
+            else:
+                await self._loop(reconciler, ops)
         if refused is not None:  # raised outside the task group: the command reports it as bad input (exit 2)
             raise refused
 

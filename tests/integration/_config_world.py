@@ -12,12 +12,11 @@ from typing import Any
 
 import anyio
 
-from ichord.actors.cluster import ClusterReconciler, Runtime
+from ichord.actors.cluster import ClusterReconciler
+from ichord.actors.standalone import standalone_actor
 from ichord.api import names
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
-from ichord.kube.events import EventRecorder
-from ichord.operations.kinds import default_registry
 from ichord.operations.outcome import Outcome, next_delay
 from ichord.operations.scope import Clock, utcnow
 from ichord.settings import Timing
@@ -134,24 +133,10 @@ def most_down_at_once(env: SimEnvironment, role_prefix: str, since: int = 0) -> 
 
 async def world_on(env: SimEnvironment, timing: Timing, clock: Clock | None = None) -> AsyncIterator[World]:
     """``clock``: the steps' clock (the wall clock when None; a faster one runs maintenance windows in seconds)."""
-    async with await from_kubeconfig(env.kubeconfig, timing=timing) as kube:
-        informers = {k: Informer(kube, _resource(k), timing=timing)
-                     for k in (names.TALOS_CLUSTER, names.TALOS_MACHINE, names.TALOS_OPERATION)}
-        recorder = EventRecorder(kube, instance="test")
-        rt = Runtime(kube, env.namespace, informers[names.TALOS_CLUSTER], informers[names.TALOS_MACHINE],
-                     informers[names.TALOS_OPERATION], recorder, timing, resync=3600, registry=default_registry(),
-                     clock=clock or utcnow)
-        async with anyio.create_task_group() as tg:
-            for inf in informers.values():
-                tg.start_soon(inf.run)
-            tg.start_soon(recorder.run)
-            for inf in informers.values():
-                await inf.wait_synced()
-            reconciler = ClusterReconciler(rt, env.namespace, env.cluster_name)
-            yield World(env, kube, reconciler, timing)
-            reconciler.close()
-            await rt.registry.close()
-            tg.cancel_scope.cancel()
+    async with await from_kubeconfig(env.kubeconfig, timing=timing) as kube, \
+            standalone_actor(kube, env.namespace, env.cluster_name, timing, instance="test",
+                             clock=clock or utcnow) as reconciler:
+        yield World(env, kube, reconciler, timing)
 
 
 async def cached(informer: Informer, key: tuple[str, str], holds: Callable[[Obj], bool] = lambda _obj: True) -> None:

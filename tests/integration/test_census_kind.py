@@ -20,7 +20,8 @@ from typing import Any
 import anyio
 import pytest
 
-from ichord.actors.cluster import ClusterReconciler, Runtime
+from ichord.actors.cluster import ClusterReconciler
+from ichord.actors.standalone import standalone_actor
 from ichord.api import names, operation_kinds
 from ichord.api.conditions import find
 from ichord.api.operation_kinds import KindDescription
@@ -28,7 +29,6 @@ from ichord.daemon import Daemon, DaemonSettings
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import NotFound
-from ichord.kube.events import EventRecorder
 from ichord.kube.leases import get_lease
 from ichord.operations.lock import lock_name
 from ichord.operations.outcome import Outcome, next_delay
@@ -36,7 +36,7 @@ from ichord.operations.registry import Registry
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
-from ichord.watchers.informer import Informer, Resource
+from ichord.watchers.informer import Resource
 from tests.integration import _census_kind as census
 from tests.real import tools
 
@@ -138,24 +138,11 @@ async def world(env: SimEnvironment, description: KindDescription) -> AsyncItera
         # The served CRD with census admitted (the simulator, like kube-apiserver, refuses a kind not in the enum).
         served = await kube.raw("GET", CRD_PATH)
         await kube.raw("PUT", CRD_PATH, body=census.census_crd(served))
-        informers = {k: Informer(kube, _resource(k), timing=TIMING)
-                     for k in (names.TALOS_CLUSTER, names.TALOS_MACHINE, names.TALOS_OPERATION)}
-        recorder = EventRecorder(kube, instance="test")
         registry = Registry()
         registry.register(census.census_operation(description))  # the one registration line: behaviour + description
-        rt = Runtime(kube, env.namespace, informers[names.TALOS_CLUSTER], informers[names.TALOS_MACHINE],
-                     informers[names.TALOS_OPERATION], recorder, TIMING, resync=3600, registry=registry)
-        async with anyio.create_task_group() as tg:
-            for inf in informers.values():
-                tg.start_soon(inf.run)
-            tg.start_soon(recorder.run)
-            for inf in informers.values():
-                await inf.wait_synced()
-            reconciler = ClusterReconciler(rt, env.namespace, env.cluster_name)
+        async with standalone_actor(kube, env.namespace, env.cluster_name, TIMING, instance="test",
+                                    registry=registry) as reconciler:
             yield World(env, kube, reconciler)
-            reconciler.close()
-            await recorder.drain()
-            tg.cancel_scope.cancel()
 
 
 def _status(op: Obj | None) -> Obj:

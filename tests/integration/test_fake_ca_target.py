@@ -20,15 +20,14 @@ from typing import Any
 import anyio
 import pytest
 
-from ichord.actors.cluster import ClusterReconciler, Runtime
+from ichord.actors.cluster import ClusterReconciler
+from ichord.actors.standalone import standalone_actor
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import NotFound
-from ichord.kube.events import EventRecorder
 from ichord.kube.leases import get_lease
-from ichord.operations.kinds import default_registry
 from ichord.operations.lock import lock_name
 from ichord.operations.outcome import Outcome, next_delay
 from ichord.pki import targets as ca_targets
@@ -39,7 +38,7 @@ from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
-from ichord.watchers.informer import Informer, Resource
+from ichord.watchers.informer import Resource
 from tests.integration import _fake_target as fake
 from tests.real import tools
 
@@ -164,23 +163,8 @@ async def world(env: SimEnvironment) -> AsyncIterator[World]:
                                                     await kube.raw("GET", _crd_path(names.TALOS_CLUSTER)))
         await kube.raw("PUT", _crd_path(names.TALOS_OPERATION), body=op_crd)
         await kube.raw("PUT", _crd_path(names.TALOS_CLUSTER), body=cluster_crd)
-        informers = {k: Informer(kube, _resource(k), timing=TIMING)
-                     for k in (names.TALOS_CLUSTER, names.TALOS_MACHINE, names.TALOS_OPERATION)}
-        recorder = EventRecorder(kube, instance="test")
-        rt = Runtime(kube, env.namespace, informers[names.TALOS_CLUSTER], informers[names.TALOS_MACHINE],
-                     informers[names.TALOS_OPERATION], recorder, TIMING, resync=3600, registry=default_registry())
-        async with anyio.create_task_group() as tg:
-            for inf in informers.values():
-                tg.start_soon(inf.run)
-            tg.start_soon(recorder.run)
-            for inf in informers.values():
-                await inf.wait_synced()
-            reconciler = ClusterReconciler(rt, env.namespace, env.cluster_name)
+        async with standalone_actor(kube, env.namespace, env.cluster_name, TIMING, instance="test") as reconciler:
             yield World(env, kube, reconciler)
-            reconciler.close()
-            await rt.registry.close()
-            await recorder.drain()
-            tg.cancel_scope.cancel()
 
 
 def _status(op: Obj | None) -> Obj:
