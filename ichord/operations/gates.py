@@ -190,6 +190,11 @@ def _gate(raw: Any, where: str) -> Gate:
         expression = str(body.get("expression") or "")
         return Gate(name, kind, expression=expression, program=compile_cel(expression, name))
     url = str(body.get("url") or "")
+    if "@" in url.split("?", 1)[0].split("#", 1)[0].partition("://")[2].split("/", 1)[0]:
+        # Never echoed: the spec is readable by whoever reads the cluster, and a message goes to status and Events.
+        raise GateSpecError(f"health gate {name!r}: {kind}.url carries credentials (user:password@host); ichord "
+                            f"repeats a gate's URL in status and Events, so it refuses them: point the gate at an "
+                            f"endpoint that needs none (inside the cluster, or through a proxy)")
     if not re.match(r"^https?://[^\s/]+", url):
         raise GateSpecError(f"health gate {name!r}: {kind}.url {url!r} must be an http:// or https:// URL")
     if kind == "prometheus":

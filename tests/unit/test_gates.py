@@ -74,6 +74,19 @@ def test_bad_gates_are_refused_with_a_message_naming_them(gate: dict[str, Any], 
         policy_of(cluster({"gates": [gate]}), {})
 
 
+@pytest.mark.parametrize("url", ["http://admin:hunter2@prometheus:9090", "https://token@prometheus",
+                                 "http://admin:hunter2@prometheus:9090/?q=1"])
+def test_a_gate_url_with_credentials_is_refused_without_repeating_them(url: str) -> None:
+    with pytest.raises(GateSpecError, match="carries credentials") as refused:
+        policy_of(cluster({"gates": [{"name": "p", "prometheus": {"url": url, "query": "up"}}]}), {})
+    assert "hunter2" not in str(refused.value) and "token" not in str(refused.value)
+
+
+def test_an_at_sign_outside_the_host_is_not_taken_for_credentials() -> None:
+    gate = {"name": "p", "prometheus": {"url": "http://prometheus:9090/x?who=a@b", "query": "up"}}
+    assert not policy_of(cluster({"gates": [gate]}), {}).empty
+
+
 def test_two_gates_of_one_name_and_a_bad_soak_are_refused() -> None:
     with pytest.raises(GateSpecError, match="two health gates are named 'x'"):
         policy_of(cluster({"gates": [{"name": "x", "delay": {"duration": "1m"}}]}),
