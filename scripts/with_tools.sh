@@ -9,7 +9,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [[ -z ${ICHORD_TOOLS_BIN:-} ]]; then
     if command -v go >/dev/null; then
-        echo "with_tools.sh: building the real tier's tools if they are not cached (scripts/tools.sh; a cold build takes about 10 min)" >&2
+        echo "with_tools.sh: building the real tier's tools if they are not cached (scripts/tools.sh; a cold build takes 20-25 min on 2 cores, Prometheus and Alertmanager the longest)" >&2
         log=$(mktemp)
         if "$root/scripts/tools.sh" 2>&1 | tee "$log" >&2; then
             ICHORD_TOOLS_BIN=$(tail -1 "$log")
