@@ -11,7 +11,6 @@ CRD as served; the chart's file is not edited). The printer columns are read by 
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ from ichord.actors.standalone import standalone_actor
 from ichord.api import names, operation_kinds
 from ichord.api.conditions import find
 from ichord.api.operation_kinds import KindDescription
-from ichord.daemon import Daemon, DaemonSettings
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import NotFound
@@ -38,6 +36,7 @@ from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from ichord.watchers.informer import Resource
 from tests.integration import _census_kind as census
+from tests.integration._daemon import running_daemon, wait_until
 from tests.real import tools
 
 KUBECTL = tools.kubectl()
@@ -243,25 +242,15 @@ async def test_a_fake_kind_runs_to_completion_under_the_daemon_itself(env: SimEn
     mailbox actor): nothing steps it but the census's own outcomes and the watch events they cause."""
     async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
         await kube.raw("PUT", CRD_PATH, body=census.census_crd(await kube.raw("GET", CRD_PATH)))
-        settings = DaemonSettings(kubeconfig=str(env.kubeconfig), namespace=env.namespace, identity="census-test",
-                                  metrics_host="127.0.0.1", metrics_port=0, timing=TIMING, trust_pool=False)
-        daemon = Daemon(settings, kube)
         registry = Registry()
         registry.register(census.census_operation())  # the one registration line: behaviour + description
-        # Daemon builds its Runtime with ichord's default registry; the Runtime takes any (its field).
-        daemon.runtime = dataclasses.replace(daemon.runtime, registry=registry)
         await crds.operations(kube).create(env.namespace, {"metadata": {"name": "daemon-run"}, "spec": {
             "clusterRef": {"name": env.cluster_name}, "kind": census.KIND}})
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(daemon.run)
-            with anyio.fail_after(60):
-                while True:
-                    op = await crds.operations(kube).get(env.namespace, "daemon-run")
-                    if _status(op).get("phase") == names.Phase.COMPLETED and not op["metadata"].get("finalizers"):
-                        break
-                    await anyio.sleep(0.05)
+        async with running_daemon(env, kube, TIMING, identity="census-test", registry=registry):
+            op = await wait_until(lambda: crds.operations(kube).get(env.namespace, "daemon-run"),
+                                  lambda o: _status(o).get("phase") == names.Phase.COMPLETED
+                                  and not o["metadata"].get("finalizers"))
             lock = await get_lease(kube, env.namespace, lock_name(env.cluster_name))
-            tg.cancel_scope.cancel()
     assert lock is not None and lock.holder is None  # taken by the census, then released
     expected = {m: env.node(m).cluster.version_tag(env.node(m).contract) for m in env.machine_names}
     assert _versions(op) == expected and _reason(op) == census.SURVEYED

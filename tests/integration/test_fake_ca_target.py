@@ -1,7 +1,8 @@
 """Issue 29, done when: a made-up CA-rotation target, from new files plus one registration line, is rotated through
 the daemon's own machinery on the simulators: the cluster actor's step (ichord/actors, unchanged) over informers,
 the registry, ca-rotation's plan, passes, custody and finalizing, the render of each stage and the node's CA view,
-and delete: abandoned in an abandonable stage.
+and delete: abandoned in an abandonable stage; then once more under the whole daemon in this process
+(tests/integration/_daemon.py, shared with the census kind's test), nothing stepping it but the daemon.
 
 The target is ``webhook`` (tests/integration/_fake_target.py): a CA only the control planes carry, kept in the
 secrets bundle under ``certs.webhook``, placed in each control plane's configuration as a node annotation and read
@@ -40,6 +41,7 @@ from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 from ichord.watchers.informer import Resource
 from tests.integration import _fake_target as fake
+from tests.integration._daemon import running_daemon, wait_until
 from tests.real import tools
 
 KUBECTL = tools.kubectl()
@@ -75,10 +77,10 @@ async def env(registered: None) -> AsyncIterator[SimEnvironment]:
 
 
 @dataclass
-class World:
+class Look:
+    """What the test reads and creates, whoever runs the actor."""
     env: SimEnvironment
     kube: KubeClient
-    reconciler: ClusterReconciler
 
     async def op(self, name: str) -> Obj:
         return await crds.operations(self.kube).get(self.env.namespace, name)
@@ -88,33 +90,10 @@ class World:
             "clusterRef": {"name": self.env.cluster_name}, "kind": names.KIND_CA_ROTATION,
             "caRotation": {"targets": [fake.NAME]}}})
 
-    async def run_until(self, name: str, done: Callable[[Obj | None], bool], *, steps: int = 600,
-                        seen: Callable[[Obj | None], Awaitable[None]] | None = None) -> Obj | None:
-        """Step the actor until ``done`` holds of operation ``name`` (None once it is gone)."""
-        for _ in range(steps):
-            outcome: Outcome = await self.reconciler.step({})
-            try:
-                op: Obj | None = await self.op(name)
-            except NotFound:
-                op = None
-            if seen is not None:
-                await seen(op)
-            if done(op):
-                return op
-            await anyio.sleep(min(max(next_delay(outcome) or 0.01, 0.005), 0.1))
-        raise AssertionError(f"{name}: not there in {steps} steps")
-
-    async def published_until(self, done: Callable[[dict[str, str]], bool], steps: int = 200) -> dict[str, str]:
-        """Step the actor until the cluster's status.certificates (name -> fingerprint) satisfies ``done``."""
-        for _ in range(steps):
-            cluster = await crds.clusters(self.kube).get(self.env.namespace, self.env.cluster_name)
-            published = {c["name"]: c["fingerprint"] for c in _status(cluster).get("certificates") or []}
-            if done(published):
-                return published
-            # What the daemon's router tells the actor when the bundle Secret changes (watchers/routing.py).
-            await self.reconciler.step({("Secret", self.env.secret_name): "MODIFIED"})
-            await anyio.sleep(0.02)
-        raise AssertionError(f"status.certificates never showed it: {published}")
+    async def published(self) -> dict[str, str]:
+        """The cluster's status.certificates: name -> fingerprint."""
+        cluster = await crds.clusters(self.kube).get(self.env.namespace, self.env.cluster_name)
+        return {c["name"]: c["fingerprint"] for c in _status(cluster).get("certificates") or []}
 
     async def lease_holder(self) -> str | None:
         lease = await get_lease(self.kube, self.env.namespace, lock_name(self.env.cluster_name))
@@ -140,6 +119,39 @@ class World:
                 out[m.name] = fake.view_of(await talos.machine_config(m.address))
         return out
 
+
+@dataclass
+class World(Look):
+    """The cluster's actor stepped by the test (ichord/actors/standalone.py)."""
+    reconciler: ClusterReconciler
+
+    async def run_until(self, name: str, done: Callable[[Obj | None], bool], *, steps: int = 600,
+                        seen: Callable[[Obj | None], Awaitable[None]] | None = None) -> Obj | None:
+        """Step the actor until ``done`` holds of operation ``name`` (None once it is gone)."""
+        for _ in range(steps):
+            outcome: Outcome = await self.reconciler.step({})
+            try:
+                op: Obj | None = await self.op(name)
+            except NotFound:
+                op = None
+            if seen is not None:
+                await seen(op)
+            if done(op):
+                return op
+            await anyio.sleep(min(max(next_delay(outcome) or 0.01, 0.005), 0.1))
+        raise AssertionError(f"{name}: not there in {steps} steps")
+
+    async def published_until(self, done: Callable[[dict[str, str]], bool], steps: int = 200) -> dict[str, str]:
+        """Step the actor until the cluster's status.certificates (name -> fingerprint) satisfies ``done``."""
+        for _ in range(steps):
+            published = await self.published()
+            if done(published):
+                return published
+            # What the daemon's router tells the actor when the bundle Secret changes (watchers/routing.py).
+            await self.reconciler.step({("Secret", self.env.secret_name): "MODIFIED"})
+            await anyio.sleep(0.02)
+        raise AssertionError(f"status.certificates never showed it: {published}")
+
     async def columns(self, name: str) -> dict[str, str]:
         """``kubectl get talosoperations NAME``: header -> cell, as printed through the CRD's jsonPaths."""
         assert KUBECTL is not None
@@ -155,14 +167,18 @@ def _resource(kind: str) -> Resource:
     return Resource(names.GROUP, names.VERSION, names.PLURALS[kind])
 
 
+async def _serve_fake_target_crds(kube: KubeClient) -> None:
+    """The served CRDs with webhook admitted (the simulator, like kube-apiserver, refuses a value outside an enum)."""
+    op_crd, cluster_crd = fake.fake_target_crds(await kube.raw("GET", _crd_path(names.TALOS_OPERATION)),
+                                                await kube.raw("GET", _crd_path(names.TALOS_CLUSTER)))
+    await kube.raw("PUT", _crd_path(names.TALOS_OPERATION), body=op_crd)
+    await kube.raw("PUT", _crd_path(names.TALOS_CLUSTER), body=cluster_crd)
+
+
 @pytest.fixture
 async def world(env: SimEnvironment) -> AsyncIterator[World]:
     async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
-        # The served CRDs with webhook admitted (the simulator, like kube-apiserver, refuses a value outside an enum).
-        op_crd, cluster_crd = fake.fake_target_crds(await kube.raw("GET", _crd_path(names.TALOS_OPERATION)),
-                                                    await kube.raw("GET", _crd_path(names.TALOS_CLUSTER)))
-        await kube.raw("PUT", _crd_path(names.TALOS_OPERATION), body=op_crd)
-        await kube.raw("PUT", _crd_path(names.TALOS_CLUSTER), body=cluster_crd)
+        await _serve_fake_target_crds(kube)
         async with standalone_actor(kube, env.namespace, env.cluster_name, TIMING, instance="test") as reconciler:
             yield World(env, kube, reconciler)
 
@@ -248,3 +264,38 @@ async def test_a_fake_target_is_abandoned_when_deleted_while_abandonable(world: 
     assert world.bundle().ca(fake.NAME) == old  # secrets.yaml keeps the CA the rotation started from
     abandoned = [e for e in await world.events("TalosCluster") if e[1] == names.EventReason.OPERATION_ABANDONED]
     assert len(abandoned) == 1 and "Accepting" in abandoned[0][2], abandoned
+
+
+async def test_a_fake_target_is_rotated_under_the_daemon_itself(env: SimEnvironment) -> None:
+    """The whole daemon in this process (leader election, informers, the router, the supervisor and the cluster's
+    mailbox actor), ichord's own registry of kinds: nothing steps the rotation but its own outcomes and the watch
+    events they cause, and the bundle Secret's change reaches status.certificates through the router."""
+    async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
+        await _serve_fake_target_crds(kube)
+        look = Look(env, kube)
+        old = look.bundle().ca(fake.NAME)
+        await look.create("daemon-rotate")
+        async with running_daemon(env, kube, TIMING, identity="webhook-test"):
+            op = await wait_until(lambda: look.op("daemon-rotate"),
+                                  lambda o: _status(o).get("phase") == names.Phase.COMPLETED
+                                  and not o["metadata"].get("finalizers"), within=300)
+            new = look.bundle().ca(fake.NAME)
+            published = await wait_until(look.published, lambda p: p.get(fake.NAME) == ca_fingerprint(new))
+            holder = await look.lease_holder()
+        after = await look.views()
+        warnings = {kind: [e[1:] for e in await look.events(kind) if e[0] == "Warning"]
+                    for kind in ("TalosOperation", "TalosCluster", "TalosMachine")}
+    assert new != old and names.ROTATION_KEY not in look.secret()
+    assert _status(op)["plan"]["targets"] == [fake.NAME] and _ca(op).get("stage") == "Done"
+    [cert] = [c for c in _ca(op)["certificates"] if c["name"] == fake.NAME]
+    assert (cert["previous"], cert["next"]) == (ca_fingerprint(old), ca_fingerprint(new))
+    for cp in _cps(env):  # every control plane signs with and trusts the new CA alone; the worker carries none
+        assert after[cp] == {"issuing": ca_fingerprint(new), "trusted": [ca_fingerprint(new)]}, cp
+    assert all(v["trusted"] == [] for m, v in after.items() if m not in _cps(env))
+    assert list(published) == ["talos", "kubernetes", "kubernetes-aggregator", fake.NAME, "etcd"]
+    assert holder is None  # taken by the rotation, then released
+    # No Warning for a step ichord planned; the one on the cluster asks a person for what only a person does: export
+    # the bundle that now holds the new CA (docs/runbook.md).
+    [(reason, message)] = warnings.pop("TalosCluster")
+    assert reason == names.EventReason.BUNDLE_BACKUP_STALE and "daemon-rotate" in message, message
+    assert warnings == {"TalosOperation": [], "TalosMachine": []}, warnings
