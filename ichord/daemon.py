@@ -359,11 +359,13 @@ class Daemon:
 
     async def _run(self, elector: LeaderElector) -> None:
         async with anyio.create_task_group() as tg:
+            # SIGTERM handled from here on: the receiver is in place before the port is served (and written), so a
+            # process that shows its port stops cleanly on SIGTERM instead of dying of the signal's default action.
+            tg.start_soon(_cancel_on_signal, tg.cancel_scope)
             port = await tg.start(self.server.serve, self.settings.metrics_host, self.settings.metrics_port)
             if self.settings.port_file:
                 await anyio.Path(self.settings.port_file).write_text(f"{port}\n")
             log.info("serving /metrics /healthz /readyz", port=port)
-            tg.start_soon(_cancel_on_signal, tg.cancel_scope)
             # /healthz answers meanwhile (the loop is alive); /readyz stays false until the informers sync.
             t = self.settings.timing
             await wait_for_api(self.kube, give_up_after=t.api_wait_timeout, log_interval=t.api_wait_log_interval,
