@@ -38,7 +38,9 @@ from tests.integration._config_world import REBOOT_PATCH, reboots
 
 pytestmark = [pytest.mark.anyio, pytest.mark.chaos]
 
-OPEN, SHUT = 7.0, 5.0  # seconds a window stays open, and between two
+#: Seconds a window stays open, and between two: shorter than the rollout (a 7 s window once fitted all of it, and
+#: the test then saw no wait); the last window stays open, so the rollout always finishes (the list holds 32 at most).
+OPEN, SHUT, LAST = 2.0, 4.0, 600.0
 #: A cordon is sent right after the step read the clock and found a window open; the simulator stamps it when the
 #: PATCH arrives, at most this much later on a loaded machine.
 LANDING = 0.5
@@ -58,7 +60,7 @@ def _windows(start: float, count: int) -> list[dict[str, str]]:
     out = []
     t = float(int(start) + 1)
     for i in range(count):
-        out.append({"name": f"w{i}", "start": _stamp(t), "end": _stamp(t + OPEN)})
+        out.append({"name": f"w{i}", "start": _stamp(t), "end": _stamp(t + (LAST if i == count - 1 else OPEN))})
         t += OPEN + SHUT
     return out
 
@@ -89,7 +91,7 @@ async def test_killed_at_random_and_at_window_edges_it_never_starts_a_node_outsi
     finally:
         assert await prepare.stop() == 0
 
-    spec = _windows(time.time(), 30)
+    spec = _windows(time.time(), 32)
     windows = Windows.from_cluster_spec({"maintenance": {"windows": spec}})
     assert windows is not None
     await crds.clusters(kube).patch(env.namespace, env.cluster_name, {"spec": {"maintenance": {"windows": spec}}})

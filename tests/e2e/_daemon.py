@@ -55,6 +55,12 @@ class Daemon:
         self.proc.wait(timeout=10)
 
     async def stop(self) -> int:
+        # A daemon still starting (importing, before it serves its port) has no SIGTERM handler yet and would die of
+        # the signal's default action (-15): give it up to 10 s to show its port, which it writes only once its
+        # receiver is in place (daemon.py _run). One that never serves is then stopped all the same.
+        with anyio.move_on_after(10):
+            while self.proc.poll() is None and self.port is None:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             with anyio.move_on_after(15):
