@@ -101,7 +101,8 @@ async def test_kubectl_apply_get_watch_events(kubeconfig: tuple[KubeSimulator, P
     assert (await kubectl(kc, "get", "talosclusters")).splitlines()[0].split() == [
         "NAME", "READY", "REASON", "EXPIRES", "ENDPOINT", "CONTRACT", "AGE"]
     ops = (await kubectl(kc, "get", "talosoperations")).splitlines()
-    assert ops[0].split() == ["NAME", "CLUSTER", "KIND", "PHASE", "STAGE", "STEP", "AGE"] and "ca-rotation" in ops[1]
+    assert ops[0].split() == ["NAME", "CLUSTER", "KIND", "PHASE", "STAGE", "STEP", "PROGRESS", "ETA",
+                              "AGE"] and "ca-rotation" in ops[1]
     bad = await kubectl(kc, "apply", "-f", "-", check=False,
                         stdin=OBJECTS.split("---")[1].replace("controlplane", "leader").replace("cp1", "bad"))
     assert 'spec.role: Unsupported value: "leader"' in bad
