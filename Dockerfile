@@ -38,7 +38,7 @@ LABEL org.opencontainers.image.title="ichord" \
       org.opencontainers.image.source="https://github.com/maesh/ichord" \
       org.opencontainers.image.base.name="docker.io/library/debian:bookworm-slim"
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 ca-certificates \
+    && apt-get install -y --no-install-recommends python3 ca-certificates libstdc++6 \
     && rm -rf /var/lib/apt/lists/* \
     && echo 'nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin' >> /etc/passwd \
     && echo 'nonroot:x:65532:' >> /etc/group \

@@ -21,7 +21,7 @@ OUT=${1:-build/image}
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 SUITE=bookworm
 # Runtime packages of the image (the Dockerfile's final stage installs the same).
-PACKAGES=python3,ca-certificates
+PACKAGES=python3,ca-certificates,libstdc++6  # libstdc++6: google-re2 (cel-python, health gates) links it
 DPKG_OPTS=(--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
            --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*'
            --dpkgopt='path-exclude=/usr/share/info/*')
