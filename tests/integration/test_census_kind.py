@@ -37,9 +37,8 @@ from ichord.sim.combined import SimEnvironment
 from ichord.watchers.informer import Resource
 from tests.integration import _census_kind as census
 from tests.integration._daemon import running_daemon, wait_until
-from tests.real import tools
+from tests.integration._kubectl import KUBECTL, operation_columns
 
-KUBECTL = tools.kubectl()
 pytestmark = [pytest.mark.integration, pytest.mark.anyio,
               pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed and not built (scripts/tools.sh)")]
 
@@ -102,13 +101,7 @@ class World:
 
     async def columns(self, name: str) -> dict[str, str]:
         """``kubectl get talosoperations NAME``: header -> cell, as printed through the CRD's jsonPaths."""
-        assert KUBECTL is not None
-        out = await anyio.run_process([KUBECTL, "--kubeconfig", str(self.env.kubeconfig), "-n", self.env.namespace,
-                                       "get", "talosoperations", name], check=True)
-        header, row = out.stdout.decode().splitlines()
-        starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
-        ends = [*starts[1:], None]
-        return {header[s:e].strip(): row[s:e].strip() for s, e in zip(starts, ends, strict=True)}
+        return await operation_columns(self.env.kubeconfig, self.env.namespace, name)
 
 
 def _resource(kind: str) -> Resource:

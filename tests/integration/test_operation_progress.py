@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
-import anyio
 import pytest
 
 from ichord.api.conditions import parse_time
@@ -19,9 +18,8 @@ from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from tests.integration._config_world import REBOOT_PATCH, World, world_on
-from tests.real import tools
+from tests.integration._kubectl import KUBECTL, operation_columns
 
-KUBECTL = tools.kubectl()
 pytestmark = [pytest.mark.integration, pytest.mark.anyio,
               pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed and not built (scripts/tools.sh)")]
 
@@ -42,14 +40,7 @@ async def world(bundle: SecretsBundle) -> AsyncIterator[World]:
 
 
 async def _columns(world: World, name: str) -> dict[str, str]:
-    """``kubectl get talosoperations NAME``: header -> cell, as kubectl prints them through the CRD's jsonPaths."""
-    assert KUBECTL is not None
-    out = await anyio.run_process([KUBECTL, "--kubeconfig", str(world.env.kubeconfig), "-n", world.env.namespace,
-                                   "get", "talosoperations", name], check=True)
-    header, row = out.stdout.decode().splitlines()
-    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
-    ends = [*starts[1:], None]
-    return {header[s:e].strip(): row[s:e].strip() for s, e in zip(starts, ends, strict=True)}
+    return await operation_columns(world.env.kubeconfig, world.env.namespace, name)
 
 
 async def test_a_3_plus_3_rollout_reports_progress_monotonically_and_an_eta_while_it_runs(world: World) -> None:
