@@ -5,28 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ichord.operations.managed.context import Obj
+from ichord.operations.managed.context import Obj, OperationObject
 
 
 @dataclass
-class OperationSubject:
+class OperationSubject(OperationObject):
     op: Obj
-
-    @property
-    def name(self) -> str:
-        return str(self.op["metadata"]["name"])
-
-    @property
-    def op_namespace(self) -> str:
-        return str(self.op["metadata"]["namespace"])
-
-    @property
-    def uid(self) -> str:
-        return str(self.op["metadata"]["uid"])
-
-    @property
-    def status(self) -> Obj:
-        return dict(self.op.get("status") or {})
 
     @property
     def cluster_name(self) -> str:

@@ -71,3 +71,26 @@ def context_of(scope: ClusterScope, managed: ManagedClients | None = None) -> St
                        own_cluster=scope.trust.own_cluster, observe=scope.observe,
                        operations=scope.operations, allowed_secret_namespaces=scope.allowed_secret_namespaces,
                        managed=managed)
+
+
+class OperationObject:
+    """What ``backbone.Subject`` reads of the operation object a step holds in ``op``: its name, namespace, uid and a
+    copy of its status (Inputs for every kind with managed inputs; a test's bare subject for one without)."""
+
+    op: Obj
+
+    @property
+    def name(self) -> str:
+        return str(self.op["metadata"]["name"])
+
+    @property
+    def op_namespace(self) -> str:
+        return str(self.op["metadata"]["namespace"])
+
+    @property
+    def uid(self) -> str:
+        return str(self.op["metadata"]["uid"])
+
+    @property
+    def status(self) -> Obj:
+        return dict(self.op.get("status") or {})

@@ -17,7 +17,7 @@ from ichord.kube import crds
 from ichord.kube.errors import KubeError
 from ichord.kube.reads import SecretData
 from ichord.operations.bundle_source import BundleSourceError, read_cluster_bundle
-from ichord.operations.managed.context import Obj, StepContext
+from ichord.operations.managed.context import Obj, OperationObject, StepContext
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.rotation import Rotation
 from ichord.pki.scrub import SCRUBBER
@@ -35,7 +35,7 @@ class InputsError(IchordError):
 
 
 @dataclass
-class Inputs:
+class Inputs(OperationObject):
     op: Obj
     cluster: Obj
     cluster_inputs: ClusterInputs
@@ -48,18 +48,6 @@ class Inputs:
     worker_bound: WorkerBound
 
     @property
-    def uid(self) -> str:
-        return str(self.op["metadata"]["uid"])
-
-    @property
-    def name(self) -> str:
-        return str(self.op["metadata"]["name"])
-
-    @property
-    def op_namespace(self) -> str:
-        return str(self.op["metadata"]["namespace"])
-
-    @property
     def cluster_name(self) -> str:
         return str(self.cluster["metadata"]["name"])
 
@@ -67,10 +55,6 @@ class Inputs:
     def cluster_key(self) -> str:
         """``namespace/name`` of the cluster (the key of its managed-cluster client)."""
         return f"{self.op_namespace}/{self.cluster_name}"
-
-    @property
-    def status(self) -> Obj:
-        return dict(self.op.get("status") or {})
 
     @property
     def control_planes(self) -> list[MachineView]:
