@@ -90,7 +90,8 @@ def test_each_step_is_observed_once_per_node_and_kind_and_the_record_stays_bound
 
 def test_a_kind_observed_in_this_run_takes_its_observed_mean_in_the_eta() -> None:
     status = _config_status(PLANNED, ["cp-1"])
-    status["progress"] = {"done": 1, "total": 6, "observed": [{"node": "cp-1", "step": "apply+reboot", "seconds": 20}]}
+    status["progress"] = {"done": 1, "total": 6, "lastDoneAt": "2026-01-01T00:00:20.000000Z",
+                          "observed": [{"node": "cp-1", "step": "apply+reboot", "seconds": 20}]}
     status["roll"]["done"] = ["cp-1"]
     note_progress(CONFIG, status, START + dt.timedelta(seconds=20))
     # cp-2, cp-3 at the observed 20 s; the workers at the model's 218 s scaled by the pace (20 s for 153 s of model).
@@ -106,7 +107,9 @@ def test_a_ca_rotation_counts_its_planned_stages() -> None:
     assert status["progress"]["steps"] == "2/4"
     status = {**status, "caRotation": {"stage": "Finalizing"}}
     note_progress(CA_ROTATION, status, START + dt.timedelta(seconds=90))
-    assert status["progress"]["observed"] == [{"step": "stage", "seconds": 30.0}] * 3  # a stage names no node
+    assert status["progress"]["observed"] == [  # a stage names no node; those counted together share the time
+        {"step": "stage", "seconds": 30.0, "startedAt": f"2026-01-01T00:0{m}:{s}.000000Z"}
+        for m, s in (("0", "00"), ("0", "30"), ("1", "00"))]
     assert (parse_time(status["progress"]["eta"]) - START).total_seconds() == pytest.approx(120, abs=1)
 
 
