@@ -50,8 +50,9 @@ class Step:
     """One counted step of an operation (status.progress): what it costs (step kinds of the duration model,
     operations/progress.py) and whether the status records it done.
 
-    ``parts``: the kinds of step its time is recorded in, in order (``drain, apply, reboot`` for a worker;
-    ``checks`` is the time before a node without a drain starts: the checks and gates before its apply); the first
+    ``parts``: the kinds of step its time is recorded in, in order (``drain, apply, reboot`` for a machine a
+    rollout reboots; ``checks`` is the time before a node that is not drained starts: the checks and gates before
+    its apply or its reboot); the first
     begins with the step, each other at its mark. ``marks``: what the status says of the step's own times now
     (``start`` when it was taken, and the RFC 3339 time each later part began, as the operation's markers write
     them). ``parallel``: it runs beside the parallel steps next to it, up to the kind's ``slots``. ``key``: names
@@ -167,7 +168,9 @@ def machine_steps(status: Mapping[str, object]) -> list[Step]:
         if m.get("reboots"):
             costs: tuple[str, ...] = ("apply", "reboot") if m.get("role") == "controlplane" else (
                 "drain", "apply", "reboot")
-            parts = ("checks", *costs) if "drain" not in costs else costs
+            # Every machine that reboots is cordoned and drained first (operations/config/reboot.py), a control
+            # plane too: its time to the apply is its drain (with the gates before it), as a worker's is.
+            parts = ("drain", "apply", "reboot")
         else:
             costs, parts = ("apply", "apiserver_restart"), ("checks", "apiserver_restart")
         parallel = bool(m.get("reboots")) and m.get("role") != "controlplane" and i < len(listed) - 1

@@ -28,7 +28,8 @@ write of its own. Times are the step's clock, as every other time the step write
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+import statistics
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,11 +92,24 @@ def history_of(operations: Iterable[Obj], uid: str) -> list[Obj]:
     return out
 
 
+def _medians(entries: Iterable[Obj], key: Callable[[Obj], object]) -> dict[Any, float]:
+    grouped: dict[Any, list[float]] = {}
+    for o in entries:
+        if isinstance(o.get("seconds"), int | float):
+            grouped.setdefault(key(o), []).append(float(o["seconds"]))
+    return {k: statistics.median(v) for k, v in grouped.items()}
+
+
 @dataclass(frozen=True)
 class Model:
-    """What a step left is expected to take: this run's observed parts, the cluster's past, the model's cost."""
+    """What a step left is expected to take: this run's observed parts, the cluster's past, the model's cost.
 
-    run: dict[str, float]
+    This run's own part of a kind is the median of those seen (one slow node is that node's, not every node's),
+    of the steps run as this one is (beside others or alone: on a busy host a step shares its time with those
+    beside it), else of all."""
+
+    run: dict[tuple[str, bool], float]
+    run_any: dict[str, float]
     past: dict[str, float]
     past_node: dict[tuple[str, str], float]
     pace: float
@@ -103,9 +117,12 @@ class Model:
     @classmethod
     def of(cls, steps: Sequence[Step], elapsed: float | None, observed: Sequence[Obj],
            history: Sequence[Obj]) -> Model:
-        run, _ = _means(observed)
+        beside = {s.node for s in steps if s.parallel and s.node}
+        entries = [o for o in observed if isinstance(o, dict)]
+        run = _medians(entries, lambda o: (str(o.get("step") or ""), o.get("node") in beside))
+        run_any = _medians(entries, lambda o: str(o.get("step") or ""))
         past, past_node = _means(history)
-        seen = [(str(o["step"]), float(o["seconds"])) for o in observed
+        seen = [(str(o["step"]), float(o["seconds"])) for o in entries
                 if isinstance(o.get("seconds"), int | float) and str(o.get("step")) in DEFAULTS]
         modelled = sum(_middle(k) for k, _ in seen)
         spent = sum(cost(s) for s in steps if s.done)
@@ -115,21 +132,24 @@ class Model:
             pace = max(0.0, elapsed) / spent
         else:
             pace = 1.0
-        return cls(run, past, past_node, pace)
+        return cls(run, run_any, past, past_node, pace)
 
-    def part(self, kind: str, node: str) -> float | None:
-        return self.run.get(kind, self.past_node.get((node, kind), self.past.get(kind)))
+    def part(self, kind: str, step: Step) -> float | None:
+        found = self.run.get((kind, step.parallel), self.run_any.get(kind))
+        return found if found is not None else self.past_node.get((step.node, kind), self.past.get(kind))
 
     def seconds(self, step: Step) -> float:
         """The seconds ``step`` takes from its start."""
-        known = [self.part(k, step.node) for k in step.kinds]
+        known = [self.part(k, step) for k in step.kinds]
         if all(t is not None for t in known):
             return sum(t for t in known if t is not None)
         whole = step_kind(step)  # an older ichord's record of the whole step, where the parts are not all known
-        found = self.run.get(whole, self.past_node.get((step.node, whole), self.past.get(whole)))
+        found = self.run_any.get(whole, self.past_node.get((step.node, whole), self.past.get(whole)))
         if found is not None:
             return found
-        return sum(t if t is not None else _middle(k) * self.pace for k, t in zip(step.kinds, known, strict=True))
+        # A part the model has no cost for in this step (a control plane's drain, the checks) costs nothing there.
+        return sum(t if t is not None else _middle(k) * self.pace * (k in step.costs)
+                   for k, t in zip(step.kinds, known, strict=True))
 
 
 def remaining_seconds(steps: Sequence[Step], elapsed: float | None, observed: Sequence[Obj] = (),

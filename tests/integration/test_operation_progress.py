@@ -82,10 +82,10 @@ async def test_a_3_plus_3_rollout_reports_progress_monotonically_and_an_eta_whil
     assert all(parse_time(p["eta"]) >= started for p in running)
     final = op["status"]["progress"]
     assert (final["steps"], final.get("eta")) == ("6/6", None)  # the ETA gone once done
-    # Each node's parts observed once each, in order and back to back (a control plane's checks, then its apply
-    # and its reboot to Ready; a worker's drain, apply, reboot), cut at the markers' times; no more than the run.
+    # Each node's parts observed once each, in order and back to back (its cordon and drain, its apply, its reboot
+    # to Ready), cut at the markers' times; together no more than the run.
     observed = final["observed"]
-    parts = {n: ["checks", "apply", "reboot"] if "cp" in n else ["drain", "apply", "reboot"] for n in env.machine_names}
+    parts = {n: ["drain", "apply", "reboot"] for n in env.machine_names}
     assert {n: [o["step"] for o in observed if o["node"] == n] for n in env.machine_names} == parts, observed
     for n in env.machine_names:
         mine = [o for o in observed if o["node"] == n]
