@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ichord.api import names
 from ichord.api.abandonable import ca_rotation_abandonable
+from ichord.pki.rotation import Target
 
 if TYPE_CHECKING:
     from ichord.api.views import OperationView
@@ -98,6 +99,10 @@ def _names(value: object) -> list[str]:
     return [str(x) for x in value] if isinstance(value, list) else []
 
 
+def _entries(value: object) -> list[Mapping[str, object]]:
+    return [e for e in value if isinstance(e, dict)] if isinstance(value, list) else []
+
+
 def _marks(**times: object) -> tuple[tuple[str, str], ...]:
     return tuple((k, str(v)) for k, v in times.items() if v)
 
@@ -126,28 +131,44 @@ def _roll_marks(status: Mapping[str, object], name: str, costs: tuple[str, ...],
     return _marks(apiserver_restart=restart.get("appliedAt")) if _own(restart, name, "machine", "done") else ()
 
 
+def _restarting_targets() -> set[str]:
+    """The targets whose passes restart kube-apiserver on each control plane, one at a time."""
+    return {t.value for t in Target if t.description.restarts_apiserver}
+
+
 def stage_steps(status: Mapping[str, object], section: str | None) -> list[Step]:
-    """One step per planned stage (status.plan.stages), done once the stage under way is a later one; before each
-    pass stage's own, one per control plane its etcd roll reboots (plan.machines with reboots), done once the
-    roll records it (caRotation.etcdRestarted, per stage) or the stage is over."""
-    listed = _plan(status).get("stages")
+    """One step per planned stage (status.plan.stages), done once the stage under way is a later one. Before each
+    pass stage's own: one per control plane whose kube-apiserver the pass restarts (a target that restarts it),
+    done once the pass saw it restarted and ready (status.machines[].apiServer, per stage), timed from its apply
+    (caRotation.apiServerInstances); then one per control plane the etcd roll reboots (plan.machines with
+    reboots), done once the roll records it (caRotation.etcdRestarted, per stage). Earlier stages' are done."""
+    plan = _plan(status)
+    listed = plan.get("stages")
     stages = [str(s) for s in listed if s] if isinstance(listed, list) else []
     own = _section(status, section)
     current = str(own.get("stage") or "")
-    finished = current == DONE_STAGE
-    at = len(stages) if finished else stages.index(current) if current in stages else 0
-    planned = _plan(status).get("machines")
-    rebooting = [str(m["name"]) for m in planned if isinstance(m, dict) and m.get("name") and m.get("reboots")] \
-        if isinstance(planned, list) else []
+    at = len(stages) if current == DONE_STAGE else stages.index(current) if current in stages else 0
+    planned = plan.get("machines")
+    machines = [m for m in planned if isinstance(m, dict) and m.get("name")] if isinstance(planned, list) else []
+    rebooting = [str(m["name"]) for m in machines if m.get("reboots")]
+    restarting = [str(m["name"]) for m in machines if m.get("role") == "controlplane"] \
+        if set(_names(plan.get("targets"))) & _restarting_targets() else []
+    now = {str(e.get("name")): e for e in _entries(status.get("machines"))}
+    instances = {str(e.get("machine")): e for e in _entries(own.get("apiServerInstances"))}
     rolled = set(_names(own.get("etcdRestarted")))
     steps: list[Step] = []
     for i, stage in enumerate(stages):
-        for cp in rebooting if stage in PASS_STAGES else []:
-            here = i == at
+        here, passing = i == at, stage in PASS_STAGES
+        for cp in restarting if passing else []:
+            marks = _marks(apiserver_restart=instances[cp].get("appliedAt")) if here and cp in instances else ()
+            restarted = here and (now.get(cp) or {}).get("apiServer") == "Restarted"
+            steps.append(Step(("apply", "apiserver_restart"), i < at or restarted, cp, ("checks", "apiserver_restart"),
+                              marks, key=f"{stage}/{cp}/kube-apiserver"))
+        for cp in rebooting if passing else []:
             marks = _marks(reboot=own.get("etcdRestartedAt")) if here and _own(
                 own, cp, "etcdRebooting", "etcdRestarted") else ()
             steps.append(Step(("reboot",), i < at or (here and cp in rolled), cp, ("checks", "reboot"), marks,
-                              key=f"{stage}/{cp}"))
+                              key=f"{stage}/{cp}/reboot"))
         steps.append(Step(("stage",), i < at))
     return steps
 

@@ -104,12 +104,14 @@ def _medians(entries: Iterable[Obj], key: Callable[[Obj], object]) -> dict[Any, 
 class Model:
     """What a step left is expected to take: this run's observed parts, the cluster's past, the model's cost.
 
-    This run's own part of a kind is the median of those seen (one slow node is that node's, not every node's),
-    of the steps run as this one is (beside others or alone: on a busy host a step shares its time with those
-    beside it), else of all."""
+    This run's own part of a kind is the node's own when this run saw it already (a ca-rotation's passes visit
+    each control plane again), else the median of those seen (one slow node is that node's, not every node's) of
+    the steps run as this one is (beside others or alone: on a busy host a step shares its time with those beside
+    it), else of all."""
 
     run: dict[tuple[str, bool], float]
     run_any: dict[str, float]
+    run_node: dict[tuple[str, str], float]
     past: dict[str, float]
     past_node: dict[tuple[str, str], float]
     pace: float
@@ -121,6 +123,7 @@ class Model:
         entries = [o for o in observed if isinstance(o, dict)]
         run = _medians(entries, lambda o: (str(o.get("step") or ""), o.get("node") in beside))
         run_any = _medians(entries, lambda o: str(o.get("step") or ""))
+        run_node = _medians([o for o in entries if o.get("node")], lambda o: (str(o["node"]), str(o.get("step"))))
         past, past_node = _means(history)
         seen = [(str(o["step"]), float(o["seconds"])) for o in entries
                 if isinstance(o.get("seconds"), int | float) and str(o.get("step")) in DEFAULTS]
@@ -132,10 +135,10 @@ class Model:
             pace = max(0.0, elapsed) / spent
         else:
             pace = 1.0
-        return cls(run, run_any, past, past_node, pace)
+        return cls(run, run_any, run_node, past, past_node, pace)
 
     def part(self, kind: str, step: Step) -> float | None:
-        found = self.run.get((kind, step.parallel), self.run_any.get(kind))
+        found = self.run_node.get((step.node, kind), self.run.get((kind, step.parallel), self.run_any.get(kind)))
         return found if found is not None else self.past_node.get((step.node, kind), self.past.get(kind))
 
     def seconds(self, step: Step) -> float:
@@ -209,8 +212,9 @@ def _running(steps: Sequence[Step], before: Obj) -> dict[str, dict[str, str]]:
 
 
 def _entries(s: Step, marks: dict[str, str], start: dt.datetime, end: dt.datetime) -> list[Obj]:
-    """The step's parts, cut at its marks (a mark outside the step's time is not its own, and is left out)."""
-    cuts = [(k, t) for k in s.kinds[1:] if (t := _time(marks.get(k))) is not None and start <= t <= end]
+    """The step's parts, cut at its marks (a mark written to the second, before the step's precise start, is
+    taken at the start; the marks read are the step's own: ``Step.marks``)."""
+    cuts = [(k, min(max(t, start), end)) for k in s.kinds[1:] if (t := _time(marks.get(k))) is not None]
     node: Obj = {"node": s.node} if s.node else {}  # a stage names no node (the schema's node is never null)
     if not cuts:
         return [{**node, "step": s.kinds[0] if len(s.kinds) == 1 else step_kind(s),

@@ -10,6 +10,7 @@ import pytest
 
 from ichord.api.conditions import now_rfc3339, parse_time
 from ichord.api.operation_kinds import CA_ROTATION, CONFIG
+from ichord.operations.ca_rotation.passes import APISERVER_KEY, APISERVER_RESTARTED
 from ichord.operations.progress import history_of, note_progress
 
 Obj = dict[str, Any]
@@ -220,10 +221,34 @@ def test_a_ca_rotation_counts_its_etcd_rolls_reboots_per_pass() -> None:
                                   "etcdRestartedAt": _at(200)}}
     steps = CA_ROTATION.steps(status)
     assert [(s.key or "stage", s.done) for s in steps] == [
-        ("Accepting/cp-1", True), ("Accepting/cp-2", True), ("Accepting/cp-3", True), ("stage", True),
-        ("Issuing/cp-1", True), ("Issuing/cp-2", False), ("Issuing/cp-3", False), ("stage", False),
-        ("Dropping/cp-1", False), ("Dropping/cp-2", False), ("Dropping/cp-3", False), ("stage", False),
-        ("stage", False)]
+        ("Accepting/cp-1/reboot", True), ("Accepting/cp-2/reboot", True), ("Accepting/cp-3/reboot", True),
+        ("stage", True),
+        ("Issuing/cp-1/reboot", True), ("Issuing/cp-2/reboot", False), ("Issuing/cp-3/reboot", False),
+        ("stage", False),
+        ("Dropping/cp-1/reboot", False), ("Dropping/cp-2/reboot", False), ("Dropping/cp-3/reboot", False),
+        ("stage", False), ("stage", False)]
     assert steps[5].marks == (("reboot", _at(200)),) and steps[6].marks == ()  # the reboot under way is cp-2's
     note_progress(CA_ROTATION, status, START + dt.timedelta(seconds=210))
     assert status["progress"]["steps"] == "5/13"
+
+
+def test_a_ca_rotation_counts_each_kube_apiserver_restart_of_its_passes() -> None:
+    plan = {"targets": ["kubernetes-aggregator"], "stages": ["Accepting", "Issuing", "Dropping", "Finalizing"],
+            "machines": [{"name": f"cp-{i}", "role": "controlplane", "reboots": False} for i in (1, 2)]
+            + [{"name": "w-1", "role": "worker", "reboots": False}]}
+    status: Obj = {"startedAt": now_rfc3339(START), "plan": plan,
+                   "machines": [{"name": "cp-1", "state": "Issuing", APISERVER_KEY: APISERVER_RESTARTED},
+                                {"name": "cp-2", "state": "APIServerRestarting"}],
+                   "caRotation": {"stage": "Issuing", "apiServerInstances": [
+                       {"machine": "cp-1", "appliedAt": "2026-01-01T00:01:00Z"},
+                       {"machine": "cp-2", "appliedAt": "2026-01-01T00:01:30Z"}]}}
+    steps = CA_ROTATION.steps(status)
+    assert [(s.key or "stage", s.done) for s in steps] == [
+        ("Accepting/cp-1/kube-apiserver", True), ("Accepting/cp-2/kube-apiserver", True), ("stage", True),
+        ("Issuing/cp-1/kube-apiserver", True), ("Issuing/cp-2/kube-apiserver", False), ("stage", False),
+        ("Dropping/cp-1/kube-apiserver", False), ("Dropping/cp-2/kube-apiserver", False), ("stage", False),
+        ("stage", False)]
+    assert steps[4].marks == (("apiserver_restart", "2026-01-01T00:01:30Z"),)
+    assert steps[4].parts == ("checks", "apiserver_restart")
+    # A talos-only rotation restarts no kube-apiserver: its stages alone.
+    assert len(CA_ROTATION.steps({**status, "plan": {**plan, "targets": ["talos"]}})) == 4
