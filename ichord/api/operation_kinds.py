@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ichord.api import names
 from ichord.api.abandonable import ca_rotation_abandonable
+from ichord.pki.rotation import Target
 
 if TYPE_CHECKING:
     from ichord.api.views import OperationView
@@ -48,15 +49,45 @@ def _always(_op: OperationView) -> bool:
 @dataclass(frozen=True)
 class Step:
     """One counted step of an operation (status.progress): what it costs (step kinds of the duration model,
-    operations/progress.py) and whether the status records it done."""
+    operations/progress.py) and whether the status records it done.
+
+    ``parts``: the kinds of step its time is recorded in, in order (``drain, apply, reboot`` for a machine a
+    rollout reboots; ``checks`` is the time before a node that is not drained starts: the checks and gates before
+    its apply or its reboot); the first
+    begins with the step, each other at its mark. ``marks``: what the status says of the step's own times now
+    (``start`` when it was taken, and the RFC 3339 time each later part began, as the operation's markers write
+    them). ``parallel``: it runs beside the parallel steps next to it, up to the kind's ``slots``. ``key``: names
+    the step among those under way (its node, unless a node has several steps)."""
 
     costs: tuple[str, ...]
     done: bool
     node: str = ""
+    parts: tuple[str, ...] = ()
+    marks: tuple[tuple[str, str], ...] = ()
+    parallel: bool = False
+    key: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.key or self.node
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return self.parts or self.costs
+
+
+#: Where a step's own marks name when it was taken (the other marks are its parts).
+START_MARK = "start"
+#: The stages of a ca-rotation that are passes: each reboots the control planes when etcd is a target.
+PASS_STAGES = ("Accepting", "Issuing", "Dropping")
 
 
 def _no_steps(_status: Mapping[str, object]) -> list[Step]:
     return []
+
+
+def _one_slot(_status: Mapping[str, object]) -> int:
+    return 1
 
 
 def _plan(status: Mapping[str, object]) -> Mapping[str, object]:
@@ -64,39 +95,116 @@ def _plan(status: Mapping[str, object]) -> Mapping[str, object]:
     return plan if isinstance(plan, dict) else {}
 
 
-def _names(value: object) -> set[str]:
-    return {str(x) for x in value} if isinstance(value, list) else set()
+def _names(value: object) -> list[str]:
+    return [str(x) for x in value] if isinstance(value, list) else []
+
+
+def _entries(value: object) -> list[Mapping[str, object]]:
+    return [e for e in value if isinstance(e, dict)] if isinstance(value, list) else []
+
+
+def _marks(**times: object) -> tuple[tuple[str, str], ...]:
+    return tuple((k, str(v)) for k, v in times.items() if v)
+
+
+def _own(section: Mapping[str, object], name: str, current: str, done: str) -> bool:
+    """The section's marker times are ``name``'s: it is the machine under way there, or the last one it did (the
+    times stay after a machine is done, until the next one's replace them)."""
+    finished = _names(section.get(done))
+    return section.get(current) == name or (bool(finished) and finished[-1] == name)
+
+
+def _roll_marks(status: Mapping[str, object], name: str, costs: tuple[str, ...], parallel: bool,
+                ) -> tuple[tuple[str, str], ...]:
+    if parallel:  # a worker's own marker, in its slot (operations/config/workers.py) while it is under way
+        slots = status.get("workerRolls")
+        slot = slots.get(name) if isinstance(slots, dict) else None
+        if not isinstance(slot, dict):
+            return ()
+        return _marks(start=slot.get("startedAt"), apply=slot.get("stagedAt"), reboot=slot.get("requestedAt"))
+    if "reboot" in costs:
+        roll = _section(status, "roll")
+        if _own(roll, name, "rebooting", "done"):
+            return _marks(apply=roll.get("stagedAt"), reboot=roll.get("requestedAt"))
+        return ()
+    restart = _section(status, "apiServerRestart")
+    return _marks(apiserver_restart=restart.get("appliedAt")) if _own(restart, name, "machine", "done") else ()
+
+
+def _restarting_targets() -> set[str]:
+    """The targets whose passes restart kube-apiserver on each control plane, one at a time."""
+    return {t.value for t in Target if t.description.restarts_apiserver}
 
 
 def stage_steps(status: Mapping[str, object], section: str | None) -> list[Step]:
-    """One step per planned stage (status.plan.stages), done once the stage under way is a later one."""
-    listed = _plan(status).get("stages")
+    """One step per planned stage (status.plan.stages), done once the stage under way is a later one. Before each
+    pass stage's own: one per control plane whose kube-apiserver the pass restarts (a target that restarts it),
+    done once the pass saw it restarted and ready (status.machines[].apiServer, per stage), timed from its apply
+    (caRotation.apiServerInstances); then one per control plane the etcd roll reboots (plan.machines with
+    reboots), done once the roll records it (caRotation.etcdRestarted, per stage). Earlier stages' are done."""
+    plan = _plan(status)
+    listed = plan.get("stages")
     stages = [str(s) for s in listed if s] if isinstance(listed, list) else []
-    current = str(_section(status, section).get("stage") or "")
-    if current == DONE_STAGE:
-        return [Step(("stage",), True) for _ in stages]
-    at = stages.index(current) if current in stages else 0
-    return [Step(("stage",), i < at) for i in range(len(stages))]
+    own = _section(status, section)
+    current = str(own.get("stage") or "")
+    at = len(stages) if current == DONE_STAGE else stages.index(current) if current in stages else 0
+    planned = plan.get("machines")
+    machines = [m for m in planned if isinstance(m, dict) and m.get("name")] if isinstance(planned, list) else []
+    rebooting = [str(m["name"]) for m in machines if m.get("reboots")]
+    restarting = [str(m["name"]) for m in machines if m.get("role") == "controlplane"] \
+        if set(_names(plan.get("targets"))) & _restarting_targets() else []
+    now = {str(e.get("name")): e for e in _entries(status.get("machines"))}
+    instances = {str(e.get("machine")): e for e in _entries(own.get("apiServerInstances"))}
+    rolled = set(_names(own.get("etcdRestarted")))
+    steps: list[Step] = []
+    for i, stage in enumerate(stages):
+        here, passing = i == at, stage in PASS_STAGES
+        for cp in restarting if passing else []:
+            marks = _marks(apiserver_restart=instances[cp].get("appliedAt")) if here and cp in instances else ()
+            restarted = here and (now.get(cp) or {}).get("apiServer") == "Restarted"
+            steps.append(Step(("apply", "apiserver_restart"), i < at or restarted, cp, ("checks", "apiserver_restart"),
+                              marks, key=f"{stage}/{cp}/kube-apiserver"))
+        for cp in rebooting if passing else []:
+            marks = _marks(reboot=own.get("etcdRestartedAt")) if here and _own(
+                own, cp, "etcdRebooting", "etcdRestarted") else ()
+            steps.append(Step(("reboot",), i < at or (here and cp in rolled), cp, ("checks", "reboot"), marks,
+                              key=f"{stage}/{cp}/reboot"))
+        steps.append(Step(("stage",), i < at))
+    return steps
 
 
 def machine_steps(status: Mapping[str, object]) -> list[Step]:
     """One step per planned machine (status.plan.machines), done once its roll or restart records it done: a
-    reboot costs an apply and a reboot (a worker's a drain too), a kube-apiserver restart an apply and a restart."""
-    done = _names(_section(status, "roll").get("done")) | _names(_section(status, "apiServerRestart").get("done"))
+    reboot costs an apply and a reboot (a worker's a drain too), a kube-apiserver restart an apply and a restart.
+    The workers but the plan's last machine run beside each other (``parallel``: operations/config/workers.py)."""
+    done = set(_names(_section(status, "roll").get("done"))) | set(_names(_section(status, "apiServerRestart").get(
+        "done")))
     finished = str(status.get("stage") or "") == DONE_STAGE
     steps = []
     planned = _plan(status).get("machines")
-    for m in planned if isinstance(planned, list) else []:
-        if not isinstance(m, dict) or not m.get("name"):
-            continue
+    listed = [m for m in planned if isinstance(m, dict) and m.get("name")] if isinstance(planned, list) else []
+    for i, m in enumerate(listed):
         name = str(m["name"])
+        parts: tuple[str, ...]
         if m.get("reboots"):
             costs: tuple[str, ...] = ("apply", "reboot") if m.get("role") == "controlplane" else (
                 "drain", "apply", "reboot")
+            # Every machine that reboots is cordoned and drained first (operations/config/reboot.py), a control
+            # plane too: its time to the apply is its drain (with the gates before it), as a worker's is.
+            parts = ("drain", "apply", "reboot")
         else:
-            costs = ("apply", "apiserver_restart")
-        steps.append(Step(costs, finished or name in done, name))
+            costs, parts = ("apply", "apiserver_restart"), ("checks", "apiserver_restart")
+        parallel = bool(m.get("reboots")) and m.get("role") != "controlplane" and i < len(listed) - 1
+        steps.append(Step(costs, finished or name in done, name, parts, _roll_marks(status, name, costs, parallel),
+                          parallel))
     return steps
+
+
+def worker_slots(status: Mapping[str, object]) -> int:
+    """The workers a config rollout takes at once, as its plan resolved them (plan.workerBound.atOnce)."""
+    bound = _plan(status).get("workerBound")
+    at_once = bound.get("atOnce") if isinstance(bound, dict) else None
+    return max(1, at_once) if isinstance(at_once, int) else 1
 
 
 @dataclass(frozen=True)
@@ -128,6 +236,8 @@ class KindDescription:
     abandonable: Callable[[OperationView], bool] = _never
     #: The steps status.progress counts, read from a status of the kind (its plan and what it records done).
     steps: Callable[[Mapping[str, object]], list[Step]] = _no_steps
+    #: How many of its parallel steps run at once, read from a status of the kind.
+    slots: Callable[[Mapping[str, object]], int] = _one_slot
 
     def stage_in(self, status: Mapping[str, object]) -> str:
         """The stage under way as ``status`` records it ('' before the start)."""
@@ -152,7 +262,7 @@ CA_ROTATION = KindDescription(
 #: A config rollout may always be abandoned: deleting it gives back its cordons and lets the lock go.
 CONFIG = KindDescription(
     name=names.KIND_CONFIG, condition_type=names.CONFIG_ROLLOUT, finalizer=f"{names.GROUP}/config",
-    title="a config operation", abandonable=_always, steps=machine_steps)
+    title="a config operation", abandonable=_always, steps=machine_steps, slots=worker_slots)
 
 #: spec.kind -> its description: every kind this version of ichord knows.
 KINDS: dict[str, KindDescription] = {}

@@ -157,7 +157,7 @@ async def _write(ctx: Context, subject: Subject, mutations: tuple[Mutation, ...]
         mirror_stage(status, obj)
         described = describe(str((obj.get("spec") or {}).get("kind") or ""))
         if described is not None:  # in this write, never one of its own; the past from the step's list, no read
-            note_progress(described, status, ctx.now(), history)
+            note_progress(described, status, ctx.now(), history, carried=_carried(status, obj))
         status["observedGeneration"] = int((obj.get("metadata") or {}).get("generation") or 0)
         ended[:] = note_stage_change(obj, status, before, ctx.now())
         return status
@@ -167,6 +167,12 @@ async def _write(ctx: Context, subject: Subject, mutations: tuple[Mutation, ...]
     subject.op = obj
     ctx.observe(obj)
     return obj
+
+
+def _carried(status: Obj, obj: Obj) -> bool:
+    """The write changes more than the progress: it is sent anyway (a new mark of a step under way rides on it)."""
+    read = obj.get("status") or {}
+    return any(status.get(k) != read.get(k) for k in {*status, *read} - {"progress", "observedGeneration"})
 
 
 def mirror_stage(status: Obj, obj: Obj) -> None:

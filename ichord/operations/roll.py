@@ -376,6 +376,7 @@ async def _complete(target: RollTarget, marker: RollMarker, store: MarkerStore, 
 async def _reboot(target: RollTarget, marker: RollMarker, store: MarkerStore, talos: RollTalos,
                   nodes: ManagedNodes, hooks: RollHooks, timing: Timing, clock: Callable[[], datetime],
                   out: _Out) -> RollOutcome:
+    staging = clock()  # the last drain round and the apply begin (the apply is timed from here: progress.py)
     prepared = await hooks.before_reboot(target)
     if prepared.verdict is HookVerdict.WAIT:
         return out(Requeue(prepared.after, RollReason.DRAINING), RollReason.DRAINING,
@@ -396,7 +397,7 @@ async def _reboot(target: RollTarget, marker: RollMarker, store: MarkerStore, ta
     except IchordError as exc:  # best effort (docs/decisions.md#etcd-reboot-roll: a leader forfeits, best effort)
         log.warning("roll: before the reboot call", machine=target.machine, error=str(exc))
     failpoint("roll.marker.before")
-    marked = marker.marked(target.machine, boot_id, clock())
+    marked = marker.marked(target.machine, boot_id, clock(), staged_at=staging)
     await store.write(marked)
     failpoint("roll.marker.after")
     failpoint("roll.reboot.before")

@@ -32,16 +32,20 @@ class RollMarker:
 
     ``rebooting`` names the machine asked to reboot ("" = none), ``boot_id`` is the boot it left and
     ``requested_at`` when the marker was written (both meaningful only while ``rebooting`` is set);
-    ``done`` lists the machines rebooted and verified, in order, append-only.
+    ``done`` lists the machines rebooted and verified, in order, append-only. ``staged_at``: when the step that
+    asked for the reboot began its last drain round and apply (the node's apply is timed from it to
+    ``requested_at``, operations/progress.py); kept, like ``requested_at``, once the reboot is over.
     """
 
     rebooting: str = ""
     boot_id: str = ""
     requested_at: datetime | None = None
     done: tuple[str, ...] = ()
+    staged_at: datetime | None = None
 
-    def marked(self, machine: str, boot_id: str, at: datetime) -> RollMarker:
-        return replace(self, rebooting=machine, boot_id=boot_id, requested_at=at)
+    def marked(self, machine: str, boot_id: str, at: datetime, staged_at: datetime | None = None) -> RollMarker:
+        return replace(self, rebooting=machine, boot_id=boot_id, requested_at=at,
+                       staged_at=self.staged_at if staged_at is None else staged_at)
 
     def cleared(self) -> RollMarker:
         """No reboot outstanding; ``requested_at`` stays as the last request's time (etcdRestartedAt)."""

@@ -9,7 +9,7 @@ Cleared fields are removed (merge-patch null), ``etcdRestartedAt`` is kept as th
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +32,8 @@ class MarkerFields:
     boot_id: str = "etcdRebootBootID"
     requested_at: str = "etcdRestartedAt"
     done: str = "etcdRestarted"
+    #: Where ``RollMarker.staged_at`` is kept ("" = not kept: the etcd roll applies nothing before its reboots).
+    staged_at: str = ""
 
 
 def format_time(t: datetime) -> str:
@@ -50,9 +52,11 @@ def marker_from_status(status: dict[str, Any], fields: MarkerFields = MarkerFiel
     section = status.get(fields.section) or {}
     raw_at = section.get(fields.requested_at)
     at = parse_time(str(raw_at), f"status.{fields.section}.{fields.requested_at}") if raw_at else None
+    raw_staged = section.get(fields.staged_at) if fields.staged_at else None
+    staged = parse_time(str(raw_staged), f"status.{fields.section}.{fields.staged_at}") if raw_staged else None
     return RollMarker(rebooting=str(section.get(fields.rebooting) or ""),
                       boot_id=str(section.get(fields.boot_id) or ""), requested_at=at,
-                      done=tuple(str(m) for m in section.get(fields.done) or ()))
+                      done=tuple(str(m) for m in section.get(fields.done) or ()), staged_at=staged)
 
 
 def status_with_marker(status: dict[str, Any], marker: RollMarker,
@@ -64,9 +68,16 @@ def status_with_marker(status: dict[str, Any], marker: RollMarker,
     section[fields.boot_id] = marker.boot_id or None
     if marker.requested_at is not None:
         section[fields.requested_at] = format_time(marker.requested_at)
+    if fields.staged_at and marker.staged_at is not None:
+        section[fields.staged_at] = format_time(marker.staged_at)
     section[fields.done] = list(marker.done)
     out[fields.section] = section
     return out
+
+
+def _same(stored: RollMarker, marker: RollMarker, fields: MarkerFields) -> bool:
+    """The record says ``marker`` already (its staged_at compared only where the fields keep one)."""
+    return stored == (marker if fields.staged_at else replace(marker, staged_at=None))
 
 
 class StatusMarkerStore:
@@ -85,7 +96,7 @@ class StatusMarkerStore:
 
     async def write(self, marker: RollMarker) -> None:
         def mutate(status: dict[str, Any], _: dict[str, Any]) -> dict[str, Any] | None:
-            if marker_from_status(status, self._fields) == marker:
+            if _same(marker_from_status(status, self._fields), marker, self._fields):
                 return None
             return status_with_marker(status, marker, self._fields)
         await update_status(self._objects, self._namespace, self._name, mutate)

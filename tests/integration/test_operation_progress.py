@@ -6,6 +6,7 @@ through the CRD's Progress and ETA columns."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -81,12 +82,19 @@ async def test_a_3_plus_3_rollout_reports_progress_monotonically_and_an_eta_whil
     assert all(parse_time(p["eta"]) >= started for p in running)
     final = op["status"]["progress"]
     assert (final["steps"], final.get("eta")) == ("6/6", None)  # the ETA gone once done
-    # Each node's step observed once, named by what it costs; together they take no longer than the run.
+    # Each node's parts observed once each, in order and back to back (its cordon and drain, its apply, its reboot
+    # to Ready), cut at the markers' times; together no more than the run.
     observed = final["observed"]
-    assert sorted(o["node"] for o in observed) == sorted(env.machine_names)
-    assert {o["step"] for o in observed} == {"apply+reboot", "drain+apply+reboot"}
+    parts = {n: ["drain", "apply", "reboot"] for n in env.machine_names}
+    assert {n: [o["step"] for o in observed if o["node"] == n] for n in env.machine_names} == parts, observed
+    for n in env.machine_names:
+        mine = [o for o in observed if o["node"] == n]
+        for a, b in itertools.pairwise(mine):
+            assert abs((_stamp(a["startedAt"]) + dt.timedelta(seconds=a["seconds"]) - _stamp(b["startedAt"]))
+                       .total_seconds()) < 0.002, (a, b)
     run = (dt.datetime.fromisoformat(final["lastDoneAt"]) - started).total_seconds()
     assert all(o["seconds"] >= 0 for o in observed) and sum(o["seconds"] for o in observed) <= run + 1
+    assert "running" not in final, final  # nothing under way once done
 
     # kubectl prints them through the CRD's columns: while running, and once done.
     assert running_columns, "kubectl was never run while the rollout was under way"

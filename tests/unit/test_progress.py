@@ -10,6 +10,7 @@ import pytest
 
 from ichord.api.conditions import now_rfc3339, parse_time
 from ichord.api.operation_kinds import CA_ROTATION, CONFIG
+from ichord.operations.ca_rotation.passes import APISERVER_KEY, APISERVER_RESTARTED
 from ichord.operations.progress import history_of, note_progress
 
 Obj = dict[str, Any]
@@ -90,7 +91,8 @@ def test_each_step_is_observed_once_per_node_and_kind_and_the_record_stays_bound
 
 def test_a_kind_observed_in_this_run_takes_its_observed_mean_in_the_eta() -> None:
     status = _config_status(PLANNED, ["cp-1"])
-    status["progress"] = {"done": 1, "total": 6, "observed": [{"node": "cp-1", "step": "apply+reboot", "seconds": 20}]}
+    status["progress"] = {"done": 1, "total": 6, "lastDoneAt": "2026-01-01T00:00:20.000000Z",
+                          "observed": [{"node": "cp-1", "step": "apply+reboot", "seconds": 20}]}
     status["roll"]["done"] = ["cp-1"]
     note_progress(CONFIG, status, START + dt.timedelta(seconds=20))
     # cp-2, cp-3 at the observed 20 s; the workers at the model's 218 s scaled by the pace (20 s for 153 s of model).
@@ -106,7 +108,9 @@ def test_a_ca_rotation_counts_its_planned_stages() -> None:
     assert status["progress"]["steps"] == "2/4"
     status = {**status, "caRotation": {"stage": "Finalizing"}}
     note_progress(CA_ROTATION, status, START + dt.timedelta(seconds=90))
-    assert status["progress"]["observed"] == [{"step": "stage", "seconds": 30.0}] * 3  # a stage names no node
+    assert status["progress"]["observed"] == [  # a stage names no node; those counted together share the time
+        {"step": "stage", "seconds": 30.0, "startedAt": f"2026-01-01T00:0{m}:{s}.000000Z"}
+        for m, s in (("0", "00"), ("0", "30"), ("1", "00"))]
     assert (parse_time(status["progress"]["eta"]) - START).total_seconds() == pytest.approx(120, abs=1)
 
 
@@ -133,3 +137,118 @@ def test_a_step_this_run_has_not_seen_takes_its_nodes_time_from_the_clusters_pas
     left = (parse_time(status["progress"]["eta"]) - START).total_seconds() - 60
     # w-1 and w-2 their own past 30 s and 90 s; w-3, with none of its own, the kind's past mean (60 s).
     assert left == pytest.approx(30 + 90 + 60, abs=1)
+
+
+def _at(seconds: float) -> str:
+    return (START + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _workers_status(done: list[str], slots: dict[str, Obj], progress: Obj | None = None) -> Obj:
+    status = _config_status([("cp-1", "controlplane"), ("w-1", "worker"), ("w-2", "worker"), ("w-3", "worker")],
+                            done)
+    status["plan"]["workerBound"] = {"atOnce": 2}
+    status["workerRolls"] = slots
+    if progress is not None:
+        status["progress"] = progress
+    return status
+
+
+def test_parallel_workers_are_each_timed_from_their_own_slot_cut_at_their_marks() -> None:
+    status = _workers_status(["cp-1"], {}, {"done": 1, "total": 4, "lastDoneAt": _at(100)})
+    note_progress(CONFIG, status, START + dt.timedelta(seconds=100))
+    # w-1 and w-2 taken together at 100 s; their applies and reboots begin at their own times.
+    slots = {"w-1": {"startedAt": _at(100), "stagedAt": _at(110), "requestedAt": _at(112)},
+             "w-2": {"startedAt": _at(100), "stagedAt": _at(120), "requestedAt": _at(121)}}
+    status = _workers_status(["cp-1"], slots, status["progress"])
+    note_progress(CONFIG, status, START + dt.timedelta(seconds=122), carried=True)
+    assert set(status["progress"]["running"]) == {"w-1", "w-2"}  # kept: the slots go in the write that ends them
+    # w-1 is back at 160 s (its slot gone in that write), w-2 at 171 s.
+    status = _workers_status(["cp-1", "w-1"], {"w-2": slots["w-2"]}, status["progress"])
+    note_progress(CONFIG, status, START + dt.timedelta(seconds=160))
+    assert status["progress"]["running"] == {"w-1": None, "w-2": {"start": _at(100), "apply": _at(120),
+                                                                 "reboot": _at(121)}}  # null: merge-patch removal
+    status["progress"]["running"] = {"w-2": status["progress"]["running"]["w-2"]}  # as the server returns it
+    status = _workers_status(["cp-1", "w-1", "w-2"], {}, status["progress"])
+    note_progress(CONFIG, status, START + dt.timedelta(seconds=171))
+    parts = [(o["node"], o["step"], o["seconds"], o["startedAt"]) for o in status["progress"]["observed"]]
+    assert parts[-6:] == [("w-1", "drain", 10.0, _at(100)), ("w-1", "apply", 2.0, _at(110)),
+                          ("w-1", "reboot", 48.0, _at(112)),
+                          ("w-2", "drain", 20.0, _at(100)), ("w-2", "apply", 1.0, _at(120)),
+                          ("w-2", "reboot", 50.0, _at(121))]  # not the 11 s between the two completions
+
+
+def test_a_sequential_machine_is_timed_from_the_step_before_and_cut_at_the_roll_marker() -> None:
+    status = _config_status(PLANNED[:2], [], )
+    note_progress(CONFIG, status, START)
+    status = {**_config_status(PLANNED[:2], []), "progress": status["progress"]}
+    status["roll"] = {"rebooting": "cp-1", "stagedAt": _at(30), "requestedAt": _at(31), "done": []}
+    note_progress(CONFIG, status, START + dt.timedelta(seconds=31), carried=False)
+    assert "running" not in status["progress"]  # a write sent for nothing else carries no new mark
+    status = {**_config_status(PLANNED[:2], ["cp-1"]), "progress": status["progress"]}
+    status["roll"] = {"stagedAt": _at(30), "requestedAt": _at(31), "done": ["cp-1"]}  # the marker's times stay
+    note_progress(CONFIG, status, START + dt.timedelta(seconds=91))
+    assert [(o["step"], o["seconds"]) for o in status["progress"]["observed"]] == [
+        ("drain", 30.0), ("apply", 1.0), ("reboot", 60.0)]
+
+
+def test_with_workers_two_at_once_the_eta_runs_them_on_two_slots() -> None:
+    observed = [{"node": "cp-1", "step": k, "seconds": t} for k, t in (("drain", 4), ("apply", 1), ("reboot", 45))]
+    status = _workers_status(["cp-1"], {}, {"done": 1, "total": 4, "lastDoneAt": _at(50), "observed": observed})
+    status["progress"]["done"] = 0  # counted now
+    status["progress"].pop("lastDoneAt")
+    note_progress(CONFIG, status, START + dt.timedelta(seconds=50))
+    left = (parse_time(status["progress"]["eta"]) - START).total_seconds() - 50
+    # w-1 and w-2 side by side (50 s), then w-3, the plan's last, alone (50 s): 100 s, not 150 s.
+    assert left == pytest.approx(100, abs=1)
+
+
+def test_an_older_operations_whole_step_record_is_still_read() -> None:
+    past = [{"metadata": {"uid": "old"}, "status": {"progress": {"observed": [
+        {"node": "w-1", "step": "drain+apply+reboot", "seconds": 70}]}}}]
+    status = _config_status([("w-0", "worker"), ("w-1", "worker")], ["w-0"])
+    status["progress"] = {"done": 1, "total": 2, "lastDoneAt": _at(10)}
+    note_progress(CONFIG, status, START + dt.timedelta(seconds=10), history_of(past, "new"))
+    # w-1's drain, apply and reboot are unknown in this run: its own whole step of before stands for them.
+    assert (parse_time(status["progress"]["eta"]) - START).total_seconds() - 10 == pytest.approx(70, abs=1)
+
+
+def test_a_ca_rotation_counts_its_etcd_rolls_reboots_per_pass() -> None:
+    plan = {"stages": ["Accepting", "Issuing", "Dropping", "Finalizing"],
+            "machines": [{"name": f"cp-{i}", "role": "controlplane", "reboots": True} for i in (1, 2, 3)]
+            + [{"name": "w-1", "role": "worker", "reboots": False}]}
+    status: Obj = {"startedAt": now_rfc3339(START), "plan": plan,
+                   "caRotation": {"stage": "Issuing", "etcdRestarted": ["cp-1"], "etcdRebooting": "cp-2",
+                                  "etcdRestartedAt": _at(200)}}
+    steps = CA_ROTATION.steps(status)
+    assert [(s.key or "stage", s.done) for s in steps] == [
+        ("Accepting/cp-1/reboot", True), ("Accepting/cp-2/reboot", True), ("Accepting/cp-3/reboot", True),
+        ("stage", True),
+        ("Issuing/cp-1/reboot", True), ("Issuing/cp-2/reboot", False), ("Issuing/cp-3/reboot", False),
+        ("stage", False),
+        ("Dropping/cp-1/reboot", False), ("Dropping/cp-2/reboot", False), ("Dropping/cp-3/reboot", False),
+        ("stage", False), ("stage", False)]
+    assert steps[5].marks == (("reboot", _at(200)),) and steps[6].marks == ()  # the reboot under way is cp-2's
+    note_progress(CA_ROTATION, status, START + dt.timedelta(seconds=210))
+    assert status["progress"]["steps"] == "5/13"
+
+
+def test_a_ca_rotation_counts_each_kube_apiserver_restart_of_its_passes() -> None:
+    plan = {"targets": ["kubernetes-aggregator"], "stages": ["Accepting", "Issuing", "Dropping", "Finalizing"],
+            "machines": [{"name": f"cp-{i}", "role": "controlplane", "reboots": False} for i in (1, 2)]
+            + [{"name": "w-1", "role": "worker", "reboots": False}]}
+    status: Obj = {"startedAt": now_rfc3339(START), "plan": plan,
+                   "machines": [{"name": "cp-1", "state": "Issuing", APISERVER_KEY: APISERVER_RESTARTED},
+                                {"name": "cp-2", "state": "APIServerRestarting"}],
+                   "caRotation": {"stage": "Issuing", "apiServerInstances": [
+                       {"machine": "cp-1", "appliedAt": "2026-01-01T00:01:00Z"},
+                       {"machine": "cp-2", "appliedAt": "2026-01-01T00:01:30Z"}]}}
+    steps = CA_ROTATION.steps(status)
+    assert [(s.key or "stage", s.done) for s in steps] == [
+        ("Accepting/cp-1/kube-apiserver", True), ("Accepting/cp-2/kube-apiserver", True), ("stage", True),
+        ("Issuing/cp-1/kube-apiserver", True), ("Issuing/cp-2/kube-apiserver", False), ("stage", False),
+        ("Dropping/cp-1/kube-apiserver", False), ("Dropping/cp-2/kube-apiserver", False), ("stage", False),
+        ("stage", False)]
+    assert steps[4].marks == (("apiserver_restart", "2026-01-01T00:01:30Z"),)
+    assert steps[4].parts == ("checks", "apiserver_restart")
+    # A talos-only rotation restarts no kube-apiserver: its stages alone.
+    assert len(CA_ROTATION.steps({**status, "plan": {**plan, "targets": ["talos"]}})) == 4

@@ -343,7 +343,8 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
         closed = backbone.window_closed(ctx, inputs.cluster, "the next workers")
         taking = closed is None and (not gated or (round_ == 0 and not workers.in_flight(inputs.status)))
         for taken in workers.to_start(planned, inputs.status, inputs.worker_bound.at_once) if taking else []:
-            inputs.op = line.obj = await workers.open_slot(objects, inputs.op_namespace, inputs.name, taken.name)
+            inputs.op = line.obj = await workers.open_slot(objects, inputs.op_namespace, inputs.name, taken.name,
+                                                                 ctx.now())
             ctx.observe(inputs.op)
         under_way = [(name, by_name[name], m) for name in workers.in_flight(inputs.status)
                      if name not in advanced and name in by_name

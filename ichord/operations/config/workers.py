@@ -12,6 +12,7 @@ else, through ``status.roll``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -29,17 +30,23 @@ Obj = dict[str, Any]
 
 
 def _marker(entry: Obj, where: str) -> RollMarker:
-    at = entry.get("requestedAt")
+    at, staged = entry.get("requestedAt"), entry.get("stagedAt")
     return RollMarker(rebooting=str(entry.get("rebooting") or ""), boot_id=str(entry.get("rebootBootID") or ""),
                       requested_at=parse_time(str(at), where) if at else None,
-                      done=tuple(str(x) for x in entry.get("done") or ()))
+                      done=tuple(str(x) for x in entry.get("done") or ()),
+                      staged_at=parse_time(str(staged), where) if staged else None)
 
 
-def _entry(marker: RollMarker) -> Obj:
+def _entry(marker: RollMarker, started: object = None) -> Obj:
+    """A worker's slot: its marker, and ``startedAt`` (when the slot was taken) kept as it was."""
     out: Obj = {"rebooting": marker.rebooting or None, "rebootBootID": marker.boot_id or None,
                 "done": list(marker.done)}
     if marker.requested_at is not None:
         out["requestedAt"] = format_time(marker.requested_at)
+    if marker.staged_at is not None:
+        out["stagedAt"] = format_time(marker.staged_at)
+    if started:
+        out["startedAt"] = started
     return out
 
 
@@ -84,7 +91,7 @@ class WorkerMarkerStore:
             slots = dict(status.get(SLOTS) or {})
             if self._machine in slots and _marker(slots[self._machine], "") == marker:
                 return None
-            slots[self._machine] = _entry(marker)
+            slots[self._machine] = _entry(marker, (slots.get(self._machine) or {}).get("startedAt"))
             status[SLOTS] = slots
             return status
 
@@ -127,13 +134,14 @@ def to_start(planned: list[PlannedMachine], status: Obj, max_unavailable: int) -
     return [p for p in parallel if p.name not in roll.done and p.name not in busy][:free]
 
 
-async def open_slot(kube_objects: CustomObjects, namespace: str, name: str, machine: str) -> Obj:
-    """Record the worker as under way before anything is done to it (it counts against the bound from now)."""
+async def open_slot(kube_objects: CustomObjects, namespace: str, name: str, machine: str, now: datetime) -> Obj:
+    """Record the worker as under way before anything is done to it (it counts against the bound from now, and
+    its step is timed from ``now``: operations/progress.py)."""
     def mutate(status: Obj, _obj: Obj) -> Obj | None:
         slots = dict(status.get(SLOTS) or {})
         if machine in slots:
             return None
-        slots[machine] = {"done": []}
+        slots[machine] = {"done": [], "startedAt": format_time(now)}
         status[SLOTS] = slots
         return status
 

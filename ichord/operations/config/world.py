@@ -27,7 +27,7 @@ Obj = dict[str, Any]
 
 #: The reboot roll's marker lives in status.roll (the CRD): machine, its boot ID, when, the ones done.
 ROLL_FIELDS = MarkerFields(section="roll", rebooting="rebooting", boot_id="rebootBootID",
-                           requested_at="requestedAt", done="done")
+                           requested_at="requestedAt", done="done", staged_at="stagedAt")
 
 
 class NodeNameUnknown(Exception):
