@@ -15,6 +15,11 @@ cluster's, its soak replacing the cluster's)::
             alertmanager: {url: http://alertmanager:9093, matchers: ['severity="critical"']}
           - name: error-rate
             prometheus: {url: http://prometheus:9090, query: 'sum(rate(errors_total[5m]))', threshold: 1}
+          - name: private-ca
+            prometheus:
+              url: https://prometheus.monitoring:9090
+              query: 'up == 0'
+              caBundle: {configMapKeyRef: {name: monitoring-ca, key: ca.crt}}   # or secretKeyRef
           - name: settle
             delay: {duration: 2m}       # a plain soak of its own
 
@@ -35,14 +40,23 @@ message, when last asked, when it last changed). The record survives restarts an
 from the recorded ``soakStartedAt`` on the step's clock, never from the process's memory. Durations the user
 declares (soak, delay) are scaled by ``ICHORD_TIME_SCALE`` like every duration of ``Timing``, so tests run them in
 seconds.
+
+An https:// gate verifies its server's certificate and name against the system's CAs, or, with ``caBundle``,
+against the certificates of that bundle alone: a key of a ConfigMap or Secret in the TalosCluster's namespace
+(a CA bundle is public: the spec names it, never holds it), read through ichord's client each time the gates
+are asked. A reference that cannot be followed (no such object or key, no certificate in it) is an invalid policy
+(InvalidHealthGates naming the gate and the reference); TLS verification is never switched off.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import re
+import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import aiohttp
@@ -50,11 +64,14 @@ import celpy
 import structlog
 from celpy.adapter import json_to_cel
 from celpy.celtypes import BoolType
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from ichord.api import names
 from ichord.api.conditions import Condition, now_rfc3339, parse_time
 from ichord.api.names import Phase
 from ichord.errors import IchordError
+from ichord.kube import errors as kube_errors
 from ichord.kube.client import KubeClient
 from ichord.operations import backbone
 from ichord.operations.op_status import Transition
@@ -75,10 +92,27 @@ HTTP_TIMEOUT = 10.0
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 #: Alertmanager's matcher: label, operator, value (quoted or not).
 _MATCHER = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$')
+#: A ConfigMap's or Secret's name (a DNS subdomain) and a key of its data.
+_OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DATA_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+#: caBundle's references: field -> the kind of object it names.
+CA_BUNDLE_REFS = {"configMapKeyRef": "ConfigMap", "secretKeyRef": "Secret"}
 
 
 class GateSpecError(IchordError):
     """spec.health cannot be followed (a bad duration, an expression that does not compile, a bad URL)."""
+
+
+@dataclass(frozen=True)
+class CABundleRef:
+    """An https gate's CA bundle: ``key`` of the ConfigMap or Secret ``name`` in the TalosCluster's namespace."""
+
+    kind: str  # ConfigMap or Secret
+    name: str
+    key: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name} key {self.key}"
 
 
 @dataclass(frozen=True)
@@ -97,6 +131,10 @@ class Gate:
     query: str = ""
     threshold: float | None = None
     matchers: tuple[str, ...] = ()
+    #: https: the CA bundle to verify the server against (instead of the system's CAs), and its certificates (PEM)
+    #: once read (resolve_trust).
+    ca_bundle: CABundleRef | None = None
+    trust: str = ""
 
 
 @dataclass(frozen=True)
@@ -197,6 +235,7 @@ def _gate(raw: Any, where: str) -> Gate:
                             f"endpoint that needs none (inside the cluster, or through a proxy)")
     if not re.match(r"^https?://[^\s/]+", url):
         raise GateSpecError(f"health gate {name!r}: {kind}.url {url!r} must be an http:// or https:// URL")
+    ca_bundle = _ca_bundle(body.get("caBundle"), f"health gate {name!r}: {kind}.caBundle", url)
     if kind == "prometheus":
         query = str(body.get("query") or "")
         if not query.strip():
@@ -205,7 +244,7 @@ def _gate(raw: Any, where: str) -> Gate:
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)):
             raise GateSpecError(f"health gate {name!r}: prometheus.threshold must be a number")
         return Gate(name, kind, url=url.rstrip("/"), query=query,
-                    threshold=None if threshold is None else float(threshold))
+                    threshold=None if threshold is None else float(threshold), ca_bundle=ca_bundle)
     matchers = body.get("matchers") or []
     if not isinstance(matchers, list) or not matchers:
         raise GateSpecError(f"health gate {name!r}: alertmanager.matchers must list at least one matcher, "
@@ -219,7 +258,69 @@ def _gate(raw: Any, where: str) -> Gate:
         label, op, value = found.groups()
         value = value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
         parsed.append(f'{label}{op}"{value}"')
-    return Gate(name, kind, url=url.rstrip("/"), matchers=tuple(parsed))
+    return Gate(name, kind, url=url.rstrip("/"), matchers=tuple(parsed), ca_bundle=ca_bundle)
+
+
+def _ca_bundle(raw: Any, where: str, url: str) -> CABundleRef | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise GateSpecError(f"{where} must be an object")
+    refs = [f for f in CA_BUNDLE_REFS if raw.get(f) is not None]
+    if len(refs) != 1:
+        raise GateSpecError(f"{where} must set exactly one of {', '.join(CA_BUNDLE_REFS)} "
+                            f"(it sets {', '.join(refs) or 'none'})")
+    if not url.startswith("https://"):
+        raise GateSpecError(f"{where} is set, but the URL is not https://: a CA bundle only verifies https servers")
+    ref = raw[refs[0]]
+    name = str(ref.get("name") or "") if isinstance(ref, dict) else ""
+    key = str(ref.get("key") or "") if isinstance(ref, dict) else ""
+    if not _OBJECT_NAME.match(name) or len(name) > 253:
+        raise GateSpecError(f"{where}.{refs[0]}.name {name!r} is not a {CA_BUNDLE_REFS[refs[0]]} name")
+    if not _DATA_KEY.match(key) or len(key) > 253:
+        raise GateSpecError(f"{where}.{refs[0]}.key {key!r} is not a key of a {CA_BUNDLE_REFS[refs[0]]}'s data")
+    return CABundleRef(CA_BUNDLE_REFS[refs[0]], name, key)
+
+
+async def resolve_trust(kube: KubeClient, namespace: str, policy: HealthPolicy) -> HealthPolicy:
+    """``policy`` with every CA bundle its gates name read from ``namespace`` (one GET per bundle). GateSpecError
+    names the gate and the reference when one cannot be followed; other API errors are raised as they are."""
+    gates = [replace(g, trust=await _read_bundle(kube, namespace, g)) if g.ca_bundle is not None else g
+             for g in policy.gates]
+    return replace(policy, gates=tuple(gates))
+
+
+async def _read_bundle(kube: KubeClient, namespace: str, gate: Gate) -> str:
+    ref = gate.ca_bundle
+    assert ref is not None
+    where = f"health gate {gate.name!r}: {gate.type}.caBundle names {ref.kind} {namespace}/{ref.name}"
+    plural = "configmaps" if ref.kind == "ConfigMap" else "secrets"
+    try:
+        obj = await kube.raw("GET", f"/api/v1/namespaces/{namespace}/{plural}/{ref.name}")
+    except kube_errors.NotFound:
+        raise GateSpecError(f"{where}, which does not exist: create it, or point caBundle at one that does") from None
+    except kube_errors.Forbidden:
+        raise GateSpecError(f"{where}, which ichord may not read (its RBAC grants get on ConfigMaps and Secrets "
+                            "of the namespaces it serves)") from None
+    data: bytes | None = None
+    try:
+        if ref.kind == "ConfigMap" and ref.key in (obj.get("data") or {}):
+            data = str(obj["data"][ref.key]).encode()
+        elif ref.kind == "ConfigMap" and ref.key in (obj.get("binaryData") or {}):
+            data = base64.b64decode(obj["binaryData"][ref.key], validate=True)
+        elif ref.kind == "Secret" and ref.key in (obj.get("data") or {}):
+            data = base64.b64decode(obj["data"][ref.key], validate=True)
+    except (binascii.Error, ValueError):
+        data = b""
+    if data is None:
+        raise GateSpecError(f"{where}, which has no key {ref.key!r}")
+    try:
+        certificates = x509.load_pem_x509_certificates(data)
+    except ValueError:
+        # Never echoed: whatever the key holds stays where it is.
+        raise GateSpecError(f"{where}, whose key {ref.key!r} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+                            ) from None
+    return "".join(c.public_bytes(Encoding.PEM).decode() for c in certificates)
 
 
 def compile_cel(expression: str, name: str) -> Any:
@@ -242,11 +343,14 @@ class Probe(Protocol):
 
     async def nodes(self) -> list[Obj]: ...
 
-    async def get_json(self, url: str, params: Sequence[tuple[str, str]]) -> Any: ...
+    async def get_json(self, url: str, params: Sequence[tuple[str, str]], *, trust: str = "") -> Any:
+        """JSON from ``url``; https verified against ``trust`` (PEM certificates) when given, else the system's
+        CAs."""
 
 
 class LiveProbe:
-    """The managed cluster through ichord's client; HTTP with aiohttp (TLS verified against the system's CAs)."""
+    """The managed cluster through ichord's client; HTTP with aiohttp (TLS verified against the system's CAs, or a
+    gate's CA bundle alone)."""
 
     def __init__(self, nodes: Callable[[], Awaitable[list[Obj]]]) -> None:
         self._nodes = nodes
@@ -254,14 +358,23 @@ class LiveProbe:
     async def nodes(self) -> list[Obj]:
         return await self._nodes()
 
-    async def get_json(self, url: str, params: Sequence[tuple[str, str]]) -> Any:
+    async def get_json(self, url: str, params: Sequence[tuple[str, str]], *, trust: str = "") -> Any:
         timeout = aiohttp.ClientTimeout(total=HTTP_TIMEOUT)
-        async with aiohttp.ClientSession(timeout=timeout) as session, \
-                session.get(url, params=list(params)) as resp:
-            if resp.status >= 400:
-                body = (await resp.text())[:200]
-                raise GateQueryError(f"{url} answered HTTP {resp.status}: {body}")
-            return await resp.json(content_type=None)
+        # The bundle alone (create_default_context loads no system CA when given cadata); the name is checked.
+        verify = ssl.create_default_context(cadata=trust) if trust else True
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as session, \
+                    session.get(url, params=list(params), ssl=verify) as resp:
+                if resp.status >= 400:
+                    body = (await resp.text())[:200]
+                    raise GateQueryError(f"{url} answered HTTP {resp.status}: {body}")
+                return await resp.json(content_type=None)
+        except aiohttp.ClientConnectorCertificateError as exc:
+            why = getattr(exc.certificate_error, "verify_message", None) or str(exc.certificate_error)
+            trusted = "the gate's caBundle" if trust else "the system's CAs (the gate has no caBundle)"
+            raise GateQueryError(f"{url}: its TLS certificate is not trusted by {trusted}: {why}; a server signed "
+                                 "by a private CA needs caBundle naming a ConfigMap or Secret key that holds that CA"
+                                 ) from None
 
 
 class GateQueryError(IchordError):
@@ -302,7 +415,7 @@ async def _cel(gate: Gate, probe: Probe, target: str) -> tuple[bool, str]:
 
 
 async def _prometheus(gate: Gate, probe: Probe) -> tuple[bool, str]:
-    answer = await probe.get_json(f"{gate.url}/api/v1/query", [("query", gate.query)])
+    answer = await probe.get_json(f"{gate.url}/api/v1/query", [("query", gate.query)], trust=gate.trust)
     if not isinstance(answer, dict) or answer.get("status") != "success":
         error = answer.get("error") if isinstance(answer, dict) else answer
         raise GateQueryError(f"the query failed: {error}")
@@ -335,7 +448,7 @@ def _series(sample: tuple[Mapping[str, Any], float]) -> str:
 async def _alertmanager(gate: Gate, probe: Probe) -> tuple[bool, str]:
     params = [("active", "true"), ("silenced", "false"), ("inhibited", "false"),
               *(("filter", m) for m in gate.matchers)]
-    alerts = await probe.get_json(f"{gate.url}/api/v2/alerts", params)
+    alerts = await probe.get_json(f"{gate.url}/api/v2/alerts", params, trust=gate.trust)
     if not isinstance(alerts, list):
         raise GateQueryError("the alert list is not a list")
     firing = [a for a in alerts if ((a.get("status") or {}).get("state") or "active") == "active"]
@@ -398,6 +511,7 @@ async def hold(ctx: backbone.Context, kind: backbone.OperationKind, subject: bac
         return None
     try:
         policy = policy_of(cluster, subject.op, scale=time_scale(ctx.timing))
+        policy = await resolve_trust(ctx.kube, str((cluster.get("metadata") or {}).get("namespace") or ""), policy)
     except GateSpecError as exc:
         message = f"{exc}; nothing runs until spec.health is fixed"
         change = Transition(Condition(kind.condition_type, "False", names.HealthGateReason.INVALID,

@@ -16,7 +16,7 @@ from ichord.contract import SUPPORTED_CONTRACTS, VersionContract
 from ichord.pki import targets as ca_targets
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CAKind
-from ichord.render import keyorder, legacy, multidoc, zerofields
+from ichord.render import decoded, keyorder, legacy, multidoc, zerofields
 from ichord.render.config import MachineConfig
 from ichord.render.errors import RenderError
 from ichord.render.inputs import ClusterInputs, MachineInputs
@@ -79,7 +79,8 @@ def render(
         # Before ichord's own normalising, which expects the documents' types (a JSON6902 patch may break them).
         check_config(MachineConfig([d for d in docs if doc_id(d) in changed]), cluster.contract,
                      "the patched configuration")
-        config = MachineConfig([keyorder.normalize(zerofields.fill(d)) if doc_id(d) in changed else d
+        config = MachineConfig([keyorder.normalize(zerofields.fill(decoded.normalize(d))) if doc_id(d) in changed
+                                else d
                                 for d in docs])
     check_structure(config, machine.role)
     return config

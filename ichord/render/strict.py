@@ -19,6 +19,12 @@ grammar as ``_CONTENT`` writes it from machinery's parsers (go-humanize's ParseB
 encoding/base64), each a subset of what Talos accepts, so ichord never passes text Talos refuses; an
 enumeration by the names the schema lists; any other such type by the probes it took. Talos's semantic
 validation (its ``Validate``: a hostname's form, a disk that must exist) is the node's and the dry run's.
+
+Two kinds of type with their own unmarshaler need more than their probes: a list type that decodes a list of
+mappings into its Go element type (v1alpha1.ClusterInlineManifests: its verdict on ``seqemptymap`` says it takes
+the shape, and its elements are checked as the element type), and crypto's PEM types, which read their fields
+as base64 text whatever the Go field's type (``_FIELD_TEXT``). ``tests/real/test_strict_lists_oracle.py`` holds
+every list-of-struct field to Talos's verdict both ways.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from importlib import resources
 from typing import Any
 
 from ichord.contract import VersionContract
+from ichord.render import wire
 from ichord.render.config import V1ALPHA1, MachineConfig
 from ichord.render.errors import PatchError, RenderError
 
@@ -52,6 +59,9 @@ PROBES: dict[str, Any] = {
     "map": {"zz_probe": "x"},
     "seq": ["x"],
     "seqmap": [{"zz_probe": "x"}],
+    # A list of one empty mapping: whether a type takes a list of mappings at all. ``seqmap``'s key is unknown
+    # to every struct, so a list of structs refuses it for the key, not the shape (render/strict.py's check).
+    "seqemptymap": [{}],
     "seqseq": [["x"]],
     "emptyseq": [],
     "s_word": "x",
@@ -167,6 +177,19 @@ _TEXT_WORDS: tuple[tuple[frozenset[str], str], ...] = (
     (frozenset({"nethelpers.HardwareAddr"}), "a MAC address such as 00:11:22:33:44:55"),
     (frozenset({"v1alpha1.Base64Bytes"}), "base64 text"),
 )
+
+def _pem_key(text: str) -> bool:
+    """A PEM key field: base64, or crypto's redaction marker (x509.Redacted), which its unmarshaler keeps."""
+    return text == "******" or _base64(text)
+
+
+#: Types whose own unmarshaler decodes each field from text whatever the Go field's type (siderolabs/crypto's
+#: PEM types read ``crt`` and ``key`` into strings, then base64-decode them): field -> the text's grammar.
+_FIELD_TEXT: dict[str, dict[str, Callable[[str], bool]]] = {
+    "x509.PEMEncodedCertificate": {"crt": _base64},
+    "x509.PEMEncodedCertificateAndKey": {"crt": _base64, "key": _pem_key},
+    "x509.PEMEncodedKey": {"key": _pem_key},
+}
 
 _CONTENT: dict[str, Callable[[str], bool]] = {
     "meta.URL": _url,
@@ -322,7 +345,9 @@ class _Checker:
             if cls not in accepts and "emptymap" not in accepts:
                 yield Problem(path, f"expected {_expected(t)}, found {_shape(value)}")
                 return
-            if t.get("custom"):
+            if t.get("custom") and str(t["go"]) in _FIELD_TEXT:
+                yield from self._field_text(value, t, path)
+            elif t.get("custom"):
                 # Its own unmarshaler decodes the values; CheckUnknownKeys still walks the keys by the Go fields.
                 yield from self._keys(value, t, path)
             elif kind == "struct":
@@ -336,7 +361,7 @@ class _Checker:
             if cls not in accepts and "emptyseq" not in accepts:
                 yield Problem(path, f"expected {_expected(t)}, found {_shape(value)}")
                 return
-            if kind == "slice" and "elem" in t and not t.get("custom"):
+            if kind == "slice" and "elem" in t and (not t.get("custom") or self._decodes_elements(cls, t)):
                 elem = self.schema.types[t["elem"]]
                 for i, v in enumerate(value):
                     yield from self.check(v, elem, f"{path}[{i}]")
@@ -353,6 +378,26 @@ class _Checker:
             return
         if not self._scalar_ok(value, cls, t):
             yield Problem(path, f"expected {_expected(t)}, found {_shape(value)} ({_show(value)})")
+
+    def _decodes_elements(self, cls: str, t: dict[str, Any]) -> bool:
+        """A list type with its own unmarshaler that takes a list of mappings (Talos's verdict on ``[{}]``) and
+        decodes it into its Go element type, as v1alpha1.ClusterInlineManifests does: its elements are checked as
+        that element type. (Its verdict on ``seqmap`` is no help: that probe's key is unknown to every struct.)"""
+        return cls == "seqmap" and "seqemptymap" in t["accepts"]
+
+    def _field_text(self, value: dict[str, Any], t: dict[str, Any], path: str) -> Iterator[Problem]:
+        """A type whose unmarshaler reads every field as text (``_FIELD_TEXT``): known keys, scalar values whose
+        text (as go-yaml sees ichord's encoding of them) the field's grammar takes."""
+        grammar = _FIELD_TEXT[str(t["go"])]
+        for k, v in value.items():
+            sub = f"{path}.{k}" if path else str(k)
+            check = grammar.get(str(k))
+            if check is None:
+                yield Problem(sub, f"unknown field (the fields of {t['go']} are {_known(dict.fromkeys(grammar, ''))})")
+            elif isinstance(v, dict | list):
+                yield Problem(sub, f"expected base64 text ({t['go']}), found {_shape(v)}")
+            elif not check(_scalar_text(v)):
+                yield Problem(sub, f"expected base64 text ({t['go']}), found {_shape(v)} ({_show(v)})")
 
     def _scalar_ok(self, value: Any, cls: str, t: dict[str, Any]) -> bool:
         accepts = t["accepts"]
@@ -415,6 +460,15 @@ def _known(fields: dict[str, str] | None) -> str:
     names = sorted(fields or {})
     shown = ", ".join(names[:12])
     return shown + (f", and {len(names) - 12} more" if len(names) > 12 else "") if names else "none"
+
+
+def _scalar_text(value: Any) -> str:
+    """The text go-yaml reads into a string from a scalar as ichord encodes it (render/wire.py)."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return wire.encode([value]).decode().strip()
 
 
 def _show(value: Any) -> str:

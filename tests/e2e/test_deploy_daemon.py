@@ -25,6 +25,7 @@ import pytest
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.events import WARNING, EventRecorder, ObjectRef
+from ichord.operations.gates import GateSpecError, policy_of, resolve_trust
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CA_VALIDITY, CAKind, generate_ca
 from ichord.sim.combined import SimEnvironment
@@ -111,6 +112,12 @@ async def test_the_chart_grants_exactly_what_the_daemon_uses_and_no_key_stays_on
         cluster = await crds.clusters(as_daemon).get(env.namespace, env.cluster_name)
         for _ in range(2):
             assert await recorder.post(ObjectRef.of(cluster), WARNING, "RBACCheck", "the same message twice")
+        # A health gate's caBundle in a ConfigMap (ichord/operations/gates.py), read by name when the gates are asked
+        # (absent here: the read is refused with GateSpecError, and recorded).
+        gate = {"name": "rbac", "prometheus": {"url": "https://prometheus.invalid", "query": "up",
+                                               "caBundle": {"configMapKeyRef": {"name": "rbac-ca", "key": "ca.crt"}}}}
+        with pytest.raises(GateSpecError, match="does not exist"):
+            await resolve_trust(as_daemon, env.namespace, policy_of({"spec": {"health": {"gates": [gate]}}}, {}))
     recorded = env.management.requests.by_user(user)
     assert any(a.verb == "patch" and a.resource == "events" for a in recorded)
     assert env.management.requests.users() <= {user, "ichord-sim"}  # the test's own client is ichord-sim

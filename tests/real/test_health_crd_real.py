@@ -19,7 +19,10 @@ NS = "default"
 POLICY = {"soak": "10m", "gates": [
     {"name": "nodes-ready", "cel": {"expression": 'nodes.all(n, n.status.conditions.exists(c, c.type == "Ready"))'}},
     {"name": "no-critical", "alertmanager": {"url": "http://am:9093", "matchers": ['severity="critical"']}},
-    {"name": "errors", "prometheus": {"url": "https://prom:9090", "query": "sum(rate(e[5m]))", "threshold": 0.5}},
+    {"name": "errors", "prometheus": {"url": "https://prom:9090", "query": "sum(rate(e[5m]))", "threshold": 0.5,
+                                      "caBundle": {"configMapKeyRef": {"name": "monitoring-ca", "key": "ca.crt"}}}},
+    {"name": "private-am", "alertmanager": {"url": "https://am:9093", "matchers": ["severity=critical"],
+                                            "caBundle": {"secretKeyRef": {"name": "am-ca", "key": "ca.crt"}}}},
     {"name": "settle", "delay": {"duration": "1h30m"}},
 ]}
 
@@ -39,6 +42,13 @@ def _cluster(name: str, health: dict[str, Any]) -> dict[str, Any]:
     ({"gates": [{"name": "a", "alertmanager": {"url": "http://am:9093", "matchers": ["severity"]}}]}, "should match"),
     ({"gates": [{"name": "x", "delay": {"duration": "1m"}}, {"name": "x", "delay": {"duration": "2m"}}]},
      "Duplicate value"),
+    ({"gates": [{"name": "p", "prometheus": {"url": "https://p", "query": "up", "caBundle": {}}}]},
+     "set exactly one of configMapKeyRef and secretKeyRef"),
+    ({"gates": [{"name": "p", "prometheus": {"url": "https://p", "query": "up", "caBundle": {
+        "configMapKeyRef": {"name": "a", "key": "k"}, "secretKeyRef": {"name": "b", "key": "k"}}}}]},
+     "set exactly one of configMapKeyRef and secretKeyRef"),
+    ({"gates": [{"name": "p", "prometheus": {"url": "https://p", "query": "up", "caBundle": {
+        "secretKeyRef": {"name": "b"}}}}]}, "Required value"),
 ])
 async def test_bad_gates_are_refused(kube: KubeClient, health: dict[str, Any], says: str) -> None:
     with pytest.raises(errors.Invalid) as refused:
@@ -65,5 +75,9 @@ def test_explain_shows_the_gates(control_plane: ControlPlane, crds: list[str]) -
     assert "nodes" in explain and "target" in explain, explain
     explain = run_kubectl(kc, "explain", "talosoperation.spec.health.gates.prometheus.threshold")
     assert "below" in explain, explain
+    explain = run_kubectl(kc, "explain", "taloscluster.spec.health.gates.alertmanager.caBundle")
+    assert "configMapKeyRef" in explain and "secretKeyRef" in explain and "InvalidHealthGates" in explain, explain
+    explain = run_kubectl(kc, "explain", "talosoperation.spec.health.gates.prometheus.caBundle")
+    assert "private CA" in explain and "never the certificates inline" in explain, explain
     explain = run_kubectl(kc, "explain", "talosoperation.status.healthGates")
     assert "soak" in explain and "passedFor" in explain, explain

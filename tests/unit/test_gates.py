@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 from typing import Any
@@ -26,12 +27,14 @@ class FakeProbe:
         self._nodes = nodes or []
         self.answers = answers or {}
         self.asked: list[tuple[str, list[tuple[str, str]]]] = []
+        self.trusts: list[str] = []
 
     async def nodes(self) -> list[dict[str, Any]]:
         return self._nodes
 
-    async def get_json(self, url: str, params: Sequence[tuple[str, str]]) -> Any:
+    async def get_json(self, url: str, params: Sequence[tuple[str, str]], *, trust: str = "") -> Any:
         self.asked.append((url, list(params)))
+        self.trusts.append(trust)
         answer = self.answers[url]
         if isinstance(answer, Exception):
             raise answer
@@ -180,3 +183,32 @@ def test_record_notes_which_gates_changed() -> None:
     rows = {r["name"]: r for r in second["gates"]}
     assert rows["a"]["lastTransitionTime"] == first["gates"][0]["lastTransitionTime"]
     assert rows["b"]["lastTransitionTime"] != rows["a"]["lastTransitionTime"]
+
+
+_CA_REF = {"configMapKeyRef": {"name": "monitoring-ca", "key": "ca.crt"}}
+
+
+@pytest.mark.parametrize(("ca_bundle", "url", "says"), [
+    ({}, "https://p:9090", "exactly one of configMapKeyRef, secretKeyRef (it sets none)"),
+    ({**_CA_REF, "secretKeyRef": {"name": "s", "key": "k"}}, "https://p:9090", "it sets configMapKeyRef, secretKeyRef"),
+    (_CA_REF, "http://p:9090", "the URL is not https://"),
+    ({"configMapKeyRef": {"name": "Bad_Name", "key": "ca.crt"}}, "https://p:9090", "is not a ConfigMap name"),
+    ({"secretKeyRef": {"name": "s", "key": "a/b"}}, "https://p:9090", "is not a key of a Secret's data"),
+    ("monitoring-ca", "https://p:9090", "caBundle must be an object"),
+])
+def test_bad_ca_bundles_are_refused_naming_the_gate(ca_bundle: Any, url: str, says: str) -> None:
+    gate = {"name": "p", "prometheus": {"url": url, "query": "up", "caBundle": ca_bundle}}
+    with pytest.raises(GateSpecError, match=r"health gate 'p': prometheus\.caBundle") as refused:
+        policy_of(cluster({"gates": [gate]}), {})
+    assert says in str(refused.value)
+
+
+async def test_the_resolved_bundle_is_what_the_gate_verifies_with() -> None:
+    gate = {"name": "a", "alertmanager": {"url": "https://a:9093", "matchers": ["severity=critical"],
+                                          "caBundle": {"secretKeyRef": {"name": "am-ca", "key": "ca.crt"}}}}
+    (parsed,) = policy_of(cluster({"gates": [gate]}), {}).gates
+    assert parsed.ca_bundle is not None and str(parsed.ca_bundle) == "Secret am-ca key ca.crt"
+    probe = FakeProbe(answers={"https://a:9093/api/v2/alerts": []})
+    resolved = dataclasses.replace(parsed, trust="PEM")
+    assert (await evaluate(resolved, probe, target="n")).passing
+    assert probe.trusts == ["PEM"]

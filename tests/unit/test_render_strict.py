@@ -80,8 +80,22 @@ def test_every_document_ichord_renders_is_in_the_schema_and_decodes(bundle: Secr
      "machine.network.kubespan.mtu", "expected an integer (uint32), found an integer (-1)"),
     (V1_13, "machine:\n  kubelet:\n    extraArgs:\n      a: {b: c}\n", "the v1alpha1 document",
      "machine.kubelet.extraArgs.a", "expected a string or a list (v1alpha1.ArgValue), found a mapping"),
-    (V1_14, "machine:\n  ca:\n    crt: x\n    key: y\n    extra: z\n", "the v1alpha1 document", "machine.ca.extra",
-     "unknown field"),
+    (V1_14, "machine:\n  ca:\n    crt: eA==\n    key: eQ==\n    extra: z\n", "the v1alpha1 document",
+     "machine.ca.extra", "unknown field"),
+    # crypto's PEM types read crt and key as base64 text, whatever the Go field's type ([]byte).
+    (V1_14, "machine:\n  ca:\n    crt: x\n", "the v1alpha1 document", "machine.ca.crt",
+     "expected base64 text (x509.PEMEncodedCertificateAndKey), found a string ('x')"),
+    (V1_13, "cluster:\n  acceptedCAs:\n    - crt: -1\n", "the v1alpha1 document", "cluster.acceptedCAs[0].crt",
+     "expected base64 text (x509.PEMEncodedCertificate), found an integer (-1)"),
+    (V1_14, "machine:\n  acceptedCAs:\n    - crt: [AAAA]\n", "the v1alpha1 document", "machine.acceptedCAs[0].crt",
+     "expected base64 text (x509.PEMEncodedCertificate), found a list"),
+    # cluster.inlineManifests (its own unmarshaler) is a list of mappings, each checked as ClusterInlineManifest.
+    (V1_14, "cluster:\n  inlineManifests:\n    - name: a\n      contents: x\n      extra: 1\n",
+     "the v1alpha1 document", "cluster.inlineManifests[0].extra", "unknown field"),
+    (V1_13, "cluster:\n  inlineManifests:\n    - name: a\n      contents: {a: b}\n", "the v1alpha1 document",
+     "cluster.inlineManifests[0].contents", "found a mapping"),
+    (V1_14, "cluster:\n  inlineManifests:\n    name: a\n", "the v1alpha1 document", "cluster.inlineManifests",
+     "found a mapping"),
 ])
 def test_refusals_name_the_document_the_field_and_the_expected_type(
         bundle: SecretsBundle, contract: VersionContract, patch: str, document: str, path: str, detail: str) -> None:
@@ -99,13 +113,27 @@ def test_what_talos_takes_is_not_refused(bundle: SecretsBundle, contract: Versio
              "  kubelet:\n    extraArgs:\n      feature-gates: [A=true, B=false]\n  network:\n    interfaces:\n"
              "      - interface: eth0\n        mtu: 9000\n        addresses: [10.0.0.2/24]\n"
              "  disks:\n    - device: /dev/sdb\n      partitions:\n        - mountpoint: /var/x\n"
-             "          size: 10 GB\n")
+             "          size: 10 GB\n"
+             "  acceptedCAs: [{crt: ''}, {crt: true}, {}]\n"
+             "cluster:\n  inlineManifests:\n    - name: ns\n      contents: |\n        apiVersion: v1\n"
+             "        kind: Namespace\n        metadata: {name: ns}\n    - {name: empty}\n    - {}\n")
     render(bundle, _cluster(contract, patch), MachineInputs.from_spec({"role": "worker"}))
+
+
+@pytest.mark.parametrize("contract", CONTRACTS, ids=str)
+def test_a_pem_key_takes_base64_or_the_redaction_marker(contract: VersionContract) -> None:
+    """crypto's PEMEncodedKey keeps x509.Redacted as it is (talosctl's redacted output reads back)."""
+    for key in ("eQ==", "******", ""):
+        check_document({"machine": {"ca": {"crt": "eA==", "key": key}}}, contract)
+    with pytest.raises(InvalidConfigError) as err:
+        check_document({"machine": {"ca": {"crt": "eA==", "key": "***"}}}, contract)
+    assert err.value.path == "machine.ca.key"
 
 
 @pytest.mark.parametrize(("value", "cls"), [
     (None, "null"), (True, "bool"), (0, "zero"), (7, "int"), (-2, "negint"), (1.5, "float"), (2.0, "floatint"),
-    ({}, "emptymap"), ({"a": 1}, "map"), ([], "emptyseq"), ([1], "seq"), ("", "s_empty"), ("on", "s_yes"),
+    ({}, "emptymap"), ({"a": 1}, "map"), ([], "emptyseq"), ([1], "seq"), ([{}], "seqmap"), ([{"a": 1}], "seqmap"),
+    ("", "s_empty"), ("on", "s_yes"),
     ("False", "s_true"), ("12", "s_int"), ("90s", "s_dur"), ("10.0.0.0/8", "s_cidr"), ("fd00::1", "s_ip"),
     ("https://x", "s_url"), ("abc", "s_word"),
 ])

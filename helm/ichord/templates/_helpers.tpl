@@ -113,6 +113,11 @@ the bundle Secrets and the cluster locks of the TalosClusters there.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [create, delete]
+# A health gate's caBundle (docs/decisions.md#health-gates): the ConfigMap it names, read by name each time
+# the gates are asked (a bundle in a Secret is read with the get above). Its name is the gate author's.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get]
 # Creating a Lease cannot be limited by name (RBAC does not know the name of an object being
 # created): the leader Lease and each cluster's lock are created on first use.
 - apiGroups: [coordination.k8s.io]
