@@ -61,6 +61,7 @@ from ichord.trust import SharedTrust
 from ichord.trust.pool import DEFAULT_TRUST_FILE, TrustPool, describe
 from ichord.trust.sync import TrustSync
 from ichord.watchers import leader_status
+from ichord.watchers.compact import interned
 from ichord.watchers.informer import Informer, Resource
 from ichord.watchers.routing import Router
 from ichord.watchers.state_metrics import StateCollector
@@ -204,9 +205,9 @@ async def wait_for_api(kube: KubeClient, *, give_up_after: float, log_interval: 
 
 
 def metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
-    """What the bundle informer keeps of a Secret: its metadata (no data, no managedFields)."""
+    """What the bundle informer keeps of a Secret: its metadata (no data, no managedFields), strings interned."""
     meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": meta}
+    return interned({"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": meta})
 
 
 def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
@@ -214,11 +215,12 @@ def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
 
     A real API server's field-manager record is often as large as the object and nothing here reads it. Cached
     copies only ever go back as merge patches of status and metadata (kube/status.py), and an update that omits
-    managedFields keeps the server's own. The input is left as it is: a shallow copy drops the one key."""
+    managedFields keeps the server's own. The input is left as it is: the copy, with its strings interned
+    (watchers/compact.py), drops the one key."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict) or "managedFields" not in meta:
-        return obj
-    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+        return interned(obj)
+    return interned({**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}})
 
 
 def _resource(kind: str) -> Resource:
