@@ -23,7 +23,9 @@ Figures, one JSON line each (stdout):
   converge  - seconds from the daemon's start until every TalosMachine is Ready=True/Converged
               (the store is polled directly), and the requests / RPCs that took
   idle      - over --idle-seconds after convergence (+ --settle): daemon RSS, CPU seconds and CPU %,
-              open fds, Kubernetes requests per minute by verb and by verb+resource, Talos RPCs per minute
+              open fds, Kubernetes requests per minute by verb and by verb+resource (the server's count: under
+              --management real it includes kube-apiserver's own traffic), the daemon's own requests per minute
+              (daemon_kube_per_min, from its ichord_kube_request_duration_seconds), Talos RPCs per minute
               by method (every simulated service method is counted in this process), and the daemon's own
               steps by what woke them (a timer, or the kind of object whose change was told) and watch restarts
   summary   - the headline numbers on one line
@@ -214,8 +216,11 @@ class Management:
         await asyncio.gather(*(create(d) for d in self.fleet.documents))
 
 
-#: The daemon's own counters read around the idle window (its /metrics): what woke its steps, and its watch restarts.
-DAEMON_COUNTERS = ("ichord_actor_steps_total", "ichord_watch_restarts_total")
+#: The daemon's own counters read around the idle window (its /metrics): what woke its steps, its watch restarts,
+#: and the Kubernetes requests it sent by verb and status (a real server's own count includes the server's traffic).
+DAEMON_COUNTERS = ("ichord_actor_steps_total", "ichord_watch_restarts_total",
+                   "ichord_kube_request_duration_seconds_count")
+DAEMON_REQUESTS = "kube_request_duration_seconds_count"
 
 
 def daemon_counters(workdir: Path) -> Counter[str]:
@@ -232,6 +237,11 @@ def daemon_counters(workdir: Path) -> Counter[str]:
             series, _, value = line.rpartition(" ")
             out[series.removesuffix("_total").removeprefix("ichord_")] += int(float(value))
     return out
+
+
+def daemon_requests(counters: Counter[str]) -> int:
+    """The Kubernetes requests the daemon counted itself sending (every verb, every status)."""
+    return sum(v for k, v in counters.items() if k.startswith(DAEMON_REQUESTS))
 
 
 def per_minute(after: Counter[str], before: Counter[str], seconds: float) -> dict[str, float]:
@@ -404,7 +414,15 @@ async def bench(args: argparse.Namespace) -> int:
                     "kube_per_min_by_resource": per_minute(k_b[1], k_a[1], window),
                     "talos_rpcs_per_min": round(sum((rpc_b - rpc_a).values()) * 60 / window, 2),
                     "talos_rpcs_per_min_by_method": per_minute(rpc_b, rpc_a, window),
-                    "daemon_steps_and_watch_restarts_per_min": per_minute(daemon_b, daemon_a, window),
+                    "daemon_steps_and_watch_restarts_per_min": per_minute(
+                        Counter({k: v for k, v in daemon_b.items() if not k.startswith(DAEMON_REQUESTS)}),
+                        daemon_a, window),
+                    "daemon_kube_per_min": round(daemon_requests(daemon_b - daemon_a) * 60 / window, 2),
+                    "daemon_kube_per_min_by_verb": per_minute(
+                        Counter({k.removeprefix(DAEMON_REQUESTS): v for k, v in daemon_b.items()
+                                 if k.startswith(DAEMON_REQUESTS)}),
+                        Counter({k.removeprefix(DAEMON_REQUESTS): v for k, v in daemon_a.items()
+                                 if k.startswith(DAEMON_REQUESTS)}), window),
                     "ready_reasons_after": still, "daemon_log_warnings": log_events(log_path)}
             emit("idle", params=params, **idle)
             summary = {"clusters": args.clusters, "machines": args.machines, "management": args.management,
@@ -416,7 +434,9 @@ async def bench(args: argparse.Namespace) -> int:
                        "converge_writes": sum(converge_requests.get(v, 0) for v in WRITE_VERBS),
                        "idle_writes": sum((k_b[0] - k_a[0]).get(v, 0) for v in WRITE_VERBS),
                        "rss_mib": idle["daemon_rss_mib"], "idle_cpu_pct": idle["daemon_cpu_pct"],
-                       "kube_per_min": idle["kube_per_min"], "talos_rpcs_per_min": idle["talos_rpcs_per_min"],
+                       "kube_per_min": idle["kube_per_min"], "daemon_kube_per_min": idle["daemon_kube_per_min"],
+                       "converge_daemon_kube_requests": daemon_requests(daemon_a),
+                       "talos_rpcs_per_min": idle["talos_rpcs_per_min"],
                        "idle_steps_per_min": round(sum(v for k, v in (daemon_b - daemon_a).items()
                                                        if k.startswith("actor_steps")) * 60 / window, 2),
                        "daemon_fds": idle["daemon_fds"]}
