@@ -67,6 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.real.contr
 from ichord.api.names import GROUP, VERSION
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.settings import Timing
+from ichord.sim.combined.fleet import FIRST_A as FLEET_FIRST_A
 from ichord.sim.combined.fleet import Fleet
 from ichord.sim.kube.faults import RequestLog
 from ichord.sim.kube.server import DEFAULT_CRD_DIR
@@ -170,10 +171,145 @@ def server_counts(metrics: str) -> tuple[Counter[str], Counter[str], int]:
     return by_verb, by_resource, sum(by_verb.values())
 
 
+class LocalTalos:
+    """The fleet's Talos nodes served by this process (the default): its RPC counts and CPU are this process's."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.namespace = fleet.namespace
+        self.timing = fleet.timing
+
+    @property
+    def documents(self) -> list[dict[str, Any]]:
+        return self.fleet.documents
+
+    @property
+    def machine_count(self) -> int:
+        return self.fleet.machine_count
+
+    async def start(self) -> None:
+        await self.fleet.start()
+
+    async def stop(self) -> None:
+        await self.fleet.stop()
+
+    async def rpcs(self) -> Counter[str]:
+        return Counter(TALOS_RPCS)
+
+    async def cpu(self) -> float:
+        return self_cpu()
+
+
+#: The Talos nodes one share process serves at most: each node is a listening socket, and a process may not raise
+#: its own hard limit of open files (20,000 here); the rest is left for the connections the daemon opens.
+NODES_PER_SHARE = 12_000
+
+
+class SharedTalos:
+    """The fleet's Talos nodes split over ``n`` child processes of this script (``--talos-share k/n``), each with
+    its own open-files limit and its own core: 5,000 clusters x 4 machines are 20,000 listening sockets, more than
+    one process may hold here. Each share is a Fleet of its own (its own bundle, cluster names ``s<k>c0001``...,
+    its own 127.A.0.0 blocks); it writes its objects to a file for this process to create on the real server, and
+    answers ``rpcs`` on its stdin with its RPC counts and CPU seconds (one JSON line)."""
+
+    def __init__(self, clusters: int, n: int, args: argparse.Namespace, workdir: Path) -> None:
+        self.shares = [clusters // n + (1 if k < clusters % n else 0) for k in range(n)]
+        self.args = args
+        self.workdir = workdir
+        self.namespace = "ichord-system"
+        self.timing: dict[str, float] = {}
+        self.documents: list[dict[str, Any]] = []
+        self.machine_count = 0
+        self.procs: list[asyncio.subprocess.Process] = []
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        span = max(self.shares) // 256 + 2  # 127.A.B.0/24 blocks: each share has its own A values
+        for k, count in enumerate(self.shares):
+            cmd = [sys.executable, __file__, "--talos-share", f"{k}/{len(self.shares)}", "--clusters", str(count),
+                   "--machines", str(self.args.machines), "--time-scale", str(self.args.time_scale),
+                   "--first-a", str(FLEET_FIRST_A + k * span), "--workdir", str(self.workdir / f"share{k}")]
+            self.procs.append(await asyncio.create_subprocess_exec(
+                *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=2**20))
+        for k, proc in enumerate(self.procs):
+            ready = await self._line(proc)
+            if ready is None:
+                raise SystemExit(f"Talos share {k} exited with {await proc.wait()} before serving")
+            self.machine_count += ready["nodes"]
+            for phase, seconds in ready["phases"].items():
+                self.timing[phase] = max(self.timing.get(phase, 0.0), seconds)  # the shares start in parallel
+            self.documents += json.loads(await asyncio.to_thread(Path(ready["documents"]).read_text))
+
+    @staticmethod
+    async def _line(proc: asyncio.subprocess.Process) -> dict[str, Any] | None:
+        assert proc.stdout is not None
+        line = await proc.stdout.readline()
+        return json.loads(line) if line else None
+
+    async def _ask(self) -> list[dict[str, Any]]:
+        async with self._lock:
+            out = []
+            for proc in self.procs:
+                assert proc.stdin is not None
+                proc.stdin.write(b"rpcs\n")
+                await proc.stdin.drain()
+                answer = await self._line(proc)
+                if answer is None:
+                    raise SystemExit(f"a Talos share exited with {await proc.wait()}")
+                out.append(answer)
+            return out
+
+    async def rpcs(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for answer in await self._ask():
+            total.update(answer["rpcs"])
+        return total
+
+    async def cpu(self) -> float:
+        return self_cpu() + sum(float(a["cpu_s"]) for a in await self._ask())
+
+    async def stop(self) -> None:
+        for proc in self.procs:
+            if proc.stdin is not None and proc.returncode is None:
+                proc.stdin.close()  # end of input: the share stops its nodes and exits
+        for proc in self.procs:
+            try:
+                await asyncio.wait_for(proc.wait(), 120)
+            except TimeoutError:
+                proc.kill()
+
+
+async def serve_talos_share(args: argparse.Namespace) -> int:
+    """One share of ``SharedTalos``: start its nodes, hand over its objects, answer ``rpcs`` until stdin ends."""
+    raise_fd_limit()
+    count_talos_rpcs()
+    cps, workers = min(args.machines, 3), max(args.machines - 3, 0)
+    k = args.talos_share.split("/")[0]
+    fleet = Fleet(args.clusters, control_planes=cps, workers=workers, time_scale=args.time_scale,
+                  objects_in_store=False, name_prefix=f"s{k}c", first_a=args.first_a)
+    workdir = Path(args.workdir)
+    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
+    await fleet.start()
+    documents = workdir / "documents.json"
+    await asyncio.to_thread(documents.write_text, json.dumps(fleet.documents))
+    fleet.documents = []
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    print(json.dumps({"nodes": fleet.machine_count, "phases": fleet.timing, "documents": str(documents)}),
+          flush=True)
+    try:
+        while await reader.readline():
+            print(json.dumps({"rpcs": dict(TALOS_RPCS), "cpu_s": self_cpu()}), flush=True)
+    finally:
+        await fleet.stop()
+    return 0
+
+
 class Management:
     """Where ichord's objects live: the fleet's simulator, or a real kube-apiserver (``--management real``)."""
 
-    def __init__(self, fleet: Fleet, plane: ControlPlane | None) -> None:
+    def __init__(self, fleet: LocalTalos | SharedTalos, plane: ControlPlane | None) -> None:
         self.fleet = fleet
         self.plane = plane
         self.kube: KubeClient | None = None
@@ -181,17 +317,20 @@ class Management:
 
     def counts(self) -> tuple[Counter[str], Counter[str], int]:
         if self.plane is None:
-            return kube_counts(self.fleet.kube.requests)
+            assert isinstance(self.fleet, LocalTalos)
+            return kube_counts(self.fleet.fleet.kube.requests)
         return server_counts(str(self.plane.request("GET", "/metrics")))
 
     def kubeconfig(self, workdir: Path) -> Path:
         if self.plane is None:
-            return self.fleet.write_kubeconfig(workdir / "kubeconfig")
+            assert isinstance(self.fleet, LocalTalos)
+            return self.fleet.fleet.write_kubeconfig(workdir / "kubeconfig")
         return self.plane.admin_kubeconfig
 
     def ready_reasons(self) -> dict[str, int]:
         if self.machines is None:
-            return self.fleet.ready_reasons()
+            assert isinstance(self.fleet, LocalTalos)
+            return self.fleet.fleet.ready_reasons()
         out: dict[str, int] = {}
         for obj in self.machines.cache.values():
             reason = next((f"{c.get('status')}/{c.get('reason')}" for c in (obj.get("status") or {}).get(
@@ -340,11 +479,20 @@ async def bench(args: argparse.Namespace) -> int:
     count_talos_rpcs()
     t_fleet = time.perf_counter()
     real = args.management == "real"
-    fleet = Fleet(args.clusters, control_planes=cps, workers=workers, time_scale=args.time_scale,
-                  objects_in_store=not real)
+    shares = args.talos_processes or -(-args.clusters * args.machines // NODES_PER_SHARE)
+    params["talos_processes"] = shares
     with tempfile.TemporaryDirectory(prefix="ichord-bench-idle-") as tmp:
         workdir = Path(args.workdir) if args.workdir else Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
+        fleet: LocalTalos | SharedTalos
+        if shares > 1 and real:
+            fleet = SharedTalos(args.clusters, shares, args, workdir)
+        elif shares > 1:
+            raise SystemExit(f"{args.clusters} x {args.machines} nodes need {shares} Talos processes, which only "
+                             "--management real supports (the simulator's API serves from this process)")
+        else:
+            fleet = LocalTalos(Fleet(args.clusters, control_planes=cps, workers=workers,
+                                     time_scale=args.time_scale, objects_in_store=not real))
         proc: subprocess.Popen[bytes] | None = None
         management = Management(fleet, ControlPlane.from_tools(workdir / "apiserver") if real else None)
         try:
@@ -364,25 +512,25 @@ async def bench(args: argparse.Namespace) -> int:
             emit("start", params=params, seconds=round(time.perf_counter() - t_fleet, 2),
                  phases=phases, nodes=fleet.machine_count, sim_rss_kib=proc_status(os.getpid())["VmRSS"])
             kube0 = management.counts()
-            rpc0 = Counter(TALOS_RPCS)
-            sim_cpu0 = self_cpu()
+            rpc0 = await fleet.rpcs()
+            sim_cpu0 = await fleet.cpu()
             t0 = time.perf_counter()
             proc, log_path = start_daemon(management, workdir, args)
             converge_s, marks = await wait_converged(management, proc, t0, args.converge_timeout, log_path)
             kube1 = management.counts()
-            rpc1 = Counter(TALOS_RPCS)
+            rpc1 = await fleet.rpcs()
             converge_requests = dict(kube1[0] - kube0[0])
             converge_by_resource = dict(kube1[1] - kube0[1])
             emit("converge", params=params, seconds=round(converge_s, 2), **marks,
-                 daemon_cpu_s=round(proc_cpu(proc.pid), 2), sim_cpu_s=round(self_cpu() - sim_cpu0, 2),
+                 daemon_cpu_s=round(proc_cpu(proc.pid), 2), sim_cpu_s=round(await fleet.cpu() - sim_cpu0, 2),
                  daemon=proc_status(proc.pid), kube_requests=converge_requests,
                  kube_by_resource=converge_by_resource, talos_rpcs=dict(rpc1 - rpc0),
                  kube_source="kube-apiserver /metrics" if real else "simulator request log",
                  daemon_log_warnings=log_events(log_path))
 
             await asyncio.sleep(args.settle)
-            k_a, rpc_a, cpu_a, sim_a, t_a = management.counts(), Counter(TALOS_RPCS), \
-                proc_cpu(proc.pid), self_cpu(), time.perf_counter()
+            k_a, rpc_a, cpu_a, sim_a, t_a = management.counts(), await fleet.rpcs(), \
+                proc_cpu(proc.pid), await fleet.cpu(), time.perf_counter()
             daemon_a = daemon_counters(workdir)
             rss: list[int] = []
             cpu_samples: list[float] = []  # CPU % over each 5 s: shows the drift-resync bursts
@@ -395,8 +543,8 @@ async def bench(args: argparse.Namespace) -> int:
                 now_cpu, now_t = proc_cpu(proc.pid), time.perf_counter()
                 cpu_samples.append(round(100 * (now_cpu - last_cpu) / (now_t - last_t), 1))
                 last_cpu, last_t = now_cpu, now_t
-            k_b, rpc_b, cpu_b, sim_b, t_b = management.counts(), Counter(TALOS_RPCS), \
-                proc_cpu(proc.pid), self_cpu(), time.perf_counter()
+            k_b, rpc_b, cpu_b, sim_b, t_b = management.counts(), await fleet.rpcs(), \
+                proc_cpu(proc.pid), await fleet.cpu(), time.perf_counter()
             window = t_b - t_a
             daemon_b = daemon_counters(workdir)
             status = proc_status(proc.pid)
@@ -477,9 +625,16 @@ def main() -> int:
                    help="where ichord's objects live: the simulator, or a real kube-apiserver (scripts/tools.sh)")
     p.add_argument("--daemon-profile", help="run the daemon under cProfile, writing the stats here at its exit")
     p.add_argument("--workdir", help="keep the kubeconfig and daemon.log here (default: a temporary directory)")
+    p.add_argument("--talos-processes", type=int, default=0,
+                   help=f"serve the Talos nodes from this many child processes (default: one per "
+                        f"{NODES_PER_SHARE} nodes; more than one needs --management real)")
+    p.add_argument("--talos-share", help=argparse.SUPPRESS)  # k/n: this process is share k of SharedTalos
+    p.add_argument("--first-a", type=int, default=FLEET_FIRST_A, help=argparse.SUPPRESS)  # the share's blocks
     args = benchkit.parse_args(p, SMOKE)
     if args.clusters < 1 or args.machines < 1 or args.idle_seconds <= 0:
         p.error("--clusters, --machines and --idle-seconds must be positive")
+    if args.talos_share:
+        return asyncio.run(serve_talos_share(args))
     with contextlib.suppress(KeyboardInterrupt):
         try:
             return asyncio.run(bench(args))
