@@ -228,7 +228,7 @@ class SharedTalos:
         for k, count in enumerate(self.shares):
             cmd = [sys.executable, __file__, "--talos-share", f"{k}/{len(self.shares)}", "--clusters", str(count),
                    "--machines", str(self.args.machines), "--time-scale", str(self.args.time_scale),
-                   "--first-a", str(FLEET_FIRST_A + k * span), "--workdir", str(self.workdir / f"share{k}")]
+                   "--first-a", str(self.args.first_a + k * span), "--workdir", str(self.workdir / f"share{k}")]
             self.procs.append(await asyncio.create_subprocess_exec(
                 *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=2**20))
         for k, proc in enumerate(self.procs):
@@ -491,7 +491,7 @@ async def bench(args: argparse.Namespace) -> int:
             raise SystemExit(f"{args.clusters} x {args.machines} nodes need {shares} Talos processes, which only "
                              "--management real supports (the simulator's API serves from this process)")
         else:
-            fleet = LocalTalos(Fleet(args.clusters, control_planes=cps, workers=workers,
+            fleet = LocalTalos(Fleet(args.clusters, control_planes=cps, workers=workers, first_a=args.first_a,
                                      time_scale=args.time_scale, objects_in_store=not real))
         proc: subprocess.Popen[bytes] | None = None
         management = Management(fleet, ControlPlane.from_tools(workdir / "apiserver") if real else None)
@@ -629,7 +629,8 @@ def main() -> int:
                    help=f"serve the Talos nodes from this many child processes (default: one per "
                         f"{NODES_PER_SHARE} nodes; more than one needs --management real)")
     p.add_argument("--talos-share", help=argparse.SUPPRESS)  # k/n: this process is share k of SharedTalos
-    p.add_argument("--first-a", type=int, default=FLEET_FIRST_A, help=argparse.SUPPRESS)  # the share's blocks
+    p.add_argument("--first-a", type=int, default=FLEET_FIRST_A,
+                   help="the nodes' first 127.A.0.0 block (a second run beside another: pick one above its blocks)")
     args = benchkit.parse_args(p, SMOKE)
     if args.clusters < 1 or args.machines < 1 or args.idle_seconds <= 0:
         p.error("--clusters, --machines and --idle-seconds must be positive")
