@@ -66,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.real.contr
 
 from ichord.api.names import GROUP, VERSION
 from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.errors import AlreadyExists
 from ichord.settings import Timing
 from ichord.sim.combined.fleet import FIRST_A as FLEET_FIRST_A
 from ichord.sim.combined.fleet import Fleet
@@ -342,14 +343,17 @@ class Management:
         """The fleet's objects through the real API (namespace first), ``concurrency`` requests at a time."""
         assert self.kube is not None
         kube = self.kube
-        await kube.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": self.fleet.namespace}})
+        # A POST the client retried after a timeout (a loaded machine) may have landed the first time.
+        with contextlib.suppress(AlreadyExists):
+            await kube.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": self.fleet.namespace}})
         limiter = asyncio.Semaphore(concurrency)
 
         async def create(doc: dict[str, Any]) -> None:
             group = "/api/v1" if doc["apiVersion"] == "v1" else f"/apis/{doc['apiVersion']}"
             plural = {"Secret": "secrets", "TalosCluster": "talosclusters", "TalosMachine": "talosmachines"}[
                 doc["kind"]]
-            async with limiter:
+            async with limiter, contextlib.AsyncExitStack() as stack:
+                stack.enter_context(contextlib.suppress(AlreadyExists))
                 await kube.raw("POST", f"{group}/namespaces/{self.fleet.namespace}/{plural}", body=doc)
 
         await asyncio.gather(*(create(d) for d in self.fleet.documents))
