@@ -3,7 +3,7 @@
 
     .venv/bin/python scripts/bench_idle.py [--clusters 10] [--machines 4] [--idle-seconds 60]
                                            [--time-scale 1] [--resync SECONDS] [--settle 5]
-                                           [--management sim|real]
+                                           [--management sim|real] [--talos-processes N] [--first-a A]
                                            [--daemon-profile daemon.prof] [--workdir DIR] [--smoke]
 
 One Kubernetes API simulator (this process) holds every TalosCluster, TalosMachine and bundle Secret,
@@ -32,6 +32,9 @@ Figures, one JSON line each (stdout):
   progress  - every 30 s while converging (converged count, Ready reasons, daemon CPU/RSS, the daemon's
               warning/error log events so far); converge_incomplete when the daemon exits or --converge-timeout
               passes first (then the exit status is 1)
+--talos-processes N: the Talos nodes served from N child processes of this script (default: one per 12,000 nodes;
+more than one needs --management real): one process may not hold more than its open-files limit of listening
+sockets (5,000 x 4 nodes need two here). Their RPC counts and CPU seconds are summed into the figures.
 Machines per cluster: --machines M gives 3 control planes + (M-3) workers (M < 4: M control planes).
 A 60 s window sees no drift resync (every 300 s per machine): --idle-seconds 330 covers one round of it.
 Convergence needs ~1 s of daemon CPU per cluster: C=10 takes ~15 s, C=100 ~2 min (figures in the issue note).
