@@ -486,7 +486,7 @@ async def bench(args: argparse.Namespace) -> int:
     count_talos_rpcs()
     t_fleet = time.perf_counter()
     real = args.management == "real"
-    shares = args.talos_processes or -(-args.clusters * args.machines // NODES_PER_SHARE)
+    shares = min(args.talos_processes or -(-args.clusters * args.machines // NODES_PER_SHARE), args.clusters)
     params["talos_processes"] = shares
     with tempfile.TemporaryDirectory(prefix="ichord-bench-idle-") as tmp:
         workdir = Path(args.workdir) if args.workdir else Path(tmp)
