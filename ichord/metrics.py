@@ -2,9 +2,49 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.registry import Collector
+
+
+class GaugeSeries(Collector):
+    """A labelled gauge held as one dict, label values -> value, for the series there is one of per cluster.
+
+    prometheus_client's ``Gauge.labels(...)`` makes a child per series (an object, a value, a lock): about 730 B.
+    Here a series is a dict entry, about 150 B, and the same values can be exported under several names (a
+    deprecated alias costs nothing more). ``set`` and ``remove`` are called from the event loop; a scrape reads a
+    snapshot of the dict, so a series set during a scrape is in it or in the next one."""
+
+    def __init__(self, names: Sequence[str], documentation: Sequence[str], labelnames: Sequence[str],
+                 registry: CollectorRegistry) -> None:
+        self._families = list(zip(names, documentation, strict=True))
+        self._labelnames = list(labelnames)
+        self._values: dict[tuple[str, ...], float] = {}
+        registry.register(self)
+
+    def set(self, labels: tuple[str, ...], value: float) -> None:
+        self._values[labels] = value
+
+    def remove(self, labels: tuple[str, ...]) -> None:
+        """Drop one series; a series that was never set is no error."""
+        self._values.pop(labels, None)
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        for name, doc in self._families:
+            yield GaugeMetricFamily(name, doc, labels=self._labelnames)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        values = list(self._values.items())
+        for name, doc in self._families:
+            family = GaugeMetricFamily(name, doc, labels=self._labelnames)
+            for labels, value in values:
+                family.add_metric(list(labels), value)
+            yield family
+
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 # The process (CPU, RSS, fds), Python platform and GC series, as the default registry would carry them.
@@ -12,17 +52,12 @@ ProcessCollector(registry=REGISTRY)
 PlatformCollector(registry=REGISTRY)
 GCCollector(registry=REGISTRY)
 
-CERTIFICATE_EXPIRY = Gauge(
-    "ichord_certificate_expiry_timestamp_seconds",
-    "notAfter of each cluster CA, as a Unix timestamp.",
-    ["namespace", "name", "certificate"],
-    registry=REGISTRY,
-)
-#: The name before ichord's metrics took one prefix, the same series under it: deprecated, removed in the next
-#: release (README "Metrics"). Always set and removed together with CERTIFICATE_EXPIRY.
-CERTIFICATE_EXPIRY_DEPRECATED = Gauge(
-    "ichor_certificate_expiry_timestamp_seconds",
-    "Deprecated: use ichord_certificate_expiry_timestamp_seconds (the same value); removed in the next release.",
+#: Labels (namespace, name, certificate). The second name is the one before ichord's metrics took one prefix, the
+#: same series under it: deprecated, removed in the next release (README "Metrics").
+CERTIFICATE_EXPIRY = GaugeSeries(
+    ("ichord_certificate_expiry_timestamp_seconds", "ichor_certificate_expiry_timestamp_seconds"),
+    ("notAfter of each cluster CA, as a Unix timestamp.",
+     "Deprecated: use ichord_certificate_expiry_timestamp_seconds (the same value); removed in the next release."),
     ["namespace", "name", "certificate"],
     registry=REGISTRY,
 )
@@ -47,8 +82,9 @@ KUBE_REQUEST_DURATION = Histogram(
     ["verb", "code"],
     registry=REGISTRY,
 )
-ACTOR_MAILBOX_DEPTH = Gauge(
-    "ichord_actor_mailbox_depth", "Pending messages per cluster actor.", ["cluster"], registry=REGISTRY
+#: Labels (cluster,).
+ACTOR_MAILBOX_DEPTH = GaugeSeries(
+    ("ichord_actor_mailbox_depth",), ("Pending messages per cluster actor.",), ["cluster"], registry=REGISTRY
 )
 ACTOR_STEP_DURATION = Histogram(
     "ichord_actor_step_duration_seconds", "Duration of one cluster actor step.", registry=REGISTRY

@@ -8,7 +8,6 @@ re-entrant; everything they decide is re-derived from the API and the nodes, so 
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable, Hashable
@@ -43,7 +42,7 @@ class ClusterActor:
 
     def tell(self, obj: Hashable, reason: str) -> None:
         self.mailbox.put(obj, reason)
-        metrics.ACTOR_MAILBOX_DEPTH.labels(self.key).set(len(self.mailbox))
+        metrics.ACTOR_MAILBOX_DEPTH.set((self.key,), len(self.mailbox))
 
     def request_wakeup(self, after: float) -> None:
         """From inside a step: run again after ``after`` seconds at the latest (the lowest request wins)."""
@@ -53,7 +52,7 @@ class ClusterActor:
         self.mailbox.close()
 
     def _begin(self, messages: Messages) -> float:
-        metrics.ACTOR_MAILBOX_DEPTH.labels(self.key).set(len(self.mailbox))
+        metrics.ACTOR_MAILBOX_DEPTH.set((self.key,), len(self.mailbox))
         for cause in _causes(messages):
             metrics.ACTOR_STEPS.labels(cause=cause).inc()
         return time.perf_counter()
@@ -146,8 +145,7 @@ class Supervisor:
             actor.stop()
         if scope is not None:
             scope.cancel()
-        with contextlib.suppress(KeyError):  # no series yet
-            metrics.ACTOR_MAILBOX_DEPTH.remove(key)
+        metrics.ACTOR_MAILBOX_DEPTH.remove((key,))
 
     async def _supervise(self, key: str, actor: ClusterActor, scope: anyio.CancelScope) -> None:
         backoff = self._backoff_initial

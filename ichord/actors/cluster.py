@@ -105,7 +105,12 @@ class ClusterReconciler:
     # ---- the step -------------------------------------------------------------------------
 
     async def step(self, messages: dict[Hashable, str]) -> Outcome:
-        outcome = await self._step(messages)
+        try:
+            outcome = await self._step(messages)
+        finally:
+            # The TalosCluster as this step wrote it serves this step's later writes only (the next step starts
+            # from the informer's copy): kept past the step it was a second copy of every cluster, ~7 KiB each.
+            self._writes.written = None
         idle = _idle_for(outcome)
         if self._talos is not None and (idle is None or idle >= self.rt.timing.talos_channel_keep):
             # Idle until the drift resync (minutes): holding a channel per machine costs memory and fds for

@@ -13,7 +13,6 @@ what keeps it from lowering a BundleBackupStale the rotation raised after this p
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from ichord.kube.crds import clusters
 from ichord.kube.errors import KubeError, NotFound
 from ichord.kube.events import WARNING, EventRecorder, ObjectRef
 from ichord.kube.status import update_status
-from ichord.metrics import CERTIFICATE_EXPIRY, CERTIFICATE_EXPIRY_DEPRECATED
+from ichord.metrics import CERTIFICATE_EXPIRY
 from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_bundle_secret
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint, export_fingerprint
@@ -166,16 +165,13 @@ def _secret_name(cluster_obj: Obj) -> str | None:
 
 def publish_metrics(namespace: str, name: str, result: ExpiryResult) -> None:
     for cert in result.certificates:
-        for gauge in (CERTIFICATE_EXPIRY, CERTIFICATE_EXPIRY_DEPRECATED):
-            gauge.labels(namespace=namespace, name=name, certificate=cert.name).set(cert.not_after.timestamp())
+        CERTIFICATE_EXPIRY.set((namespace, name, cert.name), cert.not_after.timestamp())
 
 
 def forget_cluster(namespace: str, name: str) -> None:
     """Drop a deleted cluster's expiry series (docs/decisions.md#expiry-alerting)."""
     for target in in_certificate_order():
-        for gauge in (CERTIFICATE_EXPIRY, CERTIFICATE_EXPIRY_DEPRECATED):
-            with contextlib.suppress(KeyError):
-                gauge.remove(namespace, name, target.name)
+        CERTIFICATE_EXPIRY.remove((namespace, name, target.name))
 
 
 @dataclass

@@ -116,6 +116,44 @@ async def test_voluntary_stop_hands_over_at_once(sim: KubeSimulator, clients: li
     assert stopped == ["a"]
 
 
+def lease_requests(sim: KubeSimulator, verb: str) -> int:
+    return sim.requests.count(verb=verb, resource="leases")
+
+
+async def test_an_idle_leader_renews_with_one_put_and_no_get(sim: KubeSimulator, clients: list[KubeClient]) -> None:
+    """client-go's fast path: a leader renews the Lease as it last wrote it; an idle replica's only requests."""
+    a = LeaderElector(clients[0], namespace=NS, identity="a", timing=FAST)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(a.run, forever)
+        await eventually(lambda: a.is_leader)
+        gets, puts = lease_requests(sim, "get"), lease_requests(sim, "update")
+        await eventually(lambda: lease_requests(sim, "update") >= puts + 5, within=5.0)  # five renewals
+        assert lease_requests(sim, "get") == gets
+        assert a.is_leader and holder(sim) == ("a", 0)
+        tg.cancel_scope.cancel()
+
+
+async def test_a_lease_changed_under_the_leader_is_read_again(sim: KubeSimulator, clients: list[KubeClient]) -> None:
+    """The renewal as last written carries that write's resourceVersion: after someone else's write it fails with
+    a Conflict, and the leader reads the Lease and renews from what it read (still its own)."""
+    a = LeaderElector(clients[0], namespace=NS, identity="a", timing=FAST)
+    rt = sim.store.resolve("coordination.k8s.io", "v1", "leases")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(a.run, forever)
+        await eventually(lambda: a.is_leader)
+        lease = sim.store.get(rt, NS, "ichord-leader")
+        lease["metadata"].setdefault("annotations", {})["touched"] = "by someone else"
+        sim.store.update(rt, NS, "ichord-leader", lease)
+        gets, conflicts = lease_requests(sim, "get"), sim.requests.count(verb="update", status=409, resource="leases")
+        await eventually(lambda: lease_requests(sim, "get") > gets, within=5.0)
+        renewed = sim.store.get(rt, NS, "ichord-leader")["metadata"]["resourceVersion"]
+        await eventually(lambda: sim.store.get(rt, NS, "ichord-leader")["metadata"]["resourceVersion"] != renewed,
+                         within=5.0)
+        assert sim.requests.count(verb="update", status=409, resource="leases") == conflicts + 1
+        assert a.is_leader and holder(sim) == ("a", 0)
+        tg.cancel_scope.cancel()
+
+
 async def test_release_only_while_still_holder(sim: KubeSimulator, clients: list[KubeClient]) -> None:
     a = LeaderElector(clients[0], namespace=NS, identity="a", timing=FAST)
     async with anyio.create_task_group() as tg:

@@ -34,8 +34,9 @@ def test_only_managed_fields_are_dropped_and_the_input_is_left_as_it_is() -> Non
 
 
 @pytest.mark.parametrize("obj", [_obj("m1", managed=False), {"kind": "X"}, {"metadata": None}])
-def test_an_object_without_managed_fields_is_returned_as_it_came(obj: dict[str, Any]) -> None:
-    assert without_managed_fields(obj) is obj
+def test_an_object_without_managed_fields_is_kept_whole(obj: dict[str, Any]) -> None:
+    before = copy.deepcopy(obj)
+    assert without_managed_fields(obj) == obj == before
 
 
 def _event(informer: Informer, kind: str, obj: dict[str, Any]) -> None:
@@ -55,3 +56,22 @@ def test_the_daemons_crd_informers_cache_no_managed_fields() -> None:
         _event(informer, "ADDED", secret)
         assert informer.cache[("ns", "bundle")] == metadata_only(secret)
         assert "data" not in informer.cache[("ns", "bundle")]
+
+
+def test_objects_cached_from_separate_events_share_their_keys_and_short_strings() -> None:
+    """Each watch event is decoded on its own: without interning every cached object holds its own copy of every
+    key and repeated value (docs/scaling.md, "What a cluster costs")."""
+    daemon = Daemon(DaemonSettings(), SimpleNamespace(on_written=lambda _plural, _fn: None))  # type: ignore[arg-type]
+    long_message = "m" * 200
+    for name in ("a", "b"):
+        obj = _obj(name)
+        obj["status"]["conditions"][0]["message"] = long_message
+        _event(daemon.machines, "ADDED", obj)
+    a, b = daemon.machines.cache[("ns", "a")], daemon.machines.cache[("ns", "b")]
+    key_a = next(k for k in a["metadata"] if k == "resourceVersion")
+    key_b = next(k for k in b["metadata"] if k == "resourceVersion")
+    assert key_a is key_b
+    assert a["apiVersion"] is b["apiVersion"] and a["metadata"]["namespace"] is b["metadata"]["namespace"]
+    assert a["status"]["conditions"][0]["type"] is b["status"]["conditions"][0]["type"]  # inside a list
+    assert a["status"]["conditions"][0]["message"] == long_message  # long strings kept, not necessarily shared
+    assert a["metadata"]["generation"] == 2 and a == {**_obj("a", managed=False), "status": a["status"]}
