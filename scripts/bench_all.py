@@ -37,6 +37,7 @@ VARIANTS: dict[str, tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]] = 
     # ichord's objects on the real kube-apiserver, the managed clusters simulated (issue 32)
     "bench_idle": (("real", ("--management", "real"), ("etcd", "kube-apiserver")),),
     "bench_config": (("real", ("--management", "real"), ("etcd", "kube-apiserver")),),
+    "bench_rotation": (("real", ("--management", "real"), ("etcd", "kube-apiserver")),),
 }
 
 
