@@ -60,7 +60,10 @@ class TalosNodes:
         return await self._client.boot_id(target.endpoint, self._contract)
 
     async def reboot(self, target: RollTarget) -> None:
-        await self._client.reboot(target.endpoint)
+        try:
+            await self._client.reboot(target.endpoint)
+        finally:
+            self._client.forget(target.endpoint)  # its connection ends with this boot (the client may be kept)
 
     async def shutting_down(self, target: RollTarget) -> bool:
         return (await self._client.machine_status(target.endpoint)).stage in STOPPING_STAGES

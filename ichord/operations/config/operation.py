@@ -252,9 +252,11 @@ def _current(planned: list[PlannedMachine], status: Obj) -> PlannedMachine | Non
     return next((p for p in planned if p.name not in done), None)
 
 
-def _issuer(ctx: StepContext, inputs: Inputs) -> tuple[TalosClient, list[MachineView], list[bytes]]:
-    """Who issues the admin kubeconfig (the control planes, through Talos) and the Kubernetes CA it is verified by."""
-    return ctx.talos_factory(DialBundle.from_bundle(inputs.bundle)), inputs.control_planes, \
+def _issuer(ctx: StepContext, inputs: Inputs, clients: ManagedClients,
+            key: str) -> tuple[TalosClient, list[MachineView], list[bytes]]:
+    """Who issues the admin kubeconfig (the control planes, through Talos: the cluster's client kept across steps)
+    and the Kubernetes CA it is verified by."""
+    return clients.talos(key, DialBundle.from_bundle(inputs.bundle), ctx.talos_factory), inputs.control_planes, \
         [inputs.bundle.k8s.cert_pem]
 
 
@@ -271,54 +273,51 @@ async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], cl
     if m is None:
         return await backbone.blocked(ctx, CONFIG, inputs, f"TalosMachine {current.name} of the plan is not approved "
                                       "or does not exist; the rollout waits for it")
-    talos, control_planes, trusted = _issuer(ctx, inputs)
+    talos, control_planes, trusted = _issuer(ctx, inputs, clients, key)
     outstanding = bool(marker_from_status(inputs.status, ROLL_FIELDS).rebooting or
                        RestartMarker.of(inputs.status).machine or workers.in_flight(inputs.status))
     try:
-        try:
-            async with clients.client(key, talos, control_planes, trusted) as managed:
-                # A node back from its reboot wakes the next step (watchers/managed_nodes.py); reboot_poll stays
-                # the fallback.
-                clients.watch_nodes(key, watch_nodes)
-                world = World(ctx, inputs, talos, managed, objects)
-                if not outstanding:  # a new node is about to start: the health gates first (operations/gates.py)
-                    held = await gates.hold(ctx, CONFIG, inputs, inputs.cluster, gates.kube_probe(managed),
-                                            target=current.name, first=current.name == planned[0].name)
-                    if held is not None:
-                        return held
-                if parallel:
-                    return await _workers(ctx, inputs, world, planned,
-                                          gated=gates.declared(inputs.cluster, inputs.op))
-                if current.change is Change.REBOOT:
-                    rolled = await advance_reboot(world, m)
-                    if rolled.window is not None:  # not started: outside every maintenance window
-                        return await backbone.wait_for_window(ctx, CONFIG, inputs, rolled.window)
-                    reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
-                    return await _report(ctx, inputs, [current], rolled.outcome, reason, rolled.message,
-                                         pause=rolled.pause, done=rolled.reason is RollReason.NODE_REBOOTED)
-                if RestartMarker.of(inputs.status).machine != current.name:
-                    # Not started: its kube-apiserver restarts only inside a maintenance window.
-                    closed = backbone.window_closed(ctx, inputs.cluster, f"the kube-apiserver restart of {m.name}")
-                    if closed is not None:
-                        return await backbone.wait_for_window(ctx, CONFIG, inputs, closed)
-                restarted = await advance_restart(world, m)
-                return await _report(ctx, inputs, [current], restarted.outcome, restarted.reason, restarted.message,
-                                     pause=restarted.pause, done=restarted.reason in ("APIServerRestarted",
-                                                                                      names.ReadyReason.CONVERGED))
-        except RenderError as exc:
-            # The inputs changed under the rollout (a patch now invalid): nothing is applied to the machine.
-            return await backbone.blocked(ctx, CONFIG, inputs, f"cannot render {current.name}'s configuration, "
-                                          f"nothing applied to it: {SCRUBBER.text(str(exc))}")
-        except (ManagedAPIError, NodeNameUnknown) as exc:
-            message = SCRUBBER.text(str(exc))
-            if outstanding:
-                # The node (maybe the only control plane) is rebooting or restarting its API server: waiting.
-                why = RolloutReason.REBOOTING if current.reboots else RolloutReason.API_SERVER_RESTARTING
-                return await _report(ctx, inputs, [current], Requeue(ctx.timing.reboot_poll, "waiting"), why,
-                                     f"waiting for {current.name}: {message}")
-            return await backbone.blocked(ctx, CONFIG, inputs, f"{current.name}: {message}")
-    finally:
-        talos.close()
+        async with clients.client(key, talos, control_planes, trusted) as managed:
+            # A node back from its reboot wakes the next step (watchers/managed_nodes.py); reboot_poll stays
+            # the fallback.
+            clients.watch_nodes(key, watch_nodes)
+            world = World(ctx, inputs, talos, managed, objects)
+            if not outstanding:  # a new node is about to start: the health gates first (operations/gates.py)
+                held = await gates.hold(ctx, CONFIG, inputs, inputs.cluster, gates.kube_probe(managed),
+                                        target=current.name, first=current.name == planned[0].name)
+                if held is not None:
+                    return held
+            if parallel:
+                return await _workers(ctx, inputs, world, planned,
+                                      gated=gates.declared(inputs.cluster, inputs.op))
+            if current.change is Change.REBOOT:
+                rolled = await advance_reboot(world, m)
+                if rolled.window is not None:  # not started: outside every maintenance window
+                    return await backbone.wait_for_window(ctx, CONFIG, inputs, rolled.window)
+                reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
+                return await _report(ctx, inputs, [current], rolled.outcome, reason, rolled.message,
+                                     pause=rolled.pause, done=rolled.reason is RollReason.NODE_REBOOTED)
+            if RestartMarker.of(inputs.status).machine != current.name:
+                # Not started: its kube-apiserver restarts only inside a maintenance window.
+                closed = backbone.window_closed(ctx, inputs.cluster, f"the kube-apiserver restart of {m.name}")
+                if closed is not None:
+                    return await backbone.wait_for_window(ctx, CONFIG, inputs, closed)
+            restarted = await advance_restart(world, m)
+            return await _report(ctx, inputs, [current], restarted.outcome, restarted.reason, restarted.message,
+                                 pause=restarted.pause, done=restarted.reason in ("APIServerRestarted",
+                                                                                  names.ReadyReason.CONVERGED))
+    except RenderError as exc:
+        # The inputs changed under the rollout (a patch now invalid): nothing is applied to the machine.
+        return await backbone.blocked(ctx, CONFIG, inputs, f"cannot render {current.name}'s configuration, "
+                                      f"nothing applied to it: {SCRUBBER.text(str(exc))}")
+    except (ManagedAPIError, NodeNameUnknown) as exc:
+        message = SCRUBBER.text(str(exc))
+        if outstanding:
+            # The node (maybe the only control plane) is rebooting or restarting its API server: waiting.
+            why = RolloutReason.REBOOTING if current.reboots else RolloutReason.API_SERVER_RESTARTING
+            return await _report(ctx, inputs, [current], Requeue(ctx.timing.reboot_poll, "waiting"), why,
+                                 f"waiting for {current.name}: {message}")
+        return await backbone.blocked(ctx, CONFIG, inputs, f"{current.name}: {message}")
 
 
 async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list[PlannedMachine], *,
