@@ -44,7 +44,9 @@ class ManagedNodes(Protocol):
 
     async def read(self, name: str) -> NodeView: ...
 
-    async def cordon(self, name: str) -> None: ...
+    async def cordon(self, name: str) -> NodeView:
+        """The Node as the cordon left it (the server's answer)."""
+        ...
 
     async def uncordon(self, name: str) -> bool: ...
 
@@ -78,8 +80,8 @@ class KubeNodes:
     async def read(self, name: str) -> NodeView:
         return await kube_nodes.read_node_view(self._client, name)
 
-    async def cordon(self, name: str) -> None:
-        await kube_nodes.cordon(self._client, name)
+    async def cordon(self, name: str) -> NodeView:
+        return await kube_nodes.cordon(self._client, name)
 
     async def uncordon(self, name: str) -> bool:
         return await kube_nodes.uncordon(self._client, name)
