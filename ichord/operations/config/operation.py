@@ -153,10 +153,9 @@ async def advance_in_scope(scope: ClusterScope, op: OperationView, clients: Mana
         return await backbone.blocked_before_read(ctx, CONFIG, op.obj, exc.message,
                                                   reason=backbone.FORBIDDEN if exc.reason == backbone.FORBIDDEN
                                                   else backbone.BLOCKED)
-    # A KubeError (the API did not answer) goes to the registry's error policy: a retry, not a Blocked Warning.
-    objs, _ = await crds.machines(ctx.kube).list_objects(inputs.op_namespace)
-    approved = {m.name for m in inputs.machines}
-    objects = {str(o["metadata"]["name"]): o for o in objs if o["metadata"]["name"] in approved}
+    # The approved machines' objects as load_inputs listed them this step (a second LIST of the namespace's
+    # machines, every step, read the same objects again).
+    objects = {m.name: _object(m) for m in inputs.machines}
     if not op.stage:
         return await _start(ctx, scope, op, inputs, objects)
     refused = await backbone.lock(ctx, CONFIG, inputs, approved_control_planes=len(inputs.control_planes),
@@ -167,6 +166,11 @@ async def advance_in_scope(scope: ClusterScope, op: OperationView, clients: Mana
         return await backbone.hold_paused(ctx, CONFIG, inputs, op.stage)
     await backbone.resume_if_paused(ctx, CONFIG, inputs, op.stage)
     return await _rolling(ctx, inputs, objects, clients, scope.key, scope.watch_nodes)
+
+
+def _object(m: MachineView) -> Obj:
+    """The TalosMachine as this step read it (metadata with labels, annotations and resourceVersion, spec, status)."""
+    return {"metadata": m.metadata, "spec": m.spec, "status": m.status}
 
 
 async def _start(ctx: StepContext, scope: ClusterScope, op: OperationView, inputs: Inputs,
@@ -412,19 +416,21 @@ async def _advance_workers(world: World, objects: crds.CustomObjects, inputs: In
 
 async def _machine_condition(ctx: StepContext, inputs: Inputs, pm: PlannedMachine, reason: str, message: str,
                              *, pause: bool = False, done: bool = False) -> None:
-    """ConfigRollout on the machine (written only when it changes); a report, so a failure is only logged."""
-    machine_status = next((m.status for m in inputs.machines if m.name == pm.name), {})
+    """ConfigRollout on the machine (written only when it changes); a report, so a failure is only logged. The write
+    starts from the machine as this step read it: no GET (a copy stale by then costs a 409 and a fresh read)."""
+    m = next((x for x in inputs.machines if x.name == pm.name), None)
+    machine = _object(m) if m is not None else None
     now = ctx.now()
     try:
         if done:
             await set_rollout_condition(ctx.kube, inputs.op_namespace, pm.name, "False", RolloutReason.ROLLED_OUT,
-                                        message, now=now, known=machine_status)
+                                        message, now=now, current=machine)
         elif pause:
             await set_rollout_condition(ctx.kube, inputs.op_namespace, pm.name, "False", RolloutReason.FAILED,
-                                        message, now=now, known=machine_status)
+                                        message, now=now, current=machine)
         elif reason in (RolloutReason.DRAINING, RolloutReason.REBOOTING, RolloutReason.API_SERVER_RESTARTING):
             await set_rollout_condition(ctx.kube, inputs.op_namespace, pm.name, "True", reason, message, now=now,
-                                        known=machine_status)
+                                        current=machine)
     except IchordError as exc:
         log.warning("cannot write ConfigRollout on the machine", machine=pm.name, error=SCRUBBER.exception(exc))
 
