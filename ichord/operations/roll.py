@@ -40,8 +40,8 @@ cordon, or before the drain and reboot of a node a person cordoned. A node ichor
 is in flight and always finishes, so a window closing mid-node never leaves it cordoned between nodes.
 
 A cordon is followed in the same call by the row it leads to: the drain starts without waiting for the caller's
-next step. That row decides on the Node as the cordon's answer returned it (the server's newest) and on the gates'
-answers of this call, milliseconds old; a killed call's next step reads both afresh.
+next step. That row decides on the gates asked again (as the next step would) and on the Node as the cordon's answer
+returned it (the server's newest: a GET would say the same).
 
 Resume rules: a marker means wait, never reboot again; the same boot ID past ``reboot_retry`` clears
 it and the next step asks again (through the gates). A Reboot the node refused (it answered with an
@@ -220,11 +220,13 @@ async def advance_roll(plan: Sequence[RollTarget], store: MarkerStore, talos: Ro
     rolled, cordoned = await _cordon(decision, marker, nodes, timing)
     if cordoned is not None:
         # Cordoned just now: the drain need not wait for another step of the cluster (a step of a hundred machines
-        # lasts seconds). The row it leads to is decided as the next step would decide it, on the Node as the
-        # cordon's answer returned it (the server's newest: a GET would say the same) and the gates this call just
-        # asked (a Ready read, a dry run, etcd: asking again milliseconds later repeated them for every node).
-        rolled = await _act(decide(plan, marker, replace(obs, node=cordoned), clock(), timing), marker, store, talos,
-                            nodes, hooks, timing, clock)
+        # lasts seconds). The row it leads to is decided as the next step would decide it: the gates are asked again
+        # (a gate that closed meanwhile still holds the node, cordoned), the Node is the cordon's answer (the
+        # server's newest: a second GET would say the same).
+        assert decision.target is not None  # a cordon names its node
+        again = replace(obs, node=cordoned, gate=await _first_closed(gates, decision.target))
+        rolled = await _act(decide(plan, marker, again, clock(), timing), marker, store, talos, nodes, hooks, timing,
+                            clock)
     return rolled
 
 
