@@ -40,6 +40,7 @@ VARIANTS: dict[str, tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]] = 
                    ("real-shared", ("--management", "real", "--talos-processes", "2", "--clusters", "2"),
                     ("etcd", "kube-apiserver"))),
     "bench_config": (("real", ("--management", "real"), ("etcd", "kube-apiserver")),),
+    "bench_rotation": (("real", ("--management", "real"), ("etcd", "kube-apiserver")),),
 }
 
 

@@ -39,9 +39,16 @@ Kubernetes' maxUnavailable; default the daemon's, 25%), control planes one at a 
 same world twice, fresh each time (one by one, maxUnavailable 1, then with the bound), and prints both and
 ``speedup``: the passes' wall time (Accepting + Issuing + Dropping, mean over clusters) one by one over bounded.
 
+``--management real`` (in-process mode): ichord's objects live on a real kube-apiserver + etcd
+(scripts/real_management.py, the real tier's server; exits 1 when scripts/tools.sh has not built it) instead of the
+management API simulator; the managed clusters stay simulated. ``management_server`` is then the server's own count
+of the requests over the rotation (apiserver_request_total: by verb, and the writes by resource; its own traffic
+included), and the management requests per machine per pass are not counted (the simulator counted them); a request
+is attributed to the stage the bench last saw the operation write (told to the simulators at each write).
+
 Usage: .venv/bin/python scripts/bench_rotation.py [-C 3] [-M 4|3+5] [--apply-latency 0.5]
        [--mode inprocess|daemon] [--max-unavailable N|N%] [--compare-serial] [--targets talos,kubernetes,etcd]
-       [--reboot-time 60] [--smoke]
+       [--reboot-time 60] [--management sim|real] [--smoke]
 
 --smoke: one cluster of one control plane and one worker, every supported target (both roles' passes and the etcd
 roll, in seconds); exits non-zero
@@ -52,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -70,6 +78,7 @@ from typing import Any, TypeVar
 
 import anyio
 import benchkit
+import real_management
 import structlog
 from grpclib.events import RecvMessage, RecvRequest, listen
 
@@ -149,6 +158,9 @@ class Bench:
         self.envs: list[SimEnvironment] = []
         self.counts = Counts()
         self.watching = False
+        #: The operations' stages as the bench saw them written (``--management real``: the operations are not in
+        #: this process's store); None: read from the management simulator's store at each request.
+        self.stages: dict[str, str] | None = None
         group, version = API_VERSION.split("/", 1)
         self._ops_key = (group, version, "talosoperations")
 
@@ -162,6 +174,8 @@ class Bench:
     def stage(self, cluster: str | None) -> str:
         if cluster is None:
             return "(any)"
+        if self.stages is not None:
+            return self.stages.get(cluster, "(new)")
         rt = self.mgmt.store.types.get(self._ops_key)
         obj = self.mgmt.store.objects.get(rt.key, {}).get((NS, f"rotate-{cluster}")) if rt else None
         if obj is None:
@@ -262,6 +276,15 @@ class Bench:
     def write_kubeconfig(self, path: Path) -> Path:
         return self.mgmt.write_kubeconfig(path, namespace=NS)
 
+    def documents(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """ichord's objects as created on the management simulator, to create on a real server instead."""
+        return real_management.documents(self.mgmt.store, NS)
+
+    def set_stage(self, cluster: str, stage: str) -> None:
+        if self.stages is None:
+            self.stages = {}
+        self.stages[cluster] = stage
+
     def ready(self) -> dict[str, str]:
         return bench_ready(self)
 
@@ -340,6 +363,12 @@ class RemoteBench:
     def write_kubeconfig(self, path: Path) -> Path:
         return Path(self._process.call("kubeconfig", str(path)))
 
+    def documents(self) -> list[tuple[str, str, dict[str, Any]]]:
+        return list(self._process.call("documents"))
+
+    def set_stage(self, cluster: str, stage: str) -> None:
+        self._process.call("stage", (cluster, stage))  # acknowledged: counted in it from the next request on
+
     def ready(self) -> dict[str, str]:
         return dict(self._process.call("ready"))
 
@@ -374,6 +403,11 @@ def _serve_bench(bench: Bench, conn: Connection) -> None:
                 answer = str(bench.write_kubeconfig(Path(arg)))
             elif what == "ready":
                 answer = bench.ready()
+            elif what == "documents":
+                answer = bench.documents()
+            elif what == "stage":
+                bench.set_stage(*arg)
+                answer = None
             else:  # "results"
                 bench.record_applies()
                 answer = {"counts": bench.counts, "cp_talos": bench.cp_talos, "reboots": bench.reboots()}
@@ -449,8 +483,10 @@ async def hand_off(kube: KubeClient, op: dict[str, Any]) -> bool:
     return True
 
 
-async def drive(ctx: StepContext, name: str, *, max_steps: int = 2000) -> dict[str, Any]:
-    """One cluster's rotation, step by step, sleeping what each outcome asks (capped at 50 ms)."""
+async def drive(ctx: StepContext, name: str, *, max_steps: int = 2000,
+                seen: Callable[[dict[str, Any]], None] = lambda _op: None) -> dict[str, Any]:
+    """One cluster's rotation, step by step, sleeping what each outcome asks (capped at 50 ms); ``seen`` is told
+    of every read of the operation."""
     ops = crds.operations(ctx.kube)
     steps = 0
     spent: dict[str, float] = defaultdict(float)
@@ -459,6 +495,7 @@ async def drive(ctx: StepContext, name: str, *, max_steps: int = 2000) -> dict[s
         op = await ops.get(NS, name)
         if await hand_off(ctx.kube, op):
             op = await ops.get(NS, name)
+        seen(op)
         now = time.perf_counter()
         spent[stage] += now - since
         stage, since = stage_of(op), now
@@ -487,20 +524,34 @@ def mean_spent(spent: list[dict[str, float]]) -> dict[str, float]:
     return {k: round(v / max(len(spent), 1), 3) for k, v in total.items()}
 
 
-async def run_inprocess(bench: Bench | RemoteBench, kubeconfig: Path, timing: Timing) -> dict[str, Any]:
+async def run_inprocess(bench: Bench | RemoteBench, kubeconfig: Path, timing: Timing,
+                        plane: real_management.ControlPlane | None = None) -> dict[str, Any]:
+    """``plane``: ichord's objects go on that real server (--management real), the simulators are told each
+    operation's stage as it is written (they count each request in it), and the server's own counts are taken."""
     async with await from_kubeconfig(kubeconfig, timing=timing) as kube:
+        stages: dict[str, str] = {}
+
+        def seen(op: dict[str, Any]) -> None:
+            cluster = str(((op.get("spec") or {}).get("clusterRef") or {}).get("name") or "")
+            if plane is not None and cluster and stages.get(cluster) != stage_of(op):
+                stages[cluster] = stage_of(op)
+                bench.set_stage(cluster, stages[cluster])
+
         recorder = EventRecorder(kube, instance="bench", burst=10_000)
         managed = ManagedClients()  # kept across steps and stages as the daemon's registry keeps them
-        ctx = StepContext(kube, NS, recorder, timing, managed=managed)
+        ctx = StepContext(kube, NS, recorder, timing, managed=managed, observe=seen)
         results: dict[str, dict[str, Any]] = {}
         async with anyio.create_task_group() as tg:
             tg.start_soon(recorder.run)
+            if plane is not None:
+                await real_management.create_objects(kube, NS, bench.documents())
             await create_operations(kube, bench)
+            server_before = real_management.counts_of(plane) if plane is not None else None
             bench.watching = True
             cpu, wall, sims = time.thread_time(), time.perf_counter(), bench.sims_cpu_s()
 
             async def one(cluster: str) -> None:
-                results[cluster] = await drive(ctx, f"rotate-{cluster}")
+                results[cluster] = await drive(ctx, f"rotate-{cluster}", seen=seen)
 
             async with anyio.create_task_group() as clusters:
                 for env in bench.envs:
@@ -508,10 +559,13 @@ async def run_inprocess(bench: Bench | RemoteBench, kubeconfig: Path, timing: Ti
             wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
             sims_after = bench.sims_cpu_s()
             bench.watching = False
+            server = real_management.delta(real_management.counts_of(plane), server_before) \
+                if plane is not None and server_before is not None else None
             await managed.close_all()
             await recorder.drain()
             tg.cancel_scope.cancel()
     return {"wall_s": round(wall, 3), "rotation_cpu_s": round(cpu, 3),
+            **({"management_server": server} if server is not None else {}),
             "sims_cpu_s": round(sims_after - sims, 3) if sims is not None and sims_after is not None else None,
             "phases": dict(Counter(str(r["phase"]) for r in results.values())),
             "steps_per_cluster": max(r["steps"] for r in results.values()),
@@ -644,8 +698,23 @@ def main() -> None:
                     help="spec.caRotation.targets, comma-separated (default: talos,kubernetes)")
     ap.add_argument("--reboot-time", type=float, default=60.0,
                     help="a simulated reboot's seconds before --time-scale (the etcd target's roll)")
+    ap.add_argument("--management", choices=("sim", "real"), default="sim",
+                    help="where ichord's objects live: the simulator, or a real kube-apiserver (scripts/tools.sh; "
+                    "in-process mode)")
     args = benchkit.parse_args(ap, SMOKE)
+    if args.management == "real" and args.mode != "inprocess":
+        ap.error("--management real runs in-process (--mode inprocess): the daemon mode reads the machines' "
+                 "readiness from the management simulator")
     bound: MaxUnavailable = args.max_unavailable or Timing().max_unavailable
+    try:
+        compare(args, bound)
+    except real_management.ControlPlaneError as exc:
+        print(f"{benchkit.name()}: no figures for --management real: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def compare(args: argparse.Namespace, bound: MaxUnavailable) -> None:
+    """One run, or with --compare-serial one by one and bounded; prints the figures and checks them."""
     if not args.compare_serial:
         figures = run(args, bound)
         print(json.dumps(figures, indent=1))
@@ -692,12 +761,16 @@ def run(args: argparse.Namespace, bound: MaxUnavailable) -> dict[str, Any]:
                                                                                           120.0))
     timing = replace(timing, max_unavailable=bound)
     setup = time.perf_counter()
-    runner = SimProcess(bench) if args.sims == "process" else SimThread(bench)
-    with runner as b, tempfile.TemporaryDirectory() as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        # The real server first: the simulators' process is forked after it (it holds no handle of it).
+        plane = stack.enter_context(real_management.started(Path(tmp))) if args.management == "real" else None
+        runner = SimProcess(bench) if args.sims == "process" else SimThread(bench)
+        b = stack.enter_context(runner)
         setup = time.perf_counter() - setup
-        kubeconfig = b.write_kubeconfig(Path(tmp) / "kubeconfig")
+        kubeconfig = plane.admin_kubeconfig if plane is not None else b.write_kubeconfig(Path(tmp) / "kubeconfig")
         if args.mode == "inprocess":
-            result = anyio.run(run_inprocess, b, kubeconfig, timing)
+            result = anyio.run(run_inprocess, b, kubeconfig, timing, plane)
         else:
             log = Path(tmp) / "daemon.log"
             proc = start_daemon(kubeconfig, log, args.daemon_time_scale, bound)
@@ -725,6 +798,7 @@ def run(args: argparse.Namespace, bound: MaxUnavailable) -> dict[str, Any]:
     figures = {
         "benchmark": "ca_rotation", "mode": args.mode, "clusters": args.clusters, "control_planes": cps,
         "workers": workers, "machines": bench.machines, "apply_latency_s": args.apply_latency, "sims": args.sims,
+        "management": args.management,
         "max_unavailable": str(bound), "workers_at_once": bound.workers_at_once(workers),
         "setup_s": round(setup, 1), **result, "apply_span_s": spans, "applies_total": applies,
         "max_concurrent_applies": {

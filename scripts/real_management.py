@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,12 +24,13 @@ from bench_idle import WRITE_VERBS, server_counts
 
 from ichord.api.names import GROUP, VERSION
 from ichord.kube.client import KubeClient, from_kubeconfig
+from ichord.kube.errors import AlreadyExists
 from ichord.settings import Timing
 from ichord.sim.kube.server import DEFAULT_CRD_DIR
 from ichord.sim.kube.store import Store
 from tests.real.controlplane import ControlPlane, ControlPlaneError
 
-__all__ = ["ControlPlaneError", "RealManagement", "running"]
+__all__ = ["ControlPlaneError", "RealManagement", "counts_of", "create_objects", "documents", "running", "started"]
 
 #: What a benchmark's cluster is made of on the management API, in creation order: (group, version, plural).
 OBJECTS = (("", "v1", "secrets"), (GROUP, VERSION, "talosclusters"), (GROUP, VERSION, "talosmachines"))
@@ -51,18 +52,33 @@ class RealManagement:
 
     def counts(self) -> tuple[Counter[str], Counter[str], int]:
         """Requests by verb, by verb+resource, and the total, as the server counted them so far."""
-        return server_counts(str(self.plane.request("GET", "/metrics")))
+        return counts_of(self.plane)
 
     async def copy_namespace(self, store: Store, namespace: str) -> None:
         """The namespace and ichord's objects in it, from a simulator's store onto the real server (spec only)."""
-        await self.kube.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
-        for group, version, plural in OBJECTS:
-            base = f"/apis/{group}/{version}" if group else f"/api/{version}"
-            for obj in store.peek(store.resolve(group, version, plural), namespace):
-                meta = obj["metadata"]
-                doc = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
-                doc["metadata"] = {k: meta[k] for k in ("name", "labels", "annotations") if k in meta}
-                await self.kube.raw("POST", f"{base}/namespaces/{namespace}/{plural}", body=doc)
+        await create_objects(self.kube, namespace, documents(store, namespace))
+
+
+def documents(store: Store, namespace: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """ichord's objects of ``namespace`` in a simulator's store, as (API base path, plural, document to create):
+    spec, labels and annotations only (picklable: a benchmark's simulators may run in a process of their own)."""
+    out = []
+    for group, version, plural in OBJECTS:
+        base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        for obj in store.peek(store.resolve(group, version, plural), namespace):
+            meta = obj["metadata"]
+            doc = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+            doc["metadata"] = {k: meta[k] for k in ("name", "labels", "annotations") if k in meta}
+            out.append((base, plural, doc))
+    return out
+
+
+async def create_objects(kube: KubeClient, namespace: str, docs: list[tuple[str, str, dict[str, Any]]]) -> None:
+    """The namespace (unless it exists) and ``docs`` (``documents``' answer) on the real server."""
+    with contextlib.suppress(AlreadyExists):  # a second world's objects in the same namespace
+        await kube.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
+    for base, plural, doc in docs:
+        await kube.raw("POST", f"{base}/namespaces/{namespace}/{plural}", body=doc)
 
 
 def delta(after: tuple[Counter[str], Counter[str], int], before: tuple[Counter[str], Counter[str], int],
@@ -71,6 +87,24 @@ def delta(after: tuple[Counter[str], Counter[str], int], before: tuple[Counter[s
     by_verb, by_resource = after[0] - before[0], after[1] - before[1]
     writes = {k: v for k, v in sorted(by_resource.items()) if k.split(" ", 1)[0] in WRITE_VERBS}
     return {"total": after[2] - before[2], "by_verb": dict(sorted(by_verb.items())), "writes": writes}
+
+
+@contextlib.contextmanager
+def started(workdir: Path) -> Iterator[ControlPlane]:
+    """A real kube-apiserver + etcd with ichord's CRDs established, for synchronous callers (a benchmark that forks
+    its simulators first); ControlPlaneError when the tools are not built."""
+    plane = ControlPlane.from_tools(workdir / "apiserver")
+    try:
+        plane.start()
+        plane.establish_crds(DEFAULT_CRD_DIR)
+        yield plane
+    finally:
+        plane.stop()
+
+
+def counts_of(plane: ControlPlane) -> tuple[Counter[str], Counter[str], int]:
+    """Requests by verb, by verb+resource, and the total, as the server counted them so far."""
+    return server_counts(str(plane.request("GET", "/metrics")))
 
 
 @contextlib.asynccontextmanager

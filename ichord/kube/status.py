@@ -7,12 +7,12 @@ re-applies conditions the same way).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 
+from ichord.jsoncopy import copy_json
 from ichord.kube.crds import CustomObjects
 from ichord.kube.errors import Conflict, KubeError
 
@@ -41,8 +41,8 @@ async def update_status(objects: CustomObjects, namespace: str, name: str, mutat
     for attempt in range(1, attempts + 1):
         if current is None or attempt > 1:
             current, fresh = await objects.get(namespace, name), True
-        status = copy.deepcopy(current.get("status") or {})
-        new = mutate(status, copy.deepcopy(current))
+        status = copy_json(current.get("status") or {})
+        new = mutate(status, copy_json(current))
         if new is not None:
             _stamp_generation(new, int((current.get("metadata") or {}).get("generation") or 0))
         if new is None or new == (current.get("status") or {}):

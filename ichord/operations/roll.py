@@ -39,8 +39,9 @@ State table (``roll_state.decide``; first matching row wins)::
 cordon, or before the drain and reboot of a node a person cordoned. A node ichord cordoned, or one with a marker,
 is in flight and always finishes, so a window closing mid-node never leaves it cordoned between nodes.
 
-A cordon is followed in the same call by the row it leads to (the node and the gates read again): the drain
-starts without waiting for the caller's next step.
+A cordon is followed in the same call by the row it leads to: the drain starts without waiting for the caller's
+next step. That row decides on the gates asked again (as the next step would) and on the Node as the cordon's answer
+returned it (the server's newest: a GET would say the same).
 
 Resume rules: a marker means wait, never reboot again; the same boot ID past ``reboot_retry`` clears
 it and the next step asks again (through the gates). A Reboot the node refused (it answered with an
@@ -72,7 +73,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -214,14 +215,17 @@ async def advance_roll(plan: Sequence[RollTarget], store: MarkerStore, talos: Ro
         if closed is not None:
             return RollOutcome(Requeue(closed.after, RollReason.WAITING_FOR_WINDOW), RollReason.WAITING_FOR_WINDOW,
                                decision.target.machine, closed.message, done=marker.done, window=closed)
-    rolled = await _act(decision, marker, store, talos, nodes, hooks, timing, clock)
-    if decision.action is Action.CORDON and rolled.reason is RollReason.CORDONED and isinstance(rolled.outcome,
-                                                                                               Requeue):
+    if decision.action is not Action.CORDON:
+        return await _act(decision, marker, store, talos, nodes, hooks, timing, clock)
+    rolled, cordoned = await _cordon(decision, marker, nodes, timing)
+    if cordoned is not None:
         # Cordoned just now: the drain need not wait for another step of the cluster (a step of a hundred machines
-        # lasts seconds). The node and the gates are read again first, exactly as the next step would, so what a
-        # kill between the two would decide is what is decided here.
-        obs = await _observe(target, marker, talos, nodes, gates, verifiers)
-        rolled = await _act(decide(plan, marker, obs, clock(), timing), marker, store, talos, nodes, hooks, timing,
+        # lasts seconds). The row it leads to is decided as the next step would decide it: the gates are asked again
+        # (a gate that closed meanwhile still holds the node, cordoned), the Node is the cordon's answer (the
+        # server's newest: a second GET would say the same).
+        assert decision.target is not None  # a cordon names its node
+        again = replace(obs, node=cordoned, gate=await _first_closed(gates, decision.target))
+        rolled = await _act(decide(plan, marker, again, clock(), timing), marker, store, talos, nodes, hooks, timing,
                             clock)
     return rolled
 
@@ -317,19 +321,7 @@ async def _act(d: Decision, marker: RollMarker, store: MarkerStore, talos: RollT
         return out(Blocked(d.reason, d.message, d.after), pause=True)
     assert d.target is not None
     if d.action is Action.CORDON:
-        failpoint("roll.cordon.before")
-        try:
-            await nodes.cordon(d.target.node)
-        except Conflict:  # the Node changed since it was read: read it again and decide again
-            return out(Requeue(timing.reboot_poll, d.reason), d.reason,
-                       f"Node {d.target.node} changed while being cordoned; trying again")
-        except IchordError as exc:
-            message = f"cannot cordon Node {d.target.node}: {exc}"
-            return out(Blocked(RollReason.MANAGED_API_UNAVAILABLE, message, timing.retry),
-                       RollReason.MANAGED_API_UNAVAILABLE, message)
-        failpoint("roll.cordon.after")
-        log.info("roll: cordoned", machine=machine, node=d.target.node)
-        return out(Requeue(0.0, d.reason))
+        return (await _cordon(d, marker, nodes, timing))[0]
     if d.action is Action.ASK_AGAIN:
         failpoint("roll.ask_again.before")
         await store.write(marker.cleared())
@@ -346,6 +338,30 @@ async def _act(d: Decision, marker: RollMarker, store: MarkerStore, talos: RollT
         message = f"{d.message}; ichord's cordon of {d.target.node} {freed}"
         return out(Blocked(d.reason, message, d.after), d.reason, message, pause=True)
     return await _reboot(d.target, marker, store, talos, nodes, hooks, timing, clock, out)
+
+
+async def _cordon(d: Decision, marker: RollMarker, nodes: ManagedNodes,
+                  timing: Timing) -> tuple[RollOutcome, NodeView | None]:
+    """Cordon the decision's node: the outcome, and the Node as the cordon left it (None: not cordoned)."""
+    assert d.target is not None
+    machine = d.target.machine
+
+    def out(outcome: Outcome, reason: RollReason = d.reason, message: str = d.message) -> RollOutcome:
+        return RollOutcome(outcome, reason, machine, message, False, marker.done)
+
+    failpoint("roll.cordon.before")
+    try:
+        node = await nodes.cordon(d.target.node)
+    except Conflict:  # the Node changed since it was read: read it again and decide again
+        return out(Requeue(timing.reboot_poll, d.reason), d.reason,
+                   f"Node {d.target.node} changed while being cordoned; trying again"), None
+    except IchordError as exc:
+        message = f"cannot cordon Node {d.target.node}: {exc}"
+        return out(Blocked(RollReason.MANAGED_API_UNAVAILABLE, message, timing.retry),
+                   RollReason.MANAGED_API_UNAVAILABLE, message), None
+    failpoint("roll.cordon.after")
+    log.info("roll: cordoned", machine=machine, node=d.target.node)
+    return out(Requeue(0.0, d.reason)), node
 
 
 class _Out(Protocol):

@@ -44,7 +44,9 @@ class ManagedNodes(Protocol):
 
     async def read(self, name: str) -> NodeView: ...
 
-    async def cordon(self, name: str) -> None: ...
+    async def cordon(self, name: str) -> NodeView:
+        """The Node as the cordon left it (the server's answer)."""
+        ...
 
     async def uncordon(self, name: str) -> bool: ...
 
@@ -60,7 +62,10 @@ class TalosNodes:
         return await self._client.boot_id(target.endpoint, self._contract)
 
     async def reboot(self, target: RollTarget) -> None:
-        await self._client.reboot(target.endpoint)
+        try:
+            await self._client.reboot(target.endpoint)
+        finally:
+            self._client.forget(target.endpoint)  # its connection ends with this boot (the client may be kept)
 
     async def shutting_down(self, target: RollTarget) -> bool:
         return (await self._client.machine_status(target.endpoint)).stage in STOPPING_STAGES
@@ -75,8 +80,8 @@ class KubeNodes:
     async def read(self, name: str) -> NodeView:
         return await kube_nodes.read_node_view(self._client, name)
 
-    async def cordon(self, name: str) -> None:
-        await kube_nodes.cordon(self._client, name)
+    async def cordon(self, name: str) -> NodeView:
+        return await kube_nodes.cordon(self._client, name)
 
     async def uncordon(self, name: str) -> bool:
         return await kube_nodes.uncordon(self._client, name)

@@ -165,6 +165,11 @@ class TalosClient(ResourceReads):
             self._channels[key] = cached
         return cached
 
+    def forget(self, endpoint: str) -> None:
+        """Close the channel to ``endpoint`` (the node was asked to reboot): the next call dials afresh, within the
+        dial timeout, rather than waiting out an RPC deadline on a connection the node may have dropped silently."""
+        self._drop(endpoint)
+
     def _drop(self, endpoint: str) -> None:
         cached = self._channels.pop(split_endpoint(endpoint, self._port), None)
         if cached is not None:

@@ -15,8 +15,7 @@ cache holds that very version, or the object is deleted.
 
 from __future__ import annotations
 
-import copy
-
+from ichord.jsoncopy import copy_json
 from ichord.watchers.informer import Informer, Obj, WatchEvent
 
 Key = tuple[str, str]  # (namespace, name)
@@ -67,7 +66,7 @@ class ReadYourWrites:
         if held is not None and _uid(held) == _uid(obj) and not newer(rv, resource_version(held)):
             return  # an older answer arriving late
         if not self._caught_up(rv, self._informer.cache.get(key)):
-            self._copies[key] = copy.deepcopy(obj)
+            self._copies[key] = copy_json(obj)
 
     def get(self, key: Key) -> Obj | None:
         """The newer of the informer's copy and this process's last write of it (None: neither has it)."""

@@ -11,6 +11,7 @@ naming the pod, uncordoned, nothing rebooted), an unowned pod, and the API-serve
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -26,6 +27,7 @@ from ichord.operations.config.cli import config_apply, format_plan
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
+from ichord.sim.talos.run import scaled
 from tests.integration._config_world import (
     API_SERVER_PATCH,
     APP_NS,
@@ -388,3 +390,35 @@ async def test_deleted_mid_rollout_it_releases_its_cordon_and_the_lock(world: Wo
 
     await world.run_until(gone, what="the operation gone")
     assert await _cordoned(world) == []
+
+
+async def test_a_worker_is_dialled_once_per_boot_not_once_per_step(bundle: SecretsBundle,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rollout keeps the cluster's Talos client across steps (its channels and its minted certificate) and drops
+    a node's channel once it is asked to reboot: a worker's Talos API sees a connection before its reboot and one
+    after, whatever the number of steps in between (a client per step dialled every worker under way, every step:
+    here about ten while each node takes a second to shut down)."""
+    from ichord.sim.talos import server as talos_server
+
+    timings = dataclasses.replace(scaled(0.01), reboot_shutdown=1.0)
+    async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=1, workers=4, timings=timings,
+                              management_api="separate") as env, contextlib.asynccontextmanager(world_on)(
+                                  env, TIMING) as world:
+        await world.patch_cluster([REBOOT_PATCH])
+        await _reported(world, "rebootPaths", 5)
+        dialled: dict[str, int] = {}
+        made = talos_server._Connection.connection_made
+
+        def counted(conn: Any, transport: Any) -> None:
+            node = next((n for n, s in env.talos._servers.items() if s is conn.server), "?")
+            dialled[node] = dialled.get(node, 0) + 1
+            made(conn, transport)
+
+        monkeypatch.setattr(talos_server._Connection, "connection_made", counted)
+        await _create(world, "kept", paused=False, maxUnavailable=2)
+        op = await _phase(world, "kept", "Completed", "Failed", "Paused")
+        assert op["status"]["phase"] == "Completed", op["status"]
+        workers = [n for n in env.talos.nodes if "-worker-" in n]
+        # The rollout's own connections (before the reboot, once more after asking for it, after the new boot) and
+        # the machine reconciler's (its own client: one a boot).
+        assert all(dialled.get(w, 0) <= 5 for w in workers), dialled

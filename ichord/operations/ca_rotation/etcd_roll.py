@@ -138,8 +138,8 @@ class ManagedAPI:
     async def read(self, name: str) -> NodeView:
         return await kube_nodes.read_node_view(await self.client(), name)
 
-    async def cordon(self, name: str) -> None:
-        await kube_nodes.cordon(await self.client(), name)
+    async def cordon(self, name: str) -> NodeView:
+        return await kube_nodes.cordon(await self.client(), name)
 
     async def uncordon(self, name: str) -> bool:
         return await kube_nodes.uncordon(await self.client(), name)

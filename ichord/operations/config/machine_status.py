@@ -30,12 +30,12 @@ class RolloutReason:
 
 
 async def set_rollout_condition(kube: KubeClient, namespace: str, machine: str, status: str, reason: str,
-                                message: str, *, now: dt.datetime, known: Obj | None = None) -> None:
-    """Set ConfigRollout on ``machine``; ``known`` (its status as last read) saves a write when nothing changes."""
+                                message: str, *, now: dt.datetime, current: Obj | None = None) -> None:
+    """Set ConfigRollout on ``machine``; ``current`` (the object as last read) saves a write when nothing changes,
+    and the write's read (update_status: a stale copy costs a 409 and a fresh read)."""
     message = SCRUBBER.text(message)
-    current = find((known or {}).get("conditions"), names.CONFIG_ROLLOUT)
-    if current is not None and (current.get("status"), current.get("reason"), current.get("message")) == (
-            status, reason, message):
+    old = find(((current or {}).get("status") or {}).get("conditions"), names.CONFIG_ROLLOUT)
+    if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (status, reason, message):
         return
 
     def mutate(st: Obj, _obj: Obj) -> Obj | None:
@@ -46,4 +46,4 @@ async def set_rollout_condition(kube: KubeClient, namespace: str, machine: str, 
                                                                          message), now=now)
         return st
 
-    await update_status(crds.machines(kube), namespace, machine, mutate)
+    await update_status(crds.machines(kube), namespace, machine, mutate, current=current)

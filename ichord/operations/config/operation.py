@@ -153,10 +153,9 @@ async def advance_in_scope(scope: ClusterScope, op: OperationView, clients: Mana
         return await backbone.blocked_before_read(ctx, CONFIG, op.obj, exc.message,
                                                   reason=backbone.FORBIDDEN if exc.reason == backbone.FORBIDDEN
                                                   else backbone.BLOCKED)
-    # A KubeError (the API did not answer) goes to the registry's error policy: a retry, not a Blocked Warning.
-    objs, _ = await crds.machines(ctx.kube).list_objects(inputs.op_namespace)
-    approved = {m.name for m in inputs.machines}
-    objects = {str(o["metadata"]["name"]): o for o in objs if o["metadata"]["name"] in approved}
+    # The approved machines' objects as load_inputs listed them this step (a second LIST of the namespace's
+    # machines, every step, read the same objects again).
+    objects = {m.name: _object(m) for m in inputs.machines}
     if not op.stage:
         return await _start(ctx, scope, op, inputs, objects)
     refused = await backbone.lock(ctx, CONFIG, inputs, approved_control_planes=len(inputs.control_planes),
@@ -167,6 +166,11 @@ async def advance_in_scope(scope: ClusterScope, op: OperationView, clients: Mana
         return await backbone.hold_paused(ctx, CONFIG, inputs, op.stage)
     await backbone.resume_if_paused(ctx, CONFIG, inputs, op.stage)
     return await _rolling(ctx, inputs, objects, clients, scope.key, scope.watch_nodes)
+
+
+def _object(m: MachineView) -> Obj:
+    """The TalosMachine as this step read it (metadata with labels, annotations and resourceVersion, spec, status)."""
+    return {"metadata": m.metadata, "spec": m.spec, "status": m.status}
 
 
 async def _start(ctx: StepContext, scope: ClusterScope, op: OperationView, inputs: Inputs,
@@ -252,9 +256,11 @@ def _current(planned: list[PlannedMachine], status: Obj) -> PlannedMachine | Non
     return next((p for p in planned if p.name not in done), None)
 
 
-def _issuer(ctx: StepContext, inputs: Inputs) -> tuple[TalosClient, list[MachineView], list[bytes]]:
-    """Who issues the admin kubeconfig (the control planes, through Talos) and the Kubernetes CA it is verified by."""
-    return ctx.talos_factory(DialBundle.from_bundle(inputs.bundle)), inputs.control_planes, \
+def _issuer(ctx: StepContext, inputs: Inputs, clients: ManagedClients,
+            key: str) -> tuple[TalosClient, list[MachineView], list[bytes]]:
+    """Who issues the admin kubeconfig (the control planes, through Talos: the cluster's client kept across steps)
+    and the Kubernetes CA it is verified by."""
+    return clients.talos(key, DialBundle.from_bundle(inputs.bundle), ctx.talos_factory), inputs.control_planes, \
         [inputs.bundle.k8s.cert_pem]
 
 
@@ -271,54 +277,51 @@ async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], cl
     if m is None:
         return await backbone.blocked(ctx, CONFIG, inputs, f"TalosMachine {current.name} of the plan is not approved "
                                       "or does not exist; the rollout waits for it")
-    talos, control_planes, trusted = _issuer(ctx, inputs)
+    talos, control_planes, trusted = _issuer(ctx, inputs, clients, key)
     outstanding = bool(marker_from_status(inputs.status, ROLL_FIELDS).rebooting or
                        RestartMarker.of(inputs.status).machine or workers.in_flight(inputs.status))
     try:
-        try:
-            async with clients.client(key, talos, control_planes, trusted) as managed:
-                # A node back from its reboot wakes the next step (watchers/managed_nodes.py); reboot_poll stays
-                # the fallback.
-                clients.watch_nodes(key, watch_nodes)
-                world = World(ctx, inputs, talos, managed, objects)
-                if not outstanding:  # a new node is about to start: the health gates first (operations/gates.py)
-                    held = await gates.hold(ctx, CONFIG, inputs, inputs.cluster, gates.kube_probe(managed),
-                                            target=current.name, first=current.name == planned[0].name)
-                    if held is not None:
-                        return held
-                if parallel:
-                    return await _workers(ctx, inputs, world, planned,
-                                          gated=gates.declared(inputs.cluster, inputs.op))
-                if current.change is Change.REBOOT:
-                    rolled = await advance_reboot(world, m)
-                    if rolled.window is not None:  # not started: outside every maintenance window
-                        return await backbone.wait_for_window(ctx, CONFIG, inputs, rolled.window)
-                    reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
-                    return await _report(ctx, inputs, [current], rolled.outcome, reason, rolled.message,
-                                         pause=rolled.pause, done=rolled.reason is RollReason.NODE_REBOOTED)
-                if RestartMarker.of(inputs.status).machine != current.name:
-                    # Not started: its kube-apiserver restarts only inside a maintenance window.
-                    closed = backbone.window_closed(ctx, inputs.cluster, f"the kube-apiserver restart of {m.name}")
-                    if closed is not None:
-                        return await backbone.wait_for_window(ctx, CONFIG, inputs, closed)
-                restarted = await advance_restart(world, m)
-                return await _report(ctx, inputs, [current], restarted.outcome, restarted.reason, restarted.message,
-                                     pause=restarted.pause, done=restarted.reason in ("APIServerRestarted",
-                                                                                      names.ReadyReason.CONVERGED))
-        except RenderError as exc:
-            # The inputs changed under the rollout (a patch now invalid): nothing is applied to the machine.
-            return await backbone.blocked(ctx, CONFIG, inputs, f"cannot render {current.name}'s configuration, "
-                                          f"nothing applied to it: {SCRUBBER.text(str(exc))}")
-        except (ManagedAPIError, NodeNameUnknown) as exc:
-            message = SCRUBBER.text(str(exc))
-            if outstanding:
-                # The node (maybe the only control plane) is rebooting or restarting its API server: waiting.
-                why = RolloutReason.REBOOTING if current.reboots else RolloutReason.API_SERVER_RESTARTING
-                return await _report(ctx, inputs, [current], Requeue(ctx.timing.reboot_poll, "waiting"), why,
-                                     f"waiting for {current.name}: {message}")
-            return await backbone.blocked(ctx, CONFIG, inputs, f"{current.name}: {message}")
-    finally:
-        talos.close()
+        async with clients.client(key, talos, control_planes, trusted) as managed:
+            # A node back from its reboot wakes the next step (watchers/managed_nodes.py); reboot_poll stays
+            # the fallback.
+            clients.watch_nodes(key, watch_nodes)
+            world = World(ctx, inputs, talos, managed, objects)
+            if not outstanding:  # a new node is about to start: the health gates first (operations/gates.py)
+                held = await gates.hold(ctx, CONFIG, inputs, inputs.cluster, gates.kube_probe(managed),
+                                        target=current.name, first=current.name == planned[0].name)
+                if held is not None:
+                    return held
+            if parallel:
+                return await _workers(ctx, inputs, world, planned,
+                                      gated=gates.declared(inputs.cluster, inputs.op))
+            if current.change is Change.REBOOT:
+                rolled = await advance_reboot(world, m)
+                if rolled.window is not None:  # not started: outside every maintenance window
+                    return await backbone.wait_for_window(ctx, CONFIG, inputs, rolled.window)
+                reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
+                return await _report(ctx, inputs, [current], rolled.outcome, reason, rolled.message,
+                                     pause=rolled.pause, done=rolled.reason is RollReason.NODE_REBOOTED)
+            if RestartMarker.of(inputs.status).machine != current.name:
+                # Not started: its kube-apiserver restarts only inside a maintenance window.
+                closed = backbone.window_closed(ctx, inputs.cluster, f"the kube-apiserver restart of {m.name}")
+                if closed is not None:
+                    return await backbone.wait_for_window(ctx, CONFIG, inputs, closed)
+            restarted = await advance_restart(world, m)
+            return await _report(ctx, inputs, [current], restarted.outcome, restarted.reason, restarted.message,
+                                 pause=restarted.pause, done=restarted.reason in ("APIServerRestarted",
+                                                                                  names.ReadyReason.CONVERGED))
+    except RenderError as exc:
+        # The inputs changed under the rollout (a patch now invalid): nothing is applied to the machine.
+        return await backbone.blocked(ctx, CONFIG, inputs, f"cannot render {current.name}'s configuration, "
+                                      f"nothing applied to it: {SCRUBBER.text(str(exc))}")
+    except (ManagedAPIError, NodeNameUnknown) as exc:
+        message = SCRUBBER.text(str(exc))
+        if outstanding:
+            # The node (maybe the only control plane) is rebooting or restarting its API server: waiting.
+            why = RolloutReason.REBOOTING if current.reboots else RolloutReason.API_SERVER_RESTARTING
+            return await _report(ctx, inputs, [current], Requeue(ctx.timing.reboot_poll, "waiting"), why,
+                                 f"waiting for {current.name}: {message}")
+        return await backbone.blocked(ctx, CONFIG, inputs, f"{current.name}: {message}")
 
 
 async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list[PlannedMachine], *,
@@ -414,19 +417,21 @@ async def _advance_workers(world: World, objects: crds.CustomObjects, inputs: In
 
 async def _machine_condition(ctx: StepContext, inputs: Inputs, pm: PlannedMachine, reason: str, message: str,
                              *, pause: bool = False, done: bool = False) -> None:
-    """ConfigRollout on the machine (written only when it changes); a report, so a failure is only logged."""
-    machine_status = next((m.status for m in inputs.machines if m.name == pm.name), {})
+    """ConfigRollout on the machine (written only when it changes); a report, so a failure is only logged. The write
+    starts from the machine as this step read it: no GET (a copy stale by then costs a 409 and a fresh read)."""
+    m = next((x for x in inputs.machines if x.name == pm.name), None)
+    machine = _object(m) if m is not None else None
     now = ctx.now()
     try:
         if done:
             await set_rollout_condition(ctx.kube, inputs.op_namespace, pm.name, "False", RolloutReason.ROLLED_OUT,
-                                        message, now=now, known=machine_status)
+                                        message, now=now, current=machine)
         elif pause:
             await set_rollout_condition(ctx.kube, inputs.op_namespace, pm.name, "False", RolloutReason.FAILED,
-                                        message, now=now, known=machine_status)
+                                        message, now=now, current=machine)
         elif reason in (RolloutReason.DRAINING, RolloutReason.REBOOTING, RolloutReason.API_SERVER_RESTARTING):
             await set_rollout_condition(ctx.kube, inputs.op_namespace, pm.name, "True", reason, message, now=now,
-                                        known=machine_status)
+                                        current=machine)
     except IchordError as exc:
         log.warning("cannot write ConfigRollout on the machine", machine=pm.name, error=SCRUBBER.exception(exc))
 

@@ -24,6 +24,7 @@ from ichord.kube.errors import KubeError
 from ichord.pki import pem as _pem
 from ichord.pki.scrub import SCRUBBER
 from ichord.talos.client import TalosClient
+from ichord.talos.dial import DialBundle
 from ichord.talos.errors import TalosError
 
 
@@ -119,6 +120,7 @@ class ManagedClients:
 
     def __init__(self) -> None:
         self._held: dict[str, _Held] = {}
+        self._talos: dict[str, TalosClient] = {}
 
     def __contains__(self, key: str) -> bool:
         return key in self._held
@@ -147,6 +149,17 @@ class ManagedClients:
         if held.client.reachability.failing_since is not None:
             await self._drop(key, held)
 
+    def talos(self, key: str, dial: DialBundle, factory: Callable[[DialBundle], TalosClient]) -> TalosClient:
+        """The cluster ``key``'s Talos client, kept across steps like its admin client: its minted client certificate
+        and its channels to the nodes (a step of twenty workers dialled twenty TLS connections, every step). Other
+        credentials close its channels (TalosClient.set_dial); ``close`` closes it."""
+        held = self._talos.get(key)
+        if held is None:
+            held = self._talos[key] = factory(dial)
+        else:
+            held.set_dial(dial)
+        return held
+
     def watch_nodes(self, key: str, watcher: NodeWatcher | None) -> None:
         """From now until the cluster's client goes, its Nodes are watched by ``watcher`` (a Node back from its
         reboot wakes the actor: watchers/managed_nodes.py). Inside ``client``'s block: through the client held."""
@@ -159,9 +172,12 @@ class ManagedClients:
         held = self._held.pop(key, None)
         if held is not None:
             await self._close(held)
+        talos = self._talos.pop(key, None)
+        if talos is not None:
+            talos.close()
 
     async def close_all(self) -> None:
-        for key in list(self._held):
+        for key in list(self._held) + list(self._talos):
             await self.close(key)
 
     async def _drop(self, key: str, held: _Held) -> None:

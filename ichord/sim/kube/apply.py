@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ichord.sim.kube.jsoncopy import copy_json
+from ichord.jsoncopy import copy_json
 from ichord.sim.kube.status import ApiError
 
 Path = tuple[str, ...]

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ichord.sim.kube.jsoncopy import copy_json
+from ichord.jsoncopy import copy_json
 from ichord.sim.kube.podrules import (
     CILIUM_TAINT,
     CLIENT_NAMESPACE,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ichord.sim.kube.jsoncopy import copy_json
+from ichord.jsoncopy import copy_json
 from ichord.sim.kube.status import gone
 
 JSON = dict[str, Any]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ichord.jsoncopy import copy_json
 from ichord.render import jsonpatch as _jsonpatch
 from ichord.render.errors import PatchError as RenderPatchError
-from ichord.sim.kube.jsoncopy import copy_json
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from ichord.sim.kube.jsoncopy import copy_json
+from ichord.jsoncopy import copy_json
 
 JSON = dict[str, Any]
 #: (reason, field path, message) like field.Error.

@@ -15,11 +15,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from ichord.jsoncopy import copy_json
 from ichord.sim.kube import apply as _apply
 from ichord.sim.kube import patch as _patch
 from ichord.sim.kube import schema as _schema
 from ichord.sim.kube.events import Change, EventLog, Watcher
-from ichord.sim.kube.jsoncopy import copy_json
 from ichord.sim.kube.resources import BUILTINS, JSON, ResourceType, types_from_crd
 from ichord.sim.kube.status import (
     STALE,

@@ -1,4 +1,5 @@
-"""copy_json: the simulator store's hand-outs share nothing mutable with what it stores."""
+"""copy_json: a copy (the simulator store's hand-outs, the daemon's working copies) shares nothing mutable with
+its original."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import copy
 import random
 from typing import Any
 
-from ichord.sim.kube.jsoncopy import copy_json
+from ichord.jsoncopy import copy_json
 
 
 def _random_json(rng: random.Random, depth: int = 0) -> Any:

@@ -1,8 +1,10 @@
-"""A deep copy for JSON values (dicts, lists, scalars), the store's hand-outs and watch events.
+"""A deep copy for JSON values (dicts, lists, scalars): the simulator store's hand-outs and watch events, and the
+daemon's copies of API objects (a status write's working copy, read-your-writes, the operations a step is handed).
 
 ``copy.deepcopy`` keeps a memo of every object it visits, for cycles and shared references that JSON values never
 have; on the objects a wide pass writes (a TalosOperation's status with a hundred machine entries) it was the
-simulator's largest cost after TLS. This walks dicts and lists only; any other container falls back to
+simulator's largest cost after TLS, and the daemon's largest in a config rollout's steps (every worker's marker
+write copied the whole operation twice). This walks dicts and lists only; any other container falls back to
 ``copy.deepcopy``, so a value that is not plain JSON is still copied, never shared.
 """
 
