@@ -6,9 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ichord.operations.progress import DEFAULTS
 from ichord.rehearsal.live import LiveCluster
-from ichord.rehearsal.model import Durations, Timed, clock, most_at_once
+from ichord.rehearsal.model import KINDS, Durations, Timed, clock, most_at_once
 from ichord.rehearsal.run import Event, Recording
 
 Obj = dict[str, Any]
@@ -60,7 +59,7 @@ class Report:
             "operation": {"name": self.operation["metadata"]["name"], "kind": spec.get("kind")},
             "result": "completes" if self.completes else "stops",
             "predictedDuration": {"low": self.total[0], "high": self.total[1]},
-            "durations": {k: {"low": lo, "high": hi, "source": self.durations.source(k), "covers": DEFAULTS[k][2]}
+            "durations": {k: {"low": lo, "high": hi, "source": self.durations.source(k), "covers": KINDS[k][2]}
                           for k, (lo, hi) in self.durations.ranges.items()},
             "timeline": [{"at": {"low": t.at[0], "high": t.at[1]}, "event": t.event.kind, "node": t.event.node,
                           "detail": t.event.detail} for t in self.timeline],
@@ -101,8 +100,8 @@ class Report:
         lines.append(f"durations: {said}")
         together = most_at_once(self.recording.events)
         if together > 1:
-            lines.append(f"note: the twin drained {together} nodes at once (maxUnavailable); the range adds their "
-                         "steps one after the other, so the real run is likely shorter")
+            lines.append(f"note: the twin drained up to {together} nodes at once (maxUnavailable); the prediction "
+                         f"rolls them {together} at a time, each node taking the next free slot")
         if self.completes:
             lines.append("result: the operation completes")
         else:
