@@ -1,0 +1,191 @@
+"""The rehearsal's predicted duration against the real run's on the same world (issue 31, docs/architecture.md#rehearsal).
+
+The "live" cluster is a SimEnvironment whose nodes have durations of their own (``SimCluster.retime``): reboots
+that differ per node, one slow node, an apply latency. Its clock is compressed (``SCALE``): every simulated delay
+and the daemon's ``Timing`` are that fraction of a real cluster's, so the world's wall seconds are its seconds and
+the rehearsal is given them as a user would give a real cluster's: each node's reboot from a past operation's
+``status.progress.observed`` (history), the apply latency with ``--duration``.
+
+What no Talos or Kubernetes step covers is the daemon's own time around each node's step (its writes, health
+gates, Node Ready, polls): on this machine about a second of the world's time per node, far from negligible next to
+reboots of seconds. The model has a kind for it (``overhead``); it is measured here as a user would learn it: a
+previous rollout on the same world is timed, and the overhead is the value for which the model, on that rollout's
+rehearsal, gives that rollout's duration. The next rollout then has other reboot times and another slow node, and
+its rehearsal (with that overhead and the new durations) must be within ±15 % of its real duration, with the same
+reboots and kube-apiserver restarts, event by event, and the same stops (none).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ichord.api import names
+from ichord.kube import crds
+from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.rehearsal.model import OVERHEAD, Durations, predict
+from ichord.settings import Timing
+from ichord.sim.combined import SimEnvironment
+from tests.integration._config_world import REBOOT_PATCH, World, world_on
+from tests.integration.test_rehearsal import Writes, _op, _rehearse
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+Obj = dict[str, Any]
+#: The world's clock: a fiftieth of a real cluster's (a 60 s reboot lasts 1.2 s).
+SCALE = 0.02
+TIMING = Timing().scaled(SCALE)
+#: Another reboot-class change, for the rollout after the first.
+SECOND_PATCH = "apiVersion: v1alpha1\nkind: KernelModuleConfig\nname: nf_conntrack\n"
+#: Each ApplyConfiguration call's latency; a step's apply is two calls (the dry run and the write).
+APPLY_LATENCY = 0.2
+TOLERANCE = 0.15
+
+
+@dataclass(frozen=True)
+class Measured:
+    predicted: float
+    real: float
+    overhead: float
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.real) / self.real
+
+
+@pytest.fixture(scope="module")
+def bundle() -> SecretsBundle:
+    return generate_bundle()
+
+
+def _reboots(machines: Sequence[str], slow: str, shift: int) -> dict[str, float]:
+    """Reboots of 1.0 to 1.5 s varied per node (``shift`` varies them again), ``slow`` 3.5 s."""
+    return {m: 3.5 if m == slow else 1.0 + 0.25 * ((i + shift) % 3) for i, m in enumerate(machines)}
+
+
+def _retime(env: SimEnvironment, reboots: dict[str, float]) -> None:
+    for node, seconds in reboots.items():
+        env.talos.retime(node, reboot=seconds, apply_duration=APPLY_LATENCY)
+
+
+async def _record_history(world: World, name: str, reboots: dict[str, float]) -> None:
+    """A finished past operation whose status.progress.observed holds each node's reboot (operations/progress.py's
+    record, one entry per node and kind): what the cluster's history tells the rehearsal."""
+    env = world.env
+    observed = [{"node": m, "step": "reboot", "seconds": s} for m, s in reboots.items()]
+    await crds.operations(world.kube).create(env.namespace, {**_op(env.cluster_name, "config", paused=True),
+                                                            "metadata": {"name": name}})
+    await crds.operations(world.kube).patch_status(env.namespace, name, {"status": {
+        "phase": names.Phase.COMPLETED, "progress": {"done": len(observed), "total": len(observed),
+                                                     "steps": f"{len(observed)}/{len(observed)}",
+                                                     "observed": observed}}})
+
+
+async def _waiting(world: World, patches: list[str]) -> None:
+    await world.patch_cluster(patches)
+    count = len(world.env.machine_names)
+
+    async def reported() -> bool:
+        return sum(1 for m in await world.machines() if (m.get("status") or {}).get("rebootPaths")) == count
+
+    await world.run_until(reported, what="every machine reports the reboot it waits for")
+
+
+async def _real_run(world: World, name: str, op: Obj) -> tuple[float, Obj, list[tuple[str, str]]]:
+    """The operation run by the real cluster actor on the world: its wall duration (creation to the step that
+    sees it finished), the object, and its reboots and kube-apiserver restarts in order."""
+    env = world.env
+    since = len(env.talos.history.events)
+    started = time.monotonic()
+    await crds.operations(world.kube).create(env.namespace, {**op, "metadata": {"name": name}})
+
+    async def finished() -> bool:
+        o = await world.op(name)
+        return (o.get("status") or {}).get("phase") in (names.Phase.COMPLETED, names.Phase.FAILED)
+
+    await world.run_until(finished, steps=20000, what=f"{name} finished")
+    wall = time.monotonic() - started
+    seen = [(e["kind"], e["node"]) for e in env.talos.history.events[since:]
+            if e["kind"] in ("reboot", "apiserver_restart")]
+    return wall, await world.op(name), seen
+
+
+def _fit_overhead(events: Sequence[Any], durations: Durations, real: float) -> float:
+    """The overhead for which the model gives ``real`` on ``events`` (the prediction grows with it)."""
+    low, high = 0.0, real
+    for _ in range(40):
+        mid = (low + high) / 2
+        total = predict(events, replace(durations, ranges={**durations.ranges, OVERHEAD: (mid, mid)}))[1][0]
+        low, high = (mid, high) if total < real else (low, mid)
+    return (low + high) / 2
+
+
+@pytest.fixture(params=[(3, 1), (20, 5)], ids=["3+3", "3+20"])
+async def rollout_world(request: pytest.FixtureRequest, bundle: SecretsBundle) -> AsyncIterator[tuple[World, int]]:
+    workers, max_unavailable = request.param
+    async with SimEnvironment(bundle=bundle, time_scale=SCALE, control_planes=3, workers=workers,
+                              pod_start_delay=2.0) as env:
+        async for world in world_on(env, TIMING):
+            yield world, max_unavailable
+
+
+async def test_a_config_rollouts_predicted_duration_is_within_15_percent_of_the_real_run(
+        rollout_world: tuple[World, int], tmp_path: Path) -> None:
+    world, max_unavailable = rollout_world
+    env = world.env
+    op = _op(env.cluster_name, "config", maxUnavailable=max_unavailable)
+    given = ["stage=0", "drain=0", f"apply={2 * APPLY_LATENCY}"]
+    machines = env.machine_names
+
+    # The previous rollout: its duration measures the daemon's overhead on this world.
+    first = _reboots(machines, slow=machines[1], shift=0)
+    _retime(env, first)
+    await _record_history(world, "history-1", first)
+    await _waiting(world, [REBOOT_PATCH])
+    (tmp_path / "1").mkdir()
+    writes = Writes(env, tmp_path / "1")
+    before = await _rehearse(writes, op, *given, f"{OVERHEAD}=0")
+    writes.assert_none()
+    wall_1, done, _ = await _real_run(world, "first", op)
+    assert done["status"]["phase"] == names.Phase.COMPLETED
+    overhead = _fit_overhead(before.recording.events, before.durations, wall_1)
+
+    # The next: other reboot times, another slow node (a worker), recorded as the first run's were.
+    second = _reboots(machines, slow=machines[-1], shift=1)
+    _retime(env, second)
+    # The history is of the nodes as they are now: the first run's records go (its own status.progress.observed
+    # too, whose times include the overhead and, for workers rolled together, the time between completions).
+    for past in ("history-1", "first"):
+        await crds.operations(world.kube).delete(env.namespace, past)
+    await _record_history(world, "history-2", second)
+    await _waiting(world, [REBOOT_PATCH, SECOND_PATCH])
+    (tmp_path / "2").mkdir()
+    writes = Writes(env, tmp_path / "2")
+    report = await _rehearse(writes, op, *given, f"{OVERHEAD}={overhead:.3f}")
+    writes.assert_none()
+    assert report.exit_code == 0, report.text()
+    assert report.durations.source("reboot").startswith("history of")
+    assert report.durations.of("reboot", machines[-1])[0] == pytest.approx(3.5)
+    low, high = report.total
+    assert low == pytest.approx(high)  # every duration is a node's own or given: one value
+
+    wall_2, done, real = await _real_run(world, "second", op)
+    assert done["status"]["phase"] == names.Phase.COMPLETED
+    assert report.recording.stops == []
+    measured = Measured(low, wall_2, overhead)
+    print(f"\n{len(machines)} nodes maxUnavailable={max_unavailable}: predicted {measured.predicted:.2f} s, real "
+          f"{measured.real:.2f} s ({measured.error:+.1%}); overhead {overhead:.3f} s per node step (first run "
+          f"{wall_1:.2f} s)")
+    assert abs(measured.error) <= TOLERANCE, measured
+    # The same reboots: the control planes one at a time in the same order; the workers the same ones, each once
+    # (several at a time, the order in which they come back is the durations', not the plan's).
+    control_planes = [m for m in machines if "-cp-" in m]
+    assert report.disruptions()[:3] == real[:3] == [("reboot", m) for m in control_planes]
+    assert sorted(report.disruptions()) == sorted(real) == sorted(("reboot", m) for m in machines)
+    if max_unavailable == 1:
+        assert report.disruptions() == real
