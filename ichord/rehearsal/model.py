@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ichord.api import names
 from ichord.errors import IchordError
 from ichord.operations.progress import DEFAULTS  # the same model the ETA of a real run is computed from
 
@@ -31,8 +32,17 @@ KINDS: dict[str, tuple[float, float, str]] = {
     OVERHEAD: (1.0, 10.0, "the daemon's own time around a node's step: its writes, health gates, Node Ready, polls"),
 }
 
+#: The operation's condition reasons that are a wait by the clock, and the daemon's setting (``Timing``) that is its
+#: length: the twin waits them compressed; the prediction takes the live daemon's own.
+SETTLES = {names.CARotationReason.SETTLING_CLIENTS: "ca_client_settle_delay",
+           names.CARotationReason.SETTLING_NODES: "ca_kubelet_settle_delay"}
+
+#: How a settle is priced (``Durations.of``): this prefix and its reason.
+SETTLE = "settle:"
+
 if TYPE_CHECKING:
     from ichord.rehearsal.run import Event
+    from ichord.settings import Timing
 
 #: Recorded event kind -> the step kind whose duration it costs.
 COSTS = {"apply": "apply", "reboot": "reboot", "apiserver_restart": "apiserver_restart", "cordon": "drain",
@@ -76,6 +86,12 @@ class Durations:
     recorded: dict[str, int] = field(default_factory=dict)
     #: (node, kind) -> that node's own recorded range: a node's steps cost what they cost it before.
     per_node: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    #: A settle's reason (``SETTLES``) -> its seconds in the live daemon's settings (``with_settings``).
+    waits: dict[str, float] = field(default_factory=dict)
+
+    def with_settings(self, timing: Timing) -> Durations:
+        """The daemon's own waits by the clock, as its settings (``Timing``) make them."""
+        return replace(self, waits={reason: float(getattr(timing, attr)) for reason, attr in SETTLES.items()})
 
     def source(self, kind: str) -> str:
         if kind in self.given:
@@ -85,6 +101,9 @@ class Durations:
     def of(self, kind: str, node: str) -> tuple[float, float]:
         """The range of ``kind`` on ``node``: given, else the node's own history, else the cluster's, else the
         default."""
+        if kind.startswith(SETTLE):
+            wait = self.waits.get(kind[len(SETTLE):], 0.0)
+            return wait, wait
         if kind not in self.given and (node, kind) in self.per_node:
             return self.per_node[(node, kind)]
         return self.ranges[kind]
@@ -115,7 +134,7 @@ class Durations:
             if kind not in self.given:
                 ranges[kind], recorded[kind] = (min(times), max(times)), len(times)
         per_node = {key: (min(t), max(t)) for key, t in by_node.items()}
-        return Durations(ranges, self.given, recorded, per_node)
+        return Durations(ranges, self.given, recorded, per_node, self.waits)
 
 
 @dataclass(frozen=True)
@@ -183,6 +202,11 @@ def _width(group: list[_Job]) -> int:
     return most
 
 
+def _priced(e: Event) -> str | None:
+    """The kind of the model ``e`` costs, if any."""
+    return SETTLE + e.detail if e.kind == "settle" else COSTS.get(e.kind)
+
+
 def schedule(events: Sequence[Event], cost: Callable[[str, str], float]) -> list[float]:
     """Each event's time from the start, ``cost(kind, node)`` the seconds of a step: the twin's drains (cordon to
     uncordon) that overlapped roll in as many slots as the twin had under way at once, each node in the next slot
@@ -202,7 +226,7 @@ def schedule(events: Sequence[Event], cost: Callable[[str, str], float]) -> list
             for job in group:
                 t = heapq.heappop(slots) + cost(OVERHEAD, job.node)
                 for k in job.members:
-                    kind = COSTS.get(events[k].kind)
+                    kind = _priced(events[k])
                     t += cost(kind, job.node) if kind is not None else 0.0
                     at[k] = t
                 heapq.heappush(slots, t)
@@ -210,13 +234,13 @@ def schedule(events: Sequence[Event], cost: Callable[[str, str], float]) -> list
             last = max(j.last for j in group)
             for k in range(i, last + 1):  # what else happened meanwhile: a stage's settling after them, others
                 if k not in inside:
-                    kind = COSTS.get(events[k].kind)
+                    kind = _priced(events[k])
                     end += cost(kind, events[k].node) if kind is not None else 0.0
                     at[k] = end
             now, last_node, i = end, "", last + 1
             continue
         e = events[i]
-        kind = COSTS.get(e.kind)
+        kind = _priced(e)
         if kind is not None:
             if e.node and e.node != last_node:
                 now += cost(OVERHEAD, e.node)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ichord.rehearsal.live import LiveCluster
-from ichord.rehearsal.model import KINDS, Durations, Timed, clock, most_at_once
+from ichord.rehearsal.model import KINDS, SETTLES, Durations, Timed, clock, most_at_once
 from ichord.rehearsal.run import Event, Recording
 
 Obj = dict[str, Any]
@@ -17,7 +17,7 @@ WORDS = {
     "stage": "stage", "apply": "configuration applied", "reboot": "reboot", "down": "node down",
     "boot": "node booted", "apiserver_restart": "kube-apiserver restart", "apiserver_ready": "kube-apiserver ready",
     "cordon": "drain (cordon)", "uncordon": "uncordon", "evict": "pod evicted", "blocked": "waits",
-    "act": "a person acts", "pdb": "drain blocked by", "stop": "STOPS",
+    "act": "a person acts", "pdb": "drain blocked by", "stop": "STOPS", "settle": "the daemon waits",
 }
 #: Rows a text timeline leaves out (they are in -o json): the simulator's own detail of a reboot.
 QUIET = frozenset({"down", "boot", "apiserver_ready"})
@@ -63,6 +63,8 @@ class Report:
                           for k, (lo, hi) in self.durations.ranges.items()},
             "timeline": [{"at": {"low": t.at[0], "high": t.at[1]}, "event": t.event.kind, "node": t.event.node,
                           "detail": t.event.detail} for t in self.timeline],
+            "waits": {r: self.durations.waits.get(r, 0.0) for r in sorted({e.detail for e in self.recording.events
+                                                                            if e.kind == "settle"})},
             "mostNodesAtOnce": most_at_once(self.recording.events),
             "reboots": dict(self.counted("reboot")),
             "apiserverRestarts": dict(self.counted("apiserver_restart")),
@@ -98,6 +100,10 @@ class Report:
         said = ", ".join(f"{k} {clock(lo)}" + ("" if lo == hi else f"-{clock(hi)}") + f" ({self.durations.source(k)})"
                          for k, (lo, hi) in self.durations.ranges.items())
         lines.append(f"durations: {said}")
+        waited = sorted({e.detail for e in self.recording.events if e.kind == "settle"})
+        if waited:
+            lines.append("the daemon's waits: " + ", ".join(
+                f"{r} {clock(self.durations.waits.get(r, 0.0))} ({SETTLES[r]})" for r in waited if r in SETTLES))
         together = most_at_once(self.recording.events)
         if together > 1:
             lines.append(f"note: the twin drained up to {together} nodes at once (maxUnavailable); the prediction "

@@ -27,6 +27,7 @@ from ichord.operations.ca_rotation.plan import handoff_token
 from ichord.operations.outcome import next_delay
 from ichord.pki.scrub import SCRUBBER
 from ichord.rehearsal.live import RehearsalInputError
+from ichord.rehearsal.model import SETTLES
 from ichord.rehearsal.twin import Twin
 from ichord.settings import Timing
 from ichord.sim.kube.events import Change
@@ -55,7 +56,8 @@ class Event:
     """One thing that happened in the twin, at ``t`` compressed seconds after the operation was started."""
 
     t: float
-    kind: str  # stage, apply, reboot, boot, apiserver_restart, apiserver_ready, cordon, uncordon, evict, act, stop
+    kind: str  # stage, apply, reboot, boot, apiserver_restart, apiserver_ready, cordon, uncordon, evict, settle, act,
+    # stop
     node: str = ""
     detail: str = ""
 
@@ -138,6 +140,8 @@ class Player:
         cond = view.condition() or {}
         seen = (view.condition_type, str(cond.get("reason") or ""), str(cond.get("message") or ""))
         if cond and seen != self._cond:
+            if seen[1] in SETTLES and seen[1] != self._cond[1]:
+                self._add("settle", detail=seen[1])  # a wait by the clock: the model prices it (model.py)
             self._cond = seen
             if cond.get("status") == "False":
                 if seen in self._blocked:

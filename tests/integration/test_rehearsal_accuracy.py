@@ -1,4 +1,4 @@
-"""The rehearsal's predicted duration against the real run's on the same world (issue 31, docs/architecture.md#rehearsal).
+"""The rehearsal's predicted duration against the real run's on one world (issue 31, docs/architecture.md#rehearsal).
 
 The "live" cluster is a SimEnvironment whose nodes have durations of their own (``SimCluster.retime``): reboots
 that differ per node, one slow node, an apply latency. Its clock is compressed (``SCALE``): every simulated delay
@@ -18,7 +18,7 @@ reboots and kube-apiserver restarts, event by event, and the same stops (none).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,13 +26,18 @@ from typing import Any
 import pytest
 
 from ichord.api import names
+from ichord.api.carotation import Stage
 from ichord.kube import crds
+from ichord.kube.client import from_kubeconfig
+from ichord.operations.ca_rotation.plan import handoff_token
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.rehearsal.model import OVERHEAD, Durations, predict
+from ichord.rehearsal.play import rehearse
+from ichord.rehearsal.report import Report
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from tests.integration._config_world import REBOOT_PATCH, World, world_on
-from tests.integration.test_rehearsal import Writes, _op, _rehearse
+from tests.integration.test_rehearsal import Writes, _op
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -45,6 +50,8 @@ SECOND_PATCH = "apiVersion: v1alpha1\nkind: KernelModuleConfig\nname: nf_conntra
 #: Each ApplyConfiguration call's latency; a step's apply is two calls (the dry run and the write).
 APPLY_LATENCY = 0.2
 TOLERANCE = 0.15
+#: What makes the operation's change wait before its run (the first, the second).
+Prepare = Callable[[int], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,14 @@ class Measured:
 @pytest.fixture(scope="module")
 def bundle() -> SecretsBundle:
     return generate_bundle()
+
+
+async def _rehearse(writes: Writes, op: Obj, *durations: str) -> Report:
+    """The rehearsal as the command runs it, told the live daemon's settings (its waits by the clock)."""
+    env = writes.env
+    async with await from_kubeconfig(writes.kubeconfig, timing=TIMING) as kube:
+        return await rehearse(kube, env.namespace, env.cluster_name, op, Durations.parse(list(durations)),
+                              settings=TIMING)
 
 
 def _reboots(machines: Sequence[str], slow: str, shift: int) -> dict[str, float]:
@@ -98,7 +113,9 @@ async def _waiting(world: World, patches: list[str]) -> None:
 
 async def _real_run(world: World, name: str, op: Obj) -> tuple[float, Obj, list[tuple[str, str]]]:
     """The operation run by the real cluster actor on the world: its wall duration (creation to the step that
-    sees it finished), the object, and its reboots and kube-apiserver restarts in order."""
+    sees it finished), the object, and its reboots and kube-apiserver restarts in order. Where a rotation hands
+    off, the person acts at once (``ichord cluster credentials --acknowledge`` sets this annotation); the rehearsal
+    says where a person acts and counts no time for it."""
     env = world.env
     since = len(env.talos.history.events)
     started = time.monotonic()
@@ -106,7 +123,14 @@ async def _real_run(world: World, name: str, op: Obj) -> tuple[float, Obj, list[
 
     async def finished() -> bool:
         o = await world.op(name)
-        return (o.get("status") or {}).get("phase") in (names.Phase.COMPLETED, names.Phase.FAILED)
+        status = o.get("status") or {}
+        token = handoff_token((status.get("caRotation") or {}).get("certificates") or [])
+        annotations = o["metadata"].get("annotations") or {}
+        if status.get("stage") == Stage.AWAITING_CREDENTIALS.value and token and \
+                annotations.get(names.CREDENTIALS_HANDOFF_ANNOTATION) != token:
+            await crds.operations(world.kube).patch(env.namespace, name, {"metadata": {"annotations": {
+                names.CREDENTIALS_HANDOFF_ANNOTATION: token}}})
+        return status.get("phase") in (names.Phase.COMPLETED, names.Phase.FAILED)
 
     await world.run_until(finished, steps=20000, what=f"{name} finished")
     wall = time.monotonic() - started
@@ -125,37 +149,28 @@ def _fit_overhead(events: Sequence[Any], durations: Durations, real: float) -> f
     return (low + high) / 2
 
 
-@pytest.fixture(params=[(3, 1), (20, 5)], ids=["3+3", "3+20"])
-async def rollout_world(request: pytest.FixtureRequest, bundle: SecretsBundle) -> AsyncIterator[tuple[World, int]]:
-    workers, max_unavailable = request.param
-    async with SimEnvironment(bundle=bundle, time_scale=SCALE, control_planes=3, workers=workers,
-                              pod_start_delay=2.0) as env:
-        async for world in world_on(env, TIMING):
-            yield world, max_unavailable
-
-
-async def test_a_config_rollouts_predicted_duration_is_within_15_percent_of_the_real_run(
-        rollout_world: tuple[World, int], tmp_path: Path) -> None:
-    world, max_unavailable = rollout_world
+async def _predicted_and_real(world: World, op: Obj, tmp: Path,
+                              prepare: Prepare) -> tuple[Report, Measured, list[tuple[str, str]]]:
+    """The previous run (its duration measures the overhead), then the next with other reboot times and another
+    slow node: its rehearsal, with the overhead and the nodes' durations, and its real run."""
     env = world.env
-    op = _op(env.cluster_name, "config", maxUnavailable=max_unavailable)
-    given = ["stage=0", "drain=0", f"apply={2 * APPLY_LATENCY}"]
     machines = env.machine_names
+    sim = env.talos.timings  # a kube-apiserver restart: the static pod replaced, then /readyz ok
+    given = ["stage=0", "drain=0", f"apply={2 * APPLY_LATENCY}",
+             f"apiserver_restart={sim.apiserver_restart_delay + sim.apiserver_ready_delay:.3f}"]
 
-    # The previous rollout: its duration measures the daemon's overhead on this world.
     first = _reboots(machines, slow=machines[1], shift=0)
     _retime(env, first)
     await _record_history(world, "history-1", first)
-    await _waiting(world, [REBOOT_PATCH])
-    (tmp_path / "1").mkdir()
-    writes = Writes(env, tmp_path / "1")
+    await prepare(1)
+    (tmp / "1").mkdir()
+    writes = Writes(env, tmp / "1")
     before = await _rehearse(writes, op, *given, f"{OVERHEAD}=0")
     writes.assert_none()
     wall_1, done, _ = await _real_run(world, "first", op)
     assert done["status"]["phase"] == names.Phase.COMPLETED
     overhead = _fit_overhead(before.recording.events, before.durations, wall_1)
 
-    # The next: other reboot times, another slow node (a worker), recorded as the first run's were.
     second = _reboots(machines, slow=machines[-1], shift=1)
     _retime(env, second)
     # The history is of the nodes as they are now: the first run's records go (its own status.progress.observed
@@ -163,9 +178,9 @@ async def test_a_config_rollouts_predicted_duration_is_within_15_percent_of_the_
     for past in ("history-1", "first"):
         await crds.operations(world.kube).delete(env.namespace, past)
     await _record_history(world, "history-2", second)
-    await _waiting(world, [REBOOT_PATCH, SECOND_PATCH])
-    (tmp_path / "2").mkdir()
-    writes = Writes(env, tmp_path / "2")
+    await prepare(2)
+    (tmp / "2").mkdir()
+    writes = Writes(env, tmp / "2")
     report = await _rehearse(writes, op, *given, f"{OVERHEAD}={overhead:.3f}")
     writes.assert_none()
     assert report.exit_code == 0, report.text()
@@ -178,9 +193,35 @@ async def test_a_config_rollouts_predicted_duration_is_within_15_percent_of_the_
     assert done["status"]["phase"] == names.Phase.COMPLETED
     assert report.recording.stops == []
     measured = Measured(low, wall_2, overhead)
-    print(f"\n{len(machines)} nodes maxUnavailable={max_unavailable}: predicted {measured.predicted:.2f} s, real "
-          f"{measured.real:.2f} s ({measured.error:+.1%}); overhead {overhead:.3f} s per node step (first run "
-          f"{wall_1:.2f} s)")
+    print(f"\n{(op['spec'].get('caRotation') or {}).get('targets') or op['spec']['kind']} on {len(machines)} nodes: "
+          f"predicted {measured.predicted:.2f} s, real {measured.real:.2f} s ({measured.error:+.1%}); overhead "
+          f"{overhead:.3f} s per node step (first run {wall_1:.2f} s)")
+    return report, measured, real
+
+
+async def _nothing(_run: int) -> None:
+    """A rotation needs nothing waiting: it can run again once the last one completed."""
+
+
+@pytest.fixture(params=[(3, 1), (20, 5)], ids=["3+3", "3+20"])
+async def rollout_world(request: pytest.FixtureRequest, bundle: SecretsBundle) -> AsyncIterator[tuple[World, int]]:
+    workers, max_unavailable = request.param
+    async with SimEnvironment(bundle=bundle, time_scale=SCALE, control_planes=3, workers=workers,
+                              pod_start_delay=2.0) as env:
+        async for world in world_on(env, TIMING):
+            yield world, max_unavailable
+
+
+async def test_a_config_rollouts_predicted_duration_is_within_15_percent_of_the_real_run(
+        rollout_world: tuple[World, int], tmp_path: Path) -> None:
+    world, max_unavailable = rollout_world
+    machines = world.env.machine_names
+
+    async def waiting(run: int) -> None:
+        await _waiting(world, [REBOOT_PATCH, SECOND_PATCH][:run])
+
+    op = _op(world.env.cluster_name, "config", maxUnavailable=max_unavailable)
+    report, measured, real = await _predicted_and_real(world, op, tmp_path, waiting)
     assert abs(measured.error) <= TOLERANCE, measured
     # The same reboots: the control planes one at a time in the same order; the workers the same ones, each once
     # (several at a time, the order in which they come back is the durations', not the plan's).
@@ -189,3 +230,22 @@ async def test_a_config_rollouts_predicted_duration_is_within_15_percent_of_the_
     assert sorted(report.disruptions()) == sorted(real) == sorted(("reboot", m) for m in machines)
     if max_unavailable == 1:
         assert report.disruptions() == real
+
+
+@pytest.fixture
+async def world(bundle: SecretsBundle) -> AsyncIterator[World]:
+    async with SimEnvironment(bundle=bundle, time_scale=SCALE, control_planes=3, workers=3,
+                              pod_start_delay=2.0) as env:
+        async for w in world_on(env, TIMING):
+            yield w
+
+
+@pytest.mark.parametrize("targets", [None, ["etcd"], ["kubernetes-aggregator"]], ids=["default", "etcd", "aggregator"])
+async def test_a_ca_rotations_predicted_duration_is_within_15_percent_of_the_real_run(
+        world: World, targets: list[str] | None, tmp_path: Path) -> None:
+    spec = {"caRotation": {"targets": targets}} if targets else {}
+    op = _op(world.env.cluster_name, "ca-rotation", **spec)
+    report, measured, real = await _predicted_and_real(world, op, tmp_path, _nothing)
+    assert abs(measured.error) <= TOLERANCE, measured
+    assert report.disruptions() == real  # every reboot and kube-apiserver restart, in order
+    assert real  # it did restart or reboot something
