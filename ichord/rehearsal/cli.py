@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ichord import log, operation_cli, yamlio
 from ichord.errors import IchordError
 from ichord.kube.client import from_kubeconfig
-from ichord.operations.progress import DEFAULTS
-from ichord.rehearsal.model import Durations
+from ichord.rehearsal.model import KINDS, Durations
 
 if TYPE_CHECKING:
     from ichord.rehearsal.report import Report
@@ -41,7 +40,7 @@ def register(sub: Any, cluster_args: Callable[[argparse.ArgumentParser], None]) 
     p.add_argument("-f", "--file", dest="file", type=Path, required=True, metavar="OPERATION.yaml",
                    help="the TalosOperation to rehearse (as you would kubectl create it; '-' reads stdin)")
     p.add_argument("--duration", action="append", default=[], metavar="KIND=SECONDS|KIND=LOW-HIGH",
-                   help=f"a step's duration on this cluster, replacing the default; KIND one of {', '.join(DEFAULTS)} "
+                   help=f"a step's duration on this cluster, replacing the default; KIND one of {', '.join(KINDS)} "
                         "(repeatable)")
     p.add_argument("--budget", type=float, default=240.0, metavar="SECONDS",
                    help="how long the rehearsal itself may run (default 240)")
@@ -71,7 +70,7 @@ def add_rehearse_flags(p: argparse.ArgumentParser) -> None:
                    help="create nothing: play the operation on a twin of the live cluster and print its timeline, "
                         "predicted duration and stops (as `ichord cluster rehearse`; exit 0 completes, 1 would stop)")
     p.add_argument("--duration", action="append", default=[], metavar="KIND=SECONDS|KIND=LOW-HIGH",
-                   help=f"with --rehearse: a step's duration on this cluster; KIND one of {', '.join(DEFAULTS)}")
+                   help=f"with --rehearse: a step's duration on this cluster; KIND one of {', '.join(KINDS)}")
 
 
 def rehearse_object(args: argparse.Namespace, doc: Any) -> int:

@@ -15,6 +15,7 @@ from ichord.rehearsal.model import Durations, predict
 from ichord.rehearsal.report import Report
 from ichord.rehearsal.run import TIME_SCALE, Player, simulated_delays, timing
 from ichord.rehearsal.twin import Twin
+from ichord.settings import Timing
 from ichord.talos.client import TalosClient
 
 Obj = dict[str, Any]
@@ -53,11 +54,14 @@ def _contract(live: LiveCluster) -> VersionContract:
 
 
 async def rehearse(kube: KubeClient, namespace: str, cluster: str, operation: Obj, durations: Durations, *,
-                   talos_factory: Any = TalosClient, budget: float = 240.0) -> Report:
-    """Read the live cluster, build its twin, play ``operation`` on it, and predict (the whole command)."""
+                   talos_factory: Any = TalosClient, budget: float = 240.0, settings: Timing | None = None) -> Report:
+    """Read the live cluster, build its twin, play ``operation`` on it, and predict (the whole command).
+    ``settings``: the live daemon's Timing (its waits by the clock); the environment's (``ICHORD_TIME_SCALE``) when
+    None."""
     op = check_operation(operation, namespace, cluster)
     live = await read_live(kube, namespace, cluster, talos_factory)
     durations = durations.with_history(live.operations)  # this cluster's own past steps, where it has any
+    durations = durations.with_settings(settings or Timing.from_env())  # the daemon's, as this environment sets it
     unfinished = [OperationView.of(o) for o in live.operations if not OperationView.of(o).finished]
     if unfinished:
         other = unfinished[0]

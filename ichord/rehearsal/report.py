@@ -6,9 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ichord.operations.progress import DEFAULTS
 from ichord.rehearsal.live import LiveCluster
-from ichord.rehearsal.model import Durations, Timed, clock, most_at_once
+from ichord.rehearsal.model import KINDS, SETTLES, Durations, Timed, clock, most_at_once
 from ichord.rehearsal.run import Event, Recording
 
 Obj = dict[str, Any]
@@ -18,7 +17,7 @@ WORDS = {
     "stage": "stage", "apply": "configuration applied", "reboot": "reboot", "down": "node down",
     "boot": "node booted", "apiserver_restart": "kube-apiserver restart", "apiserver_ready": "kube-apiserver ready",
     "cordon": "drain (cordon)", "uncordon": "uncordon", "evict": "pod evicted", "blocked": "waits",
-    "act": "a person acts", "pdb": "drain blocked by", "stop": "STOPS",
+    "act": "a person acts", "pdb": "drain blocked by", "stop": "STOPS", "settle": "the daemon waits",
 }
 #: Rows a text timeline leaves out (they are in -o json): the simulator's own detail of a reboot.
 QUIET = frozenset({"down", "boot", "apiserver_ready"})
@@ -60,10 +59,12 @@ class Report:
             "operation": {"name": self.operation["metadata"]["name"], "kind": spec.get("kind")},
             "result": "completes" if self.completes else "stops",
             "predictedDuration": {"low": self.total[0], "high": self.total[1]},
-            "durations": {k: {"low": lo, "high": hi, "source": self.durations.source(k), "covers": DEFAULTS[k][2]}
+            "durations": {k: {"low": lo, "high": hi, "source": self.durations.source(k), "covers": KINDS[k][2]}
                           for k, (lo, hi) in self.durations.ranges.items()},
             "timeline": [{"at": {"low": t.at[0], "high": t.at[1]}, "event": t.event.kind, "node": t.event.node,
                           "detail": t.event.detail} for t in self.timeline],
+            "waits": {r: self.durations.waits.get(r, 0.0) for r in sorted({e.detail for e in self.recording.events
+                                                                            if e.kind == "settle"})},
             "mostNodesAtOnce": most_at_once(self.recording.events),
             "reboots": dict(self.counted("reboot")),
             "apiserverRestarts": dict(self.counted("apiserver_restart")),
@@ -99,10 +100,14 @@ class Report:
         said = ", ".join(f"{k} {clock(lo)}" + ("" if lo == hi else f"-{clock(hi)}") + f" ({self.durations.source(k)})"
                          for k, (lo, hi) in self.durations.ranges.items())
         lines.append(f"durations: {said}")
+        waited = sorted({e.detail for e in self.recording.events if e.kind == "settle"})
+        if waited:
+            lines.append("the daemon's waits: " + ", ".join(
+                f"{r} {clock(self.durations.waits.get(r, 0.0))} ({SETTLES[r]})" for r in waited if r in SETTLES))
         together = most_at_once(self.recording.events)
         if together > 1:
-            lines.append(f"note: the twin drained {together} nodes at once (maxUnavailable); the range adds their "
-                         "steps one after the other, so the real run is likely shorter")
+            lines.append(f"note: the twin drained up to {together} nodes at once (maxUnavailable); the prediction "
+                         f"rolls them {together} at a time, each node taking the next free slot")
         if self.completes:
             lines.append("result: the operation completes")
         else:

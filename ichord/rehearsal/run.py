@@ -22,11 +22,12 @@ from ichord.api.conditions import find
 from ichord.api.views import OperationView
 from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig
-from ichord.kube.errors import KubeError
+from ichord.kube.errors import BadRequest, Invalid
 from ichord.operations.ca_rotation.plan import handoff_token
 from ichord.operations.outcome import next_delay
 from ichord.pki.scrub import SCRUBBER
 from ichord.rehearsal.live import RehearsalInputError
+from ichord.rehearsal.model import SETTLES
 from ichord.rehearsal.twin import Twin
 from ichord.settings import Timing
 from ichord.sim.kube.events import Change
@@ -55,7 +56,8 @@ class Event:
     """One thing that happened in the twin, at ``t`` compressed seconds after the operation was started."""
 
     t: float
-    kind: str  # stage, apply, reboot, boot, apiserver_restart, apiserver_ready, cordon, uncordon, evict, act, stop
+    kind: str  # stage, apply, reboot, boot, apiserver_restart, apiserver_ready, cordon, uncordon, evict, settle, act,
+    # stop
     node: str = ""
     detail: str = ""
 
@@ -73,8 +75,10 @@ class Recording:
 def timing(scale: float = TIME_SCALE) -> Timing:
     # The restart bounds stay above the simulators' one-second timestamp resolution (as the rotation tests keep
     # them): compressing them further would stop a rotation the real run carries through.
+    # A request's timeout is a bound, not a wait: compressed to 0.3 s a loaded machine's twin API server times out
+    # (the rehearsal then said the operation was refused); the unscaled bound changes no step's timing.
     return replace(Timing().scaled(scale), ca_client_restart_timeout=30.0, ca_apiserver_unchanged=2.0,
-                   ca_apiserver_ready_bound=30.0)
+                   ca_apiserver_ready_bound=30.0, kube_request_timeout=Timing().kube_request_timeout)
 
 
 def simulated_delays() -> Timings:
@@ -138,6 +142,8 @@ class Player:
         cond = view.condition() or {}
         seen = (view.condition_type, str(cond.get("reason") or ""), str(cond.get("message") or ""))
         if cond and seen != self._cond:
+            if seen[1] in SETTLES and seen[1] != self._cond[1]:
+                self._add("settle", detail=seen[1])  # a wait by the clock: the model prices it (model.py)
             self._cond = seen
             if cond.get("status") == "False":
                 if seen in self._blocked:
@@ -199,7 +205,7 @@ class Player:
             self._t0 = anyio.current_time()
             try:
                 await crds.operations(kube).create(twin.namespace, body)
-            except KubeError as exc:  # the CRD's schema and rules, as the live API server applies them
+            except (Invalid, BadRequest) as exc:  # the CRD's schema and rules, as the live API server applies them
                 refused = RehearsalInputError(f"the operation is not one the API server accepts: "
                                               f"{SCRUBBER.exception(exc)}. Nothing was written.")
             else:

@@ -62,7 +62,7 @@ class Writes:
 
     def __init__(self, env: SimEnvironment, tmp: Path) -> None:
         self.env = env
-        env.kube.add_user(REHEARSAL_TOKEN, REHEARSAL_USER)
+        env.management.add_user(REHEARSAL_TOKEN, REHEARSAL_USER)
         self.kubeconfig = env.management.write_kubeconfig(tmp / "rehearsal", namespace=env.namespace,
                                                           token=REHEARSAL_TOKEN)
         self.rpcs = {name: Counter(node.rpcs) for name, node in env.talos.nodes.items()}
@@ -71,7 +71,7 @@ class Writes:
     def kube(self) -> list[tuple[str, str, str]]:
         """Writes by the rehearsal's token (the management API) and by any client certificate (the managed API,
         through the admin kubeconfig a node issues): the live world's own informers use the environment's token."""
-        mine = self.env.kube.requests.by_user(REHEARSAL_USER)
+        mine = self.env.management.requests.by_user(REHEARSAL_USER)
         assert mine  # it did read the management API
         entries = self.env.kube.requests.access[self.since:]
         managed = [a for a in entries if a.user not in (REHEARSAL_USER, self.env.kube.settings.token_user)]

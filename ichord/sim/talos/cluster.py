@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ichord.contract import V1_14, VersionContract
@@ -49,6 +49,11 @@ class SimCluster:
         self.kubeconfig_server: str | None = None
         #: What EtcdSnapshot streams (etcd_snapshot.py); None: a database written from the simulated etcd.
         self.etcd_snapshot_source: SnapshotSource | None = None
+
+    def retime(self, node: str, **overrides: float) -> None:
+        """Give one node durations of its own (a slow reboot, an apply latency): the fields of ``Timings``, in the
+        simulated seconds every other delay is in. Takes effect from the node's next step."""
+        self.nodes[node].timings = replace(self.nodes[node].timings, **overrides)
 
     def version_tag(self, contract: VersionContract) -> str:
         return VERSION_TAGS.get((contract.major, contract.minor), f"{contract}.0")
