@@ -148,7 +148,7 @@ def _rules(schema: dict[str, Any]) -> list[str]:
 
 def test_the_simulator_evaluates_every_cel_rule_the_crds_use() -> None:
     rules = [r for crd in crds().values() for r in _rules(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])]
-    assert len(rules) == 4
+    assert len(rules) == 8  # the operation lock and intent rules, and caBundle's one-of on two gates of two CRDs
     assert [r for r in rules if not sim_schema.evaluates(r)] == []
 
 
@@ -170,3 +170,22 @@ def test_the_simulator_refuses_a_window_neither_recurring_nor_one_off_as_the_api
     assert bool(causes) is refused, causes
     if refused:
         assert causes[0][1] == "spec.maintenance.windows[0]"
+
+
+@pytest.mark.parametrize(("bundle", "refused"), [
+    ({"configMapKeyRef": {"name": "a", "key": "k"}}, False),
+    ({"secretKeyRef": {"name": "b", "key": "k"}}, False),
+    ({}, True),
+    ({"configMapKeyRef": {"name": "a", "key": "k"}, "secretKeyRef": {"name": "b", "key": "k"}}, True),
+])
+def test_the_simulator_refuses_a_ca_bundle_of_neither_or_both_references_as_the_api_server_does(
+        bundle: dict[str, Any], refused: bool) -> None:
+    # The real API server's answer to the same bundles: tests/real/test_health_crd_real.py.
+    schema = crds()["TalosCluster"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    gate = {"name": "p", "prometheus": {"url": "https://p", "query": "up", "caBundle": bundle}}
+    obj = {"spec": {"secretsRef": {"name": "b"}, "endpoint": "https://10.5.0.2:6443", "kubernetesVersion": "1.34.1",
+                    "health": {"gates": [gate]}}}
+    causes = [c for c in sim_schema.validate(obj, schema) if "set exactly one of" in c[2]]
+    assert bool(causes) is refused, causes
+    if refused:
+        assert causes[0][1] == "spec.health.gates[0].prometheus.caBundle"

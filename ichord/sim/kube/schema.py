@@ -175,22 +175,27 @@ def _check(value: Any, schema: JSON, path: str, old: Any, causes: list[Cause], r
 
 
 _IMPLIES = re.compile(r"^!has\(self\.(\w+)\)\|\|self\.(\w+)==['\"]([^'\"]*)['\"]$")
+#: ``has(self.a) != has(self.b)``: exactly one of two fields (a health gate's caBundle reference).
+_ONE_OF_TWO = re.compile(r"^has\(self\.(\w+)\)!=has\(self\.(\w+)\)$")
 
 
 def evaluates(rule: str) -> bool:
     """True when ``rule`` is one of the CEL shapes this simulator enforces (the others are ignored)."""
     compact = rule.replace(" ", "")
-    return compact == "self==oldSelf" or _IMPLIES.match(compact) is not None
+    return compact == "self==oldSelf" or any(p.match(compact) is not None for p in (_IMPLIES, _ONE_OF_TWO))
 
 
 def _rule_fails(rule: str, value: Any, old: Any) -> bool:
-    """The two CEL shapes ichord's CRDs use; any other rule is not evaluated."""
+    """The three CEL shapes ichord's CRDs use; any other rule is not evaluated."""
     compact = rule.replace(" ", "")
     if compact == "self==oldSelf":
         return old is not None and value != old
     m = _IMPLIES.match(compact)
     if m and isinstance(value, dict):
         return m.group(1) in value and value.get(m.group(2)) != m.group(3)
+    m = _ONE_OF_TWO.match(compact)
+    if m and isinstance(value, dict):
+        return (m.group(1) in value) == (m.group(2) in value)
     return False
 
 
