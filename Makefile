@@ -20,8 +20,8 @@ demo: $(STAMP)
 
 # PYTEST_WORKERS: pytest-xdist workers, 3 by default on any machine (most of the suite waits on simulated
 # reboots, settles and daemon subprocesses rather than computing, so 3 workers beat 2 on 2 cores: README);
-# `make test PYTEST_WORKERS=0` runs it serially in one process, `auto` is one worker per core. Tests that share a
-# server or fixed addresses say so with an xdist_group, which --dist loadgroup keeps on one worker.
+# `make test PYTEST_WORKERS=0` runs it serially in one process, `auto` is one worker per core. A test that must share a
+# server would say so with an xdist_group, which --dist loadgroup keeps on one worker (none needs one today).
 PYTEST_WORKERS ?= 3
 
 test: $(STAMP)
