@@ -1,7 +1,10 @@
 """Every duration the daemon waits, in one place, with one scale factor.
 
-``ICHORD_TIME_SCALE`` (e.g. ``0.01``) shrinks every duration so the demo and the tests run the real
-logic fast. Add a field here for every new wait; never hard-code a duration elsewhere.
+``ICHORD_TIME_SCALE`` (e.g. ``0.01``) shrinks every duration of the world (leases, retries, settles, the
+bounds on waiting for nodes) so the demo and the tests run the real logic fast. It never shrinks the bound on
+one API request: how long a request takes on the wire is the machine's, not the world's, and a scaled one
+(60 ms at 0.002) fails calls on a loaded machine. Add a field here for every new wait; never hard-code a
+duration elsewhere.
 """
 
 from __future__ import annotations
@@ -23,11 +26,15 @@ DEPRECATED_CONCURRENCY_ENV = "ICHORD_CA_WORKER_APPLY_CONCURRENCY"
 
 #: Fields of Timing that are counts, not durations: ``scaled`` leaves them alone.
 _NOT_DURATIONS = frozenset({"max_unavailable"})
+#: Fields of Timing that bound one request on the wire, not a duration of the world: ``scaled`` leaves them
+#: alone too (a scaled Timing compresses leases and waits; the API server answers no faster for it).
+_CALL_BOUNDS = frozenset({"kube_request_timeout", "min_call_timeout"})
 
 
 @dataclass(frozen=True)
 class Timing:
-    """Durations in seconds, unscaled defaults; ``scaled(f)`` multiplies every one of them."""
+    """Durations in seconds, unscaled defaults; ``scaled(f)`` multiplies every one of them but the bounds on one
+    API request (_CALL_BOUNDS)."""
 
     # Leader election (docs/decisions.md#rotation-state).
     lease_duration: float = 120.0
@@ -35,9 +42,13 @@ class Timing:
     retry_period: float = 10.0
     # The cluster lock Lease (the CRDs): held by a running operation, renewed every step.
     cluster_lock_duration: float = 300.0
-    # Kubernetes requests: every call finishes well inside the renew deadline.
+    # Kubernetes requests: every call finishes well inside the renew deadline. Never scaled (_CALL_BOUNDS).
+    # min_call_timeout is the floor of the per-call bound, client-go's max(renew deadline / 2, floor): it binds
+    # only when the renew deadline is under 10 s, which only a scaled Timing (the tests, the demo) has; 5 s, not
+    # client-go's 1 s, so a loaded machine's slow answer is not a failed call there. The elector still caps each
+    # renewal by what is left of its renew deadline (leader.py), so a lease is never held past it.
     kube_request_timeout: float = 30.0
-    min_call_timeout: float = 1.0
+    min_call_timeout: float = 5.0
     # Informers: watch timeoutSeconds (jittered up to +50%), client-side inactivity timeout
     # (bookmarks arrive about every minute), and the backoff after a failed list or watch.
     watch_timeout: float = 300.0
@@ -102,7 +113,7 @@ class Timing:
         if factor <= 0:
             raise SettingsError(f"time scale must be positive, got {factor}")
         return replace(self, **{f.name: getattr(self, f.name) * factor for f in fields(self)
-                                if f.name not in _NOT_DURATIONS})
+                                if f.name not in _NOT_DURATIONS | _CALL_BOUNDS})
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Timing:
@@ -129,10 +140,11 @@ class Timing:
 
     @property
     def kube_call_timeout(self) -> float:
-        """The bound on any single API call: below the renew deadline (client-go's max(renew/2, 1 s))."""
+        """The bound on any single API call: below the renew deadline (client-go's max(renew/2, 1 s)); 5 s when
+        the renew deadline is under 10 s (a scaled Timing: min_call_timeout)."""
         return min(self.kube_request_timeout, self.lease_call_timeout)
 
     @property
     def lease_call_timeout(self) -> float:
-        """client-go's bound on each leader-election call: max(renew deadline / 2, 1 s)."""
+        """client-go's bound on each leader-election call: max(renew deadline / 2, floor), our floor 5 s."""
         return max(self.renew_deadline / 2, self.min_call_timeout)

@@ -21,11 +21,16 @@ def test_invalid_orderings_are_refused(lease: float, renew: float, retry: float)
         ElectionTiming(lease, renew, retry, 1.0).validate()
 
 
-def test_scale_applies_to_every_duration() -> None:
+def test_scale_applies_to_every_duration_of_the_world() -> None:
     scaled = Timing.from_env({"ICHORD_TIME_SCALE": "0.01"})
     assert scaled.lease_duration == pytest.approx(1.2)
     assert scaled.watch_inactivity_timeout == pytest.approx(0.7)
-    assert scaled.lease_call_timeout == pytest.approx(0.45)
+    # The bounds on one request are the wire's, not the world's: a scaled Timing keeps them load-tolerant (a
+    # 0.3 s API call bound failed calls on a loaded machine, issue 32), and the elector still caps each renewal
+    # by what is left of its (scaled) renew deadline.
+    assert (scaled.kube_request_timeout, scaled.min_call_timeout) == (30.0, 5.0)
+    assert scaled.kube_call_timeout == scaled.lease_call_timeout == pytest.approx(5.0)
+    assert Timing().scaled(0.002).kube_call_timeout == pytest.approx(5.0)
     ElectionTiming.from_timing(scaled)  # still valid when scaled
     assert Timing.from_env({}) == Timing()
     with pytest.raises(SettingsError):
