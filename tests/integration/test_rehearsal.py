@@ -175,6 +175,31 @@ async def test_an_unsupported_target_stops_the_rehearsal_with_the_real_runs_reas
             assert seen == []
 
 
+async def test_an_invalid_patch_stops_the_rehearsal_with_the_real_runs_reason(world: World, tmp_path: Path) -> None:
+    """A cluster patch Talos's decoder refuses: the rehearsal exits 1 on the condition, reason and message the real
+    run ends on, and neither applies nor reboots anything."""
+    live = world.env
+    await world.patch_cluster(["machine:\n  env: just-a-string\n"])
+
+    async def invalid() -> bool:
+        return all((find((m.get("status") or {}).get("conditions"), names.READY) or {}).get("reason")
+                   == names.ReadyReason.INVALID_CONFIG for m in await world.machines())
+
+    await world.run_until(invalid, what="every machine Ready=False/InvalidConfig")
+    writes = Writes(live, tmp_path)
+    report = await _rehearse(writes, _op(live.cluster_name, "config"))
+    writes.assert_none()
+    assert report.exit_code == 1, report.text()
+    (cond, reason, message), = report.recording.stops
+    assert report.disruptions() == []
+
+    real, seen = await _run_for_real(world, _op(live.cluster_name, "config"))
+    got = find(real["status"].get("conditions"), cond) or {}
+    assert (got.get("reason"), got.get("message")) == (reason, message), real["status"]
+    assert seen == []
+    print(f"\nrehearsal stop: {cond}/{reason}: {message}")
+
+
 async def test_a_default_ca_rotation_is_rehearsed_with_its_hand_off(live: SimEnvironment, tmp_path: Path) -> None:
     writes = Writes(live, tmp_path)
     report = await _rehearse(writes, _op(live.cluster_name, "ca-rotation"))
