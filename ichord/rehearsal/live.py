@@ -4,7 +4,8 @@ Management API: the TalosCluster, its TalosMachines and TalosOperations, and the
 never written to a file). Each approved machine, over mutual TLS with the bundle's OS CA: its Talos version, its
 running configuration and, on control planes, etcd's member list. The managed cluster, through the admin
 kubeconfig a control plane issues (the Kubeconfig RPC signs a client certificate in memory and changes nothing on
-the node): its Nodes, PodDisruptionBudgets, the pods on each node and the Deployments and DaemonSets that own them.
+the node): its Nodes, PodDisruptionBudgets, the pods on each node and the Deployments, DaemonSets and
+StatefulSets that own them.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ Obj = dict[str, Any]
 #: The managed cluster's objects a twin takes (path, what it is); LIST only.
 MANAGED_READS = (("/api/v1/nodes", "nodes"), ("/apis/policy/v1/poddisruptionbudgets", "pdbs"),
                  ("/api/v1/pods", "pods"), ("/apis/apps/v1/deployments", "deployments"),
-                 ("/apis/apps/v1/daemonsets", "daemonsets"))
+                 ("/apis/apps/v1/daemonsets", "daemonsets"), ("/apis/apps/v1/statefulsets", "statefulsets"))
 
 
 class RehearsalInputError(IchordError):

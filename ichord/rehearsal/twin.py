@@ -5,6 +5,12 @@ Same TalosCluster spec (its endpoint and patches as they are: the daemon renders
 from the configuration it runs now, so a node that waits for a reboot waits in the twin too. The managed cluster
 gets the live PodDisruptionBudgets and the Deployments and DaemonSets outside kube-system, whose pods the
 simulator schedules (it places them itself: the live placement is shown in the output, not reproduced).
+
+Two kinds of pod the simulator has no controller for are taken closest to what a drain meets on the live cluster:
+- a StatefulSet becomes a Deployment of the same name, replicas, selector and template: an evicted pod comes back
+  elsewhere (its name and the order of the ordinals are not reproduced), so its PodDisruptionBudget counts alike;
+- a pod no controller owns (outside kube-system, not a mirror pod, not finished) is created on its live node:
+  ichord's drain refuses it as it would on the live cluster, so that stop is predicted.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import Any
 
 from ichord.api.views import MachineView
 from ichord.contract import VersionContract
+from ichord.operations.managed.drain import skipped, unowned
 from ichord.pki.bundle import SecretsBundle
 from ichord.rehearsal.live import LiveCluster
 from ichord.render.config import MachineConfig
@@ -69,7 +76,6 @@ class Twin(SimEnvironment):
 
     def _seed_workloads(self) -> None:
         store = self.kube.store
-        ns_rt = store.resolve("", "v1", "namespaces")
         where = {"deployments": ("apps", "v1", "deployments"), "daemonsets": ("apps", "v1", "daemonsets"),
                  "pdbs": ("policy", "v1", "poddisruptionbudgets")}
         for what in ("deployments", "daemonsets", "pdbs"):
@@ -79,9 +85,56 @@ class Twin(SimEnvironment):
                 ns = str(meta.get("namespace") or "default")
                 if ns == CLIENT_NAMESPACE and what != "pdbs":
                     continue  # kube-system's clients are the simulator's own addons
-                if ("", ns) not in store.objects[ns_rt.key]:
-                    store.create(ns_rt, None, {"metadata": {"name": ns}})
+                self._namespace(ns)
                 clean = {k: v for k, v in meta.items() if k not in _SERVER_FIELDS}
                 body = {**copy.deepcopy(obj), "metadata": clean}
                 body.pop("status", None)
                 store.create(rt, ns, body)
+        deployments = store.resolve(*where["deployments"])
+        for sts in self.live.managed.get("statefulsets", []):
+            meta = sts.get("metadata") or {}
+            ns = str(meta.get("namespace") or "default")
+            if ns == CLIENT_NAMESPACE:
+                continue
+            self._namespace(ns)
+            spec = sts.get("spec") or {}
+            store.create(deployments, ns, {
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": str(meta.get("name") or ""), "namespace": ns,
+                             "labels": dict(meta.get("labels") or {})},
+                "spec": {"replicas": spec.get("replicas", 1), "selector": copy.deepcopy(spec.get("selector") or {}),
+                         "template": copy.deepcopy(spec.get("template") or {})}})
+        pods = store.resolve("", "v1", "pods")
+        placed = self._twin_node_names()
+        for pod in self.live.managed.get("pods", []):
+            meta = pod.get("metadata") or {}
+            ns = str(meta.get("namespace") or "default")
+            node = placed.get(str((pod.get("spec") or {}).get("nodeName") or ""))
+            if ns == CLIENT_NAMESPACE or node is None or not unowned(pod) or skipped(pod):
+                continue
+            self._namespace(ns)
+            clean = {k: v for k, v in meta.items() if k not in _SERVER_FIELDS}
+            body = {**copy.deepcopy(pod), "metadata": clean}
+            body["spec"] = {**body.get("spec", {}), "nodeName": node}
+            body["status"] = {"phase": "Running"}
+            store.create(pods, ns, body)
+
+    def _namespace(self, ns: str) -> None:
+        store = self.kube.store
+        ns_rt = store.resolve("", "v1", "namespaces")
+        if ("", ns) not in store.objects[ns_rt.key]:
+            store.create(ns_rt, None, {"metadata": {"name": ns}})
+
+    def _twin_node_names(self) -> dict[str, str]:
+        """A live Node's name -> the twin's Node of the same machine (by its hostname, recorded Node name or name)."""
+        out: dict[str, str] = {}
+        for obj in self.live.machines:
+            m = MachineView.of(obj)
+            if m.name not in self.talos.nodes:
+                continue
+            twin = self.talos.nodes[m.name].nodename
+            recorded = str((obj.get("status") or {}).get("nodeName") or "")
+            for live_name in (m.name, recorded, m.hostname or ""):
+                if live_name:
+                    out[live_name] = twin
+        return out

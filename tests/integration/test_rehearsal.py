@@ -327,6 +327,58 @@ async def test_a_pdb_that_blocks_a_drain_is_predicted_and_then_seen(world: World
     assert any(f"app/{p['metadata']['name']}" in str(got.get("message")) for p in pods)
 
 
+async def test_a_pod_no_controller_owns_is_predicted_to_stop_the_drain_and_then_seen(world: World,
+                                                                                     tmp_path: Path) -> None:
+    """A bare pod on a live worker is created on the same node of the twin (the simulator runs no controller that
+    would own it): the rehearsal stops where the real run does, on the drain that refuses to lose it. A StatefulSet
+    behind a PodDisruptionBudget is in the twin as a Deployment, so its evicted pod comes back and the budget lets
+    the other drains through, as on the live cluster."""
+    live = world.env
+    kc = world.kube
+    await kc.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": "scratch"}})
+    worker = live.node(live.machine_names[-1]).nodename
+    await kc.raw("POST", "/api/v1/namespaces/scratch/pods", body={
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "debug", "namespace": "scratch"},
+        "spec": {"nodeName": worker, "containers": [{"name": "sh", "image": "busybox"}]}})
+    labels = {"app": "db"}
+    await kc.raw("POST", "/apis/apps/v1/namespaces/scratch/statefulsets", body={
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "scratch"},
+        "spec": {"replicas": 2, "serviceName": "db", "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "db", "image": "pg"}]}}}})
+    await kc.raw("POST", "/apis/policy/v1/namespaces/scratch/poddisruptionbudgets", body={
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "db", "namespace": "scratch"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}})
+    await world.patch_cluster([REBOOT_PATCH])
+
+    async def reported() -> bool:
+        ms = await world.machines()
+        return sum(1 for m in ms if (m.get("status") or {}).get("rebootPaths")) == 6
+
+    await world.run_until(reported, what="every machine reports the reboot it waits for")
+    writes = Writes(live, tmp_path)
+    report = await _rehearse(writes, _op(live.cluster_name, "config"))
+    writes.assert_none()
+    assert report.exit_code == 1, report.text()
+    (_cond, reason, message), = report.recording.stops
+    assert "runs pods that no controller owns (scratch/debug)" in message, message
+    assert f"Node {worker}" in message, message
+    # Every machine before the worker with the bare pod was rebooted in the twin: the StatefulSet's budget held none.
+    assert [n for _k, n in report.disruptions()] == live.machine_names[:-1], report.text()
+
+    body = {**_op(live.cluster_name, "config"), "metadata": {"name": "real"}}
+    await crds.operations(world.kube).create(live.namespace, body)
+
+    async def drain_refused() -> bool:
+        o = await world.op("real")
+        return "no controller owns" in str((o.get("status") or {}).get("message"))
+
+    await world.run_until(drain_refused, steps=4000, what="the real run's drain refused")
+    real = await world.op("real")
+    got = find(real["status"].get("conditions"), names.CONFIG_ROLLOUT) or {}
+    assert (got.get("reason"), got.get("message")) == (reason, message)
+
+
 async def test_an_api_server_restart_rollout_rehearsed_matches_the_real_run(world: World, tmp_path: Path) -> None:
     live = world.env
     await world.patch_cluster([API_SERVER_PATCH])

@@ -97,6 +97,8 @@ BUILTINS: tuple[ResourceType, ...] = (
     _builtin("", "v1", "ServiceAccount", "serviceaccounts", short_names=("sa",)),
     _builtin("apps", "v1", "Deployment", "deployments", True, ("status",), True, ("deploy",)),
     _builtin("apps", "v1", "DaemonSet", "daemonsets", True, ("status",), True, ("ds",)),
+    # Stored and served (a rehearsal reads them); no controller: the simulator schedules no StatefulSet's pods.
+    _builtin("apps", "v1", "StatefulSet", "statefulsets", True, ("status",), True, ("sts",)),
     _builtin("coordination.k8s.io", "v1", "Lease", "leases"),
     _builtin("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, ("status",), True, ("pdb",)),
     _builtin("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False,
