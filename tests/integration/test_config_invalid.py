@@ -93,6 +93,10 @@ async def test_an_invalid_cluster_patch_is_reported_and_never_rolled_out(world: 
     await world.run_until(finished, what="the operation finished")
     op = await world.op("roll")
     assert op["status"]["phase"] == "Failed", op["status"]
+    # The cause, not "nothing to roll out": the machines wait for nothing because their configuration is invalid.
+    cond = _cond(op, names.CONFIG_ROLLOUT)
+    assert cond["reason"] == "InvalidConfig" and says in cond["message"], cond
+    assert "fix the patch" in cond["message"], cond
     assert sum(reboots(env, since).values()) == 0
     assert _applies(world, since) == 0  # nothing reached any node
 

@@ -191,6 +191,8 @@ async def test_an_invalid_patch_stops_the_rehearsal_with_the_real_runs_reason(wo
     writes.assert_none()
     assert report.exit_code == 1, report.text()
     (cond, reason, message), = report.recording.stops
+    assert (cond, reason) == (names.CONFIG_ROLLOUT, names.ReadyReason.INVALID_CONFIG), report.text()
+    assert "machine.env: expected a mapping" in message, message
     assert report.disruptions() == []
 
     real, seen = await _run_for_real(world, _op(live.cluster_name, "config"))

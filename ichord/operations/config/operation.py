@@ -177,12 +177,19 @@ async def _start(ctx: StepContext, scope: ClusterScope, op: OperationView, input
                  objects: dict[str, Obj]) -> Outcome:
     planned = plan_machines([Candidate.of(o) for o in objects.values()], own_node())
     refused = refusal(planned, scope.operations, inputs.uid)
-    if refused is not None:
+    # Nothing planned may be because the machines' configuration is invalid (they report InvalidConfig, so no reboot
+    # paths): say that, not "nothing to roll out".
+    nothing = refused is not None and refused[0] == Refusal.NOTHING_TO_DO
+    if refused is not None and not nothing:
         reason, message = refused
         log.info("config operation refused", operation=op.name, reason=reason)
         return await backbone.fail(ctx, CONFIG, op.obj, reason, message,
                                    event_reason=names.EventReason.OPERATION_BLOCKED)
-    invalid = _invalid_render(inputs, planned)
+    invalid = _invalid_render(inputs, [m.name for m in (inputs.machines if nothing else planned)])
+    if invalid is None and refused is not None:
+        log.info("config operation refused", operation=op.name, reason=refused[0])
+        return await backbone.fail(ctx, CONFIG, op.obj, refused[0], refused[1],
+                                   event_reason=names.EventReason.OPERATION_BLOCKED)
     if invalid is not None:
         log.info("config operation refused", operation=op.name, reason=Refusal.INVALID_CONFIG)
         return await backbone.fail(ctx, CONFIG, op.obj, Refusal.INVALID_CONFIG, invalid,
@@ -225,18 +232,19 @@ async def _start(ctx: StepContext, scope: ClusterScope, op: OperationView, input
     return Requeue(0.0, "stage Rolling")
 
 
-def _invalid_render(inputs: Inputs, planned: list[PlannedMachine]) -> str | None:
-    """Why the rollout must not start: a planned machine's render holds what Talos's decoder refuses (its
-    rebootPaths may predate the patch that made it so). Nothing is applied to any machine then."""
+def _invalid_render(inputs: Inputs, machines: list[str]) -> str | None:
+    """Why the rollout must not start: the render of one of ``machines`` (the planned ones; every one when nothing
+    is planned) holds what Talos's decoder refuses (rebootPaths may predate the patch that made it so). Nothing is
+    applied to any machine then."""
     by_name = {m.name: m for m in inputs.machines}
-    for p in planned:
-        m = by_name.get(p.name)
+    for name in machines:
+        m = by_name.get(name)
         if m is None:
             continue
         try:
             render_of(inputs, m)
         except InvalidConfigError as exc:
-            return (f"the configuration of {p.name} is invalid, nothing was rolled out: {SCRUBBER.text(str(exc))}; "
+            return (f"the configuration of {name} is invalid, nothing was rolled out: {SCRUBBER.text(str(exc))}; "
                     "fix the patch, then create the operation again")
         except RenderError:
             continue  # reported on the machine (RenderFailed); the rollout reports it when it reaches it
