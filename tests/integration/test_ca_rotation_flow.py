@@ -98,11 +98,15 @@ async def test_a_default_rotation_runs_from_start_to_done(env: SimEnvironment, d
     # Status at the end, the cluster's conditions, the lock and the finalizer.
     final = driver.snapshots[-1]
     assert final["status"]["phase"] == "Completed"
-    # status.progress counted the planned stages, never backwards, and ends with no ETA (operations/progress.py).
+    # status.progress counted every step, never backwards, and ends with no ETA (operations/progress.py): the
+    # planned stages and, in each pass that restarts it, every control plane's kube-apiserver restart.
     stages = len(final["status"]["plan"]["stages"])
+    control_planes = sum(1 for m in env.machine_names if "-cp-" in m)
     counted = [s["status"]["progress"]["done"] for s in driver.snapshots if (s.get("status") or {}).get("progress")]
-    assert counted == sorted(counted) and counted[-1] == stages, counted
-    assert final["status"]["progress"]["steps"] == f"{stages}/{stages}" and "eta" not in final["status"]["progress"]
+    total = final["status"]["progress"]["total"]
+    assert counted == sorted(counted) and counted[-1] == total, (counted, total)
+    assert total > stages and (total - stages) % control_planes == 0, (total, stages)
+    assert final["status"]["progress"]["steps"] == f"{total}/{total}" and "eta" not in final["status"]["progress"]
     ca_cond = find(final["status"]["conditions"], names.CA_ROTATION)
     assert ca_cond is not None and (ca_cond["status"], ca_cond["reason"]) == ("True", "Rotated"), ca_cond
     assert names.CA_ROTATION_FINALIZER not in (final["metadata"].get("finalizers") or [])

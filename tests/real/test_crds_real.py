@@ -15,7 +15,7 @@ import pytest
 from ichord import yamlio
 from ichord.kube import errors
 from ichord.kube.client import KubeClient, from_kubeconfig
-from ichord.kube.crds import machines, operations
+from ichord.kube.crds import clusters, machines, operations
 from ichord.sim.kube.server import DEFAULT_CRD_DIR
 from tests.integration import test_kube_sim_api as sim_cases
 from tests.real.conftest import run_kubectl
@@ -96,7 +96,27 @@ async def test_every_cel_rule_is_enforced(kube: KubeClient) -> None:
     async def machine_cluster_ref_is_immutable() -> None:
         await mach.patch(NS, "cel-machine", {"spec": {"clusterRef": {"name": "other"}}})
 
+    ca_bundle_rule = "set exactly one of configMapKeyRef and secretKeyRef"
+    both = {"configMapKeyRef": {"name": "a", "key": "k"}, "secretKeyRef": {"name": "b", "key": "k"}}
+    gate_of = {"prometheus": {"url": "https://p:9090", "query": "up", "caBundle": both},
+               "alertmanager": {"url": "https://am:9093", "matchers": ["alertname=Down"], "caBundle": {}}}
+
+    def ca_bundle_of(kind: str, gate: str) -> Any:
+        async def attempt() -> None:
+            health = {"gates": [{"name": "g", gate: gate_of[gate]}]}
+            if kind == "TalosCluster":
+                await clusters(kube).create(NS, {"metadata": {"name": "cel-gates"}, "spec": {
+                    "secretsRef": {"name": "b"}, "endpoint": "https://10.5.0.2:6443", "kubernetesVersion": "1.34.1",
+                    "health": health}})
+            else:
+                await ops.create(NS, {"metadata": {"name": "cel-gates"}, "spec": {
+                    "clusterRef": {"name": "c"}, "kind": "config", "health": health}})
+        return attempt
+
     cases = {
+        **{f"{ca_bundle_rule} ({kind} {gate})": (
+            ca_bundle_of(kind, gate), f"spec.health.gates[0].{gate}.caBundle: Invalid value: {ca_bundle_rule}")
+           for kind in ("TalosCluster", "TalosOperation") for gate in ("prometheus", "alertmanager")},
         "caRotation is only valid for kind ca-rotation": (
             rotation_only_for_ca_rotation,
             "spec: Invalid value: caRotation is only valid for kind ca-rotation"),
