@@ -115,6 +115,27 @@ async def _run_for_real(world: World, op: Obj) -> tuple[Obj, list[tuple[str, str
     return await world.op("real"), seen
 
 
+async def _every_machine_waits_for_a_reboot(world: World) -> None:
+    """The reboot patch on the cluster, then every machine reporting the reboot it waits for."""
+    await world.patch_cluster([REBOOT_PATCH])
+
+    async def reported() -> bool:
+        return sum(1 for m in await world.machines() if (m.get("status") or {}).get("rebootPaths")) == 6
+
+    await world.run_until(reported, what="every machine reports the reboot it waits for")
+
+
+async def _real_run_until_its_message_says(world: World, op: Obj, text: str) -> Obj:
+    """The operation created for real (named ``real``), stepped until its status message says ``text``."""
+    await crds.operations(world.kube).create(world.env.namespace, {**op, "metadata": {"name": "real"}})
+
+    async def says() -> bool:
+        return text in str(((await world.op("real")).get("status") or {}).get("message"))
+
+    await world.run_until(says, steps=4000, what=f"the real run's message says {text!r}")
+    return await world.op("real")
+
+
 @pytest.fixture
 async def live(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
     async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=3, workers=3,
@@ -131,13 +152,7 @@ async def world(live: SimEnvironment) -> AsyncIterator[World]:
 async def test_a_config_rollout_rehearsed_writes_nothing_and_matches_the_real_run(world: World, tmp_path: Path) -> None:
     live = world.env
     await world.deploy_app(replicas=2, min_available=1)
-    await world.patch_cluster([REBOOT_PATCH])
-
-    async def reported() -> bool:
-        ms = await world.machines()
-        return sum(1 for m in ms if (m.get("status") or {}).get("rebootPaths")) == 6
-
-    await world.run_until(reported, what="every machine reports the reboot it waits for")
+    await _every_machine_waits_for_a_reboot(world)
     writes = Writes(live, tmp_path)
     report = await _rehearse(writes, _op(live.cluster_name, "config"), "reboot=100-200")
     writes.assert_none()
@@ -297,13 +312,7 @@ async def test_the_command_exit_codes_and_bad_input(tmp_path: Path) -> None:
 async def test_a_pdb_that_blocks_a_drain_is_predicted_and_then_seen(world: World, tmp_path: Path) -> None:
     live = world.env
     await world.deploy_app(replicas=1, min_available=1)
-    await world.patch_cluster([REBOOT_PATCH])
-
-    async def reported() -> bool:
-        ms = await world.machines()
-        return sum(1 for m in ms if (m.get("status") or {}).get("rebootPaths")) == 6
-
-    await world.run_until(reported, what="every machine reports the reboot it waits for")
+    await _every_machine_waits_for_a_reboot(world)
     writes = Writes(live, tmp_path)
     report = await _rehearse(writes, _op(live.cluster_name, "config"))
     writes.assert_none()
@@ -314,15 +323,7 @@ async def test_a_pdb_that_blocks_a_drain_is_predicted_and_then_seen(world: World
         "PodDisruptionBudget app/web allows no disruption"]
     assert "drain blocked by" in report.text()
 
-    body = {**_op(live.cluster_name, "config"), "metadata": {"name": "real"}}
-    await crds.operations(world.kube).create(live.namespace, body)
-
-    async def drain_refused() -> bool:
-        o = await world.op("real")
-        return "did not drain" in str((o.get("status") or {}).get("message"))
-
-    await world.run_until(drain_refused, steps=4000, what="the real run's drain refused")
-    real = await world.op("real")
+    real = await _real_run_until_its_message_says(world, _op(live.cluster_name, "config"), "did not drain")
     got = find(real["status"].get("conditions"), names.CONFIG_ROLLOUT) or {}
     assert got.get("reason") == reason
     pods = (await world.kube.raw("GET", "/api/v1/namespaces/app/pods"))["items"]
@@ -351,13 +352,7 @@ async def test_a_pod_no_controller_owns_is_predicted_to_stop_the_drain_and_then_
     await kc.raw("POST", "/apis/policy/v1/namespaces/scratch/poddisruptionbudgets", body={
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "db", "namespace": "scratch"},
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}})
-    await world.patch_cluster([REBOOT_PATCH])
-
-    async def reported() -> bool:
-        ms = await world.machines()
-        return sum(1 for m in ms if (m.get("status") or {}).get("rebootPaths")) == 6
-
-    await world.run_until(reported, what="every machine reports the reboot it waits for")
+    await _every_machine_waits_for_a_reboot(world)
     writes = Writes(live, tmp_path)
     report = await _rehearse(writes, _op(live.cluster_name, "config"))
     writes.assert_none()
@@ -368,15 +363,7 @@ async def test_a_pod_no_controller_owns_is_predicted_to_stop_the_drain_and_then_
     # Every machine before the worker with the bare pod was rebooted in the twin: the StatefulSet's budget held none.
     assert [n for _k, n in report.disruptions()] == live.machine_names[:-1], report.text()
 
-    body = {**_op(live.cluster_name, "config"), "metadata": {"name": "real"}}
-    await crds.operations(world.kube).create(live.namespace, body)
-
-    async def drain_refused() -> bool:
-        o = await world.op("real")
-        return "no controller owns" in str((o.get("status") or {}).get("message"))
-
-    await world.run_until(drain_refused, steps=4000, what="the real run's drain refused")
-    real = await world.op("real")
+    real = await _real_run_until_its_message_says(world, _op(live.cluster_name, "config"), "no controller owns")
     got = find(real["status"].get("conditions"), names.CONFIG_ROLLOUT) or {}
     assert (got.get("reason"), got.get("message")) == (reason, message)
 
@@ -432,12 +419,7 @@ async def test_a_rehearsal_takes_its_durations_from_the_clusters_past_operations
     """A past rollout's status.progress.observed (operations/progress.py) sets the reboot range (said so), each node
     its own (a slow node its slow reboot), and a kind without history stays the default (said so)."""
     live = world.env
-    await world.patch_cluster([REBOOT_PATCH])
-
-    async def reported() -> bool:
-        return sum(1 for m in await world.machines() if (m.get("status") or {}).get("rebootPaths")) == 6
-
-    await world.run_until(reported, what="every machine reports the reboot it waits for")
+    await _every_machine_waits_for_a_reboot(world)
     apply_mid = sum(DEFAULTS["apply"][:2]) / 2
     drain_mid = sum(DEFAULTS["drain"][:2]) / 2
     reboot = {m: 90.0 for m in live.machine_names}
