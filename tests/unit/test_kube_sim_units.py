@@ -13,6 +13,18 @@ def test_merge_patch_deletes_with_null_and_replaces_lists() -> None:
     assert out == {"a": {"c": 2}, "l": [3]}
 
 
+def test_merge_patch_changes_neither_input_and_shares_nothing_with_them() -> None:
+    target = {"a": {"b": {"c": 1, "d": [1]}}, "s": "x", "n": {"k": 1}}
+    body = {"a": {"b": {"c": None, "e": {"f": [2]}}}, "s": {"t": 1}, "n": None, "new": {"m": {"z": None}}}
+    out = patch.merge_patch(target, body)
+    assert out == {"a": {"b": {"d": [1], "e": {"f": [2]}}}, "s": {"t": 1}, "new": {"m": {}}}
+    assert target == {"a": {"b": {"c": 1, "d": [1]}}, "s": "x", "n": {"k": 1}}
+    assert body["a"]["b"]["c"] is None and "z" in body["new"]["m"]
+    out["a"]["b"]["d"].append(9)
+    out["a"]["b"]["e"]["f"].append(9)
+    assert target["a"]["b"]["d"] == [1] and body["a"]["b"]["e"]["f"] == [2]
+
+
 def test_strategic_merge_by_key_and_delete_directive() -> None:
     target = {"conditions": [{"type": "Ready", "status": "False"}, {"type": "X", "status": "True"}],
               "args": ["a", "b"]}

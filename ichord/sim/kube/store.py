@@ -232,7 +232,7 @@ class Store:
     def _write(self, rt: ResourceType, old: JSON, obj: JSON, subresource: str | None, strict: bool = False) -> JSON:
         name = old["metadata"]["name"]
         if subresource == "status":
-            merged = copy_json(old)
+            merged = {k: copy_json(v) for k, v in old.items() if k != "status"}  # the old status is replaced
             if "status" in obj:
                 merged["status"] = obj["status"]
             else:
@@ -273,14 +273,14 @@ class Store:
         old = self._bucket(rt).get((ns, name))
         if old is None:
             raise not_found(rt, name)
-        current = self._present(rt, old)
         try:
             if content_type == _patch.MERGE_PATCH:
-                new = _patch.merge_patch(current, body)
+                # merge_patch copies what it is given: the stored object, as presented, need not be copied first.
+                new = _patch.merge_patch({**old, "apiVersion": rt.api_version, "kind": rt.kind}, body)
             elif content_type == _patch.JSON_PATCH:
-                new = _patch.json_patch(current, body)
+                new = _patch.json_patch(self._present(rt, old), body)
             elif content_type == _patch.STRATEGIC_MERGE_PATCH and not rt.custom:
-                new = _patch.strategic_merge_patch(current, body)
+                new = _patch.strategic_merge_patch(self._present(rt, old), body)
             else:
                 raise unsupported_media(content_type)
         except _patch.PatchError as exc:
