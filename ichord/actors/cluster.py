@@ -28,7 +28,7 @@ import structlog
 
 from ichord.actors import missing_cluster
 from ichord.actors.runtime import Runtime
-from ichord.actors.status_writes import StatusWrites
+from ichord.actors.status_writes import StatusWrites, ready_mutation
 from ichord.api import names
 from ichord.api.conditions import Condition, find, set_condition
 from ichord.api.names import ReadyReason
@@ -39,7 +39,7 @@ from ichord.kube.client import KubeClient
 from ichord.kube.errors import Forbidden, KubeError
 from ichord.kube.forbidden import forbidden_message
 from ichord.kube.reads import label_secret
-from ichord.kube.status import update_status
+from ichord.kube.status import StatusMutation, update_status
 from ichord.machines.memo import ConfigMemo
 from ichord.machines.reconciler import MachineResult, reconcile_machine
 from ichord.metrics import RECONCILE_OUTCOMES
@@ -65,6 +65,9 @@ MAX_PARALLEL_MACHINES = 4
 #: Ready reasons of the TalosCluster for a bundle that cannot be used (BundleSourceError reasons are the same).
 _UNUSABLE_BUNDLE = {BundleSourceError.SECRET_NOT_FOUND, BundleSourceError.INVALID,
                     BundleSourceError.CROSS_NAMESPACE_REFUSED, BundleSourceError.FORBIDDEN}
+
+#: The TalosCluster's Ready once its spec renders and its bundle is usable.
+_READY = Condition(names.READY, "True", "Reconciled", "the bundle is readable")
 
 
 def _idle_for(outcome: Outcome) -> float | None:
@@ -179,9 +182,26 @@ class ClusterReconciler:
                 warning_days=self.rt.warning_days,
                 bundle=scope.bundle,
                 on_written=self._writes.wrote,
+                also=await self._ready_known(scope),
             )
             self._expiry_due = now + delay
         return Requeue(max(0.0, self._expiry_due - now), "expiry re-read")
+
+    async def _ready_known(self, scope: ClusterScope) -> StatusMutation | None:
+        """The cluster's Ready=True as the machines phase would write it, when it is already certain at the expiry
+        phase: the spec renders, the full bundle reads and the Secret carries its label (nothing left that could make
+        it False). Then the expiry write carries it, and a cold cluster's first step writes it once, not twice. Any
+        doubt: None, and the machines phase decides as before."""
+        assert scope.cluster is not None
+        try:
+            ClusterInputs.from_spec(scope.cluster.cluster_name, scope.cluster.spec)
+            read = await scope.bundle()
+            read.full()
+        except (RenderError, BundleSourceError):
+            return None
+        if names.BUNDLE_LABEL not in read.secret.labels:
+            return None
+        return ready_mutation(scope.cluster.obj, _READY)
 
     # ---- rotations planned from expiry ---------------------------------------------------------
 
@@ -264,8 +284,7 @@ class ClusterReconciler:
         if bundle is None:
             return Requeue(self.rt.timing.retry, "bundle unreadable")
         before = find(cluster.status.get("conditions"), names.READY)
-        if await self._writes.set_cluster_ready(cluster.obj, Condition(names.READY, "True", "Reconciled",
-                                                                "the bundle is readable")) and (
+        if await self._writes.set_cluster_ready(cluster.obj, _READY) and (
                 before is not None and before.get("reason") in _UNUSABLE_BUNDLE):
             # The bundle just became usable (it was missing or invalid): publish expiry now, not at its retry.
             # A cluster's first Ready needs no second pass: this step's expiry phase read the same bundle.

@@ -1,8 +1,8 @@
 """Issue 19: what one step of a cluster actor writes to the API, counted by the simulator's request log.
 
-Converging a fleet is paid per request: a cold step writes the cluster's expiry status, its Ready condition and
-each machine's status once, and reads the TalosCluster back never (the Ready write starts from the object the
-expiry write returned). A copy that went stale meanwhile still costs only a 409 and a fresh read, never another
+Converging a fleet is paid per request: a cold step writes the cluster's expiry status and its Ready condition
+in one PATCH (both are known once the bundle is read) and each machine's status once, and reads the TalosCluster
+back never. A copy that went stale meanwhile still costs only a 409 and a fresh read, never another
 writer's update.
 """
 
@@ -35,7 +35,7 @@ async def test_a_cold_step_writes_each_object_once_and_reads_no_cluster_back(env
             await reconciler.step({})
         log = env.management.requests
         assert log.count("get", resource="talosclusters") == 0
-        assert log.count("patch", resource="talosclusters") == 2  # expiry status, then Ready
+        assert log.count("patch", resource="talosclusters") == 1  # expiry status and Ready, known in the same step
         assert log.count("patch", resource="talosmachines") == len(env.machine_names)
         assert log.count(status=409) == 0
         cluster = await crds.clusters(kube).get(env.namespace, env.cluster_name)
