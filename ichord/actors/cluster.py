@@ -70,6 +70,15 @@ _UNUSABLE_BUNDLE = {BundleSourceError.SECRET_NOT_FOUND, BundleSourceError.INVALI
 _READY = Condition(names.READY, "True", "Reconciled", "the bundle is readable")
 
 
+def _only_status_changed(m: MachineView, written: Obj) -> bool:
+    """Whether ``written`` (the machine as a status write left it) differs from ``m`` (as reconciled) in its status
+    and resourceVersion only: no other writer's change rode in on the write (a 409's fresh read)."""
+    meta = written.get("metadata") or {}
+    return ((written.get("spec") or {}) == m.spec and meta.get("generation") == m.generation
+            and all(meta.get(k) == m.metadata.get(k) for k in ("labels", "annotations", "finalizers",
+                                                                "deletionTimestamp", "uid")))
+
+
 def _idle_for(outcome: Outcome) -> float | None:
     """Seconds until the actor steps again on its own (None: only a change wakes it)."""
     if isinstance(outcome, Requeue):
@@ -301,11 +310,11 @@ class ClusterReconciler:
         clock = time.monotonic()
         not_due: dict[str, float] = {}
 
-        def seen(m: MachineView) -> tuple[object, ...]:
+        def seen(m: MachineView, resource_version: object = None) -> tuple[object, ...]:
             # Everything reconcile_machine decides from, but the node itself (read again at the machine's resync):
             # its object, the cluster's spec, the bundle, the operation holding the machines, its planned disruption.
-            return (m.metadata.get("resourceVersion"), m.generation, cluster.generation, bundle_version,
-                    held_by.name if held_by is not None else None, planned.get(m.name))
+            return (resource_version or m.metadata.get("resourceVersion"), m.generation, cluster.generation,
+                    bundle_version, held_by.name if held_by is not None else None, planned.get(m.name))
 
         async def one(m: MachineView) -> None:
             last = self._due.get(m.name)
@@ -357,7 +366,12 @@ class ClusterReconciler:
                 delays.append(not_due[m.name])
                 continue
             result = results[m.key]
-            await self._writes.write_machine(m, result)
+            written = await self._writes.write_machine(m, result)
+            due = self._due.get(m.name)
+            if written is not None and due is not None and _only_status_changed(m, written):
+                # This step's own status write is no change of what the machine is reconciled from: the node is not
+                # read again for it (it was, once per machine, on every cold start).
+                self._due[m.name] = (seen(m, (written.get("metadata") or {}).get("resourceVersion")), due[1])
             delays.append(result.requeue_after)
         delay = earliest(*delays)
         return Done() if delay is None else Requeue(delay, "machines")

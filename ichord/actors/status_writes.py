@@ -123,7 +123,9 @@ class StatusWrites:
         log.warning("status write refused", cluster=self.key, object=key, error=message)
         self.rt.recorder.record(ref, "Warning", names.EventReason.FORBIDDEN, message)
 
-    async def write_machine(self, m: MachineView, result: MachineResult, *, post: bool = True) -> None:
+    async def write_machine(self, m: MachineView, result: MachineResult, *, post: bool = True) -> Obj | None:
+        """Write the machine's Ready and owned fields when they changed; returns the object as written (None when
+        nothing was sent or the write failed)."""
         old_ready = find(m.status.get("conditions"), names.READY)
         desired_fields = {k: v for k, v in result.fields.items() if k in OWNED_FIELDS}
         same_ready = old_ready is not None and (
@@ -133,7 +135,7 @@ class StatusWrites:
         ) == (result.ready.status, result.ready.reason, SCRUBBER.text(result.ready.message))
         same_fields = all(m.status.get(k, [] if k.endswith("Paths") else None) == v for k, v in desired_fields.items())
         if same_ready and same_fields and m.status.get("observedGeneration") == m.generation:
-            return
+            return None
 
         def mutate(status: Obj, _obj: Obj) -> Obj:
             status["conditions"] = set_condition(
@@ -144,20 +146,21 @@ class StatusWrites:
             return status
 
         try:
-            await update_status(crds.machines(self.rt.kube), m.namespace, m.name, mutate,
-                                current=self.rt.machines.cache.get((m.namespace, m.name)))
+            written = await update_status(crds.machines(self.rt.kube), m.namespace, m.name, mutate,
+                                          current=self.rt.machines.cache.get((m.namespace, m.name)))
         except NotFound:
-            return
+            return None
         except Forbidden as exc:
             self.status_refused(ObjectRef(names.TALOS_MACHINE, m.namespace, m.name, m.uid, names.API_VERSION), exc)
-            return
+            return None
         except IchordError as exc:
             log.warning("machine status write failed", cluster=self.key, machine=m.name,
                         error=SCRUBBER.exception(exc))
-            return
+            return None
         reason_changed = old_ready is None or old_ready.get("reason") != result.ready.reason
         if post and result.event is not None and (reason_changed or result.applied):
             type_, reason, message = result.event
             self.rt.recorder.record(
                 ObjectRef(names.TALOS_MACHINE, m.namespace, m.name, m.uid, names.API_VERSION), type_, reason, message
             )
+        return written
