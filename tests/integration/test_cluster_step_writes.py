@@ -9,6 +9,7 @@ writer's update.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -99,3 +100,41 @@ async def test_a_machine_is_not_read_again_before_its_resync_unless_its_inputs_c
         await reconciler.step({})
         read = {name: n - before[name] for name, n in rpcs().items() if n != before[name]}
         assert list(read) == [first] and read[first] > 0
+
+
+@pytest.mark.parametrize("spoil", ["spec", "unlabelled"])
+async def test_the_expiry_write_carries_ready_only_when_nothing_later_can_change_it(env: SimEnvironment,
+                                                                                     spoil: str) -> None:
+    """A spec that does not render (Ready False, InvalidSpec) or a bundle Secret still to be labelled (the label
+    write may be refused: Ready False, Forbidden) leaves Ready to the machines phase: the expiry write never says
+    Ready=True first, and the cluster is written twice (expiry, then Ready) as before."""
+    async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
+        cluster = await crds.clusters(kube).get(env.namespace, env.cluster_name)
+        if spoil == "spec":
+            await crds.clusters(kube).patch(env.namespace, env.cluster_name, {"spec": {"install": {"disk": "sda"}}})
+        else:
+            secret = cluster["spec"]["secretsRef"]["name"]
+            await kube.raw("PATCH", f"/api/v1/namespaces/{env.namespace}/secrets/{secret}",
+                           body={"metadata": {"labels": {names.BUNDLE_LABEL: None}}},
+                           content_type="application/merge-patch+json")
+        env.management.requests.clear()
+
+        async with cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as reconciler:
+            writes: list[Any] = []  # the TalosCluster as each of the step's writes returned it
+            wrote = reconciler._writes.wrote
+
+            def spy(obj: Any) -> None:
+                writes.append(obj)
+                wrote(obj)
+
+            reconciler._writes.wrote = spy  # type: ignore[method-assign,assignment]
+            await reconciler.step({})
+        expiry_written = writes[0]["status"]
+        assert expiry_written["certificates"]
+        assert find(expiry_written.get("conditions"), names.READY) is None
+        assert env.management.requests.count("patch", resource="talosclusters") == 2
+        cluster = await crds.clusters(kube).get(env.namespace, env.cluster_name)
+        ready = find(cluster["status"]["conditions"], names.READY)
+        assert ready is not None
+        expected = ("False", "InvalidSpec") if spoil == "spec" else ("True", "Reconciled")
+        assert (ready["status"], ready["reason"]) == expected
