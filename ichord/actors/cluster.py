@@ -28,7 +28,7 @@ import structlog
 
 from ichord.actors import missing_cluster
 from ichord.actors.runtime import Runtime
-from ichord.actors.status_writes import StatusWrites
+from ichord.actors.status_writes import StatusWrites, ready_mutation
 from ichord.api import names
 from ichord.api.conditions import Condition, find, set_condition
 from ichord.api.names import ReadyReason
@@ -39,7 +39,7 @@ from ichord.kube.client import KubeClient
 from ichord.kube.errors import Forbidden, KubeError
 from ichord.kube.forbidden import forbidden_message
 from ichord.kube.reads import label_secret
-from ichord.kube.status import update_status
+from ichord.kube.status import StatusMutation, update_status
 from ichord.machines.memo import ConfigMemo
 from ichord.machines.reconciler import MachineResult, reconcile_machine
 from ichord.metrics import RECONCILE_OUTCOMES
@@ -65,6 +65,18 @@ MAX_PARALLEL_MACHINES = 4
 #: Ready reasons of the TalosCluster for a bundle that cannot be used (BundleSourceError reasons are the same).
 _UNUSABLE_BUNDLE = {BundleSourceError.SECRET_NOT_FOUND, BundleSourceError.INVALID,
                     BundleSourceError.CROSS_NAMESPACE_REFUSED, BundleSourceError.FORBIDDEN}
+
+#: The TalosCluster's Ready once its spec renders and its bundle is usable.
+_READY = Condition(names.READY, "True", "Reconciled", "the bundle is readable")
+
+
+def _only_status_changed(m: MachineView, written: Obj) -> bool:
+    """Whether ``written`` (the machine as a status write left it) differs from ``m`` (as reconciled) in its status
+    and resourceVersion only: no other writer's change rode in on the write (a 409's fresh read)."""
+    meta = written.get("metadata") or {}
+    return ((written.get("spec") or {}) == m.spec and meta.get("generation") == m.generation
+            and all(meta.get(k) == m.metadata.get(k) for k in ("labels", "annotations", "finalizers",
+                                                                "deletionTimestamp", "uid")))
 
 
 def _idle_for(outcome: Outcome) -> float | None:
@@ -179,9 +191,26 @@ class ClusterReconciler:
                 warning_days=self.rt.warning_days,
                 bundle=scope.bundle,
                 on_written=self._writes.wrote,
+                also=await self._ready_known(scope),
             )
             self._expiry_due = now + delay
         return Requeue(max(0.0, self._expiry_due - now), "expiry re-read")
+
+    async def _ready_known(self, scope: ClusterScope) -> StatusMutation | None:
+        """The cluster's Ready=True as the machines phase would write it, when it is already certain at the expiry
+        phase: the spec renders, the full bundle reads and the Secret carries its label (nothing left that could make
+        it False). Then the expiry write carries it, and a cold cluster's first step writes it once, not twice. Any
+        doubt: None, and the machines phase decides as before."""
+        assert scope.cluster is not None
+        try:
+            ClusterInputs.from_spec(scope.cluster.cluster_name, scope.cluster.spec)
+            read = await scope.bundle()
+            read.full()
+        except (RenderError, BundleSourceError):
+            return None
+        if names.BUNDLE_LABEL not in read.secret.labels:
+            return None
+        return ready_mutation(scope.cluster.obj, _READY)
 
     # ---- rotations planned from expiry ---------------------------------------------------------
 
@@ -264,8 +293,7 @@ class ClusterReconciler:
         if bundle is None:
             return Requeue(self.rt.timing.retry, "bundle unreadable")
         before = find(cluster.status.get("conditions"), names.READY)
-        if await self._writes.set_cluster_ready(cluster.obj, Condition(names.READY, "True", "Reconciled",
-                                                                "the bundle is readable")) and (
+        if await self._writes.set_cluster_ready(cluster.obj, _READY) and (
                 before is not None and before.get("reason") in _UNUSABLE_BUNDLE):
             # The bundle just became usable (it was missing or invalid): publish expiry now, not at its retry.
             # A cluster's first Ready needs no second pass: this step's expiry phase read the same bundle.
@@ -282,11 +310,11 @@ class ClusterReconciler:
         clock = time.monotonic()
         not_due: dict[str, float] = {}
 
-        def seen(m: MachineView) -> tuple[object, ...]:
+        def seen(m: MachineView, resource_version: object = None) -> tuple[object, ...]:
             # Everything reconcile_machine decides from, but the node itself (read again at the machine's resync):
             # its object, the cluster's spec, the bundle, the operation holding the machines, its planned disruption.
-            return (m.metadata.get("resourceVersion"), m.generation, cluster.generation, bundle_version,
-                    held_by.name if held_by is not None else None, planned.get(m.name))
+            return (resource_version or m.metadata.get("resourceVersion"), m.generation, cluster.generation,
+                    bundle_version, held_by.name if held_by is not None else None, planned.get(m.name))
 
         async def one(m: MachineView) -> None:
             last = self._due.get(m.name)
@@ -338,7 +366,12 @@ class ClusterReconciler:
                 delays.append(not_due[m.name])
                 continue
             result = results[m.key]
-            await self._writes.write_machine(m, result)
+            written = await self._writes.write_machine(m, result)
+            due = self._due.get(m.name)
+            if written is not None and due is not None and _only_status_changed(m, written):
+                # This step's own status write is no change of what the machine is reconciled from: the node is not
+                # read again for it (it was, once per machine, on every cold start).
+                self._due[m.name] = (seen(m, (written.get("metadata") or {}).get("resourceVersion")), due[1])
             delays.append(result.requeue_after)
         delay = earliest(*delays)
         return Done() if delay is None else Requeue(delay, "machines")

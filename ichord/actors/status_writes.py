@@ -23,7 +23,7 @@ from ichord.kube import crds
 from ichord.kube.errors import Forbidden, NotFound
 from ichord.kube.events import ObjectRef
 from ichord.kube.forbidden import forbidden_message
-from ichord.kube.status import update_status
+from ichord.kube.status import StatusMutation, update_status
 from ichord.machines.reconciler import OWNED_FIELDS, MachineResult
 from ichord.pki.scrub import SCRUBBER
 
@@ -32,6 +32,27 @@ Obj = dict[str, Any]
 
 #: Machine Ready reasons that say the same as the cluster's (the rest of the unusable bundles are BundleInvalid).
 _MACHINE_REASON_AS_CLUSTER = {ReadyReason.FORBIDDEN}
+
+
+def _says(current: Obj | None, cond: Condition) -> bool:
+    """Whether the Ready condition ``current`` already says what ``cond`` says (its time and generation aside)."""
+    return current is not None and (current.get("status"), current.get("reason"), current.get("message")) == (
+        cond.status, cond.reason, SCRUBBER.text(cond.message))
+
+
+def ready_mutation(cluster: Obj, cond: Condition) -> StatusMutation:
+    """The TalosCluster's Ready set to ``cond`` for the generation of ``cluster`` (the copy it was decided on);
+    a status whose Ready already says the same is left as it is."""
+    generation = ClusterView.of(cluster).generation
+
+    def mutate(status: Obj, _obj: Obj) -> Obj:
+        if _says(find(status.get("conditions"), names.READY), cond):
+            return status
+        status["conditions"] = set_condition(status.get("conditions"), cond, observed_generation=generation)
+        status["observedGeneration"] = generation
+        return status
+
+    return mutate
 
 
 class StatusWrites:
@@ -79,25 +100,11 @@ class StatusWrites:
         PATCH, no GET. A copy that is stale by then costs a 409 and a fresh read, never a lost update.
         """
         cluster = self.written or cluster
-        view = ClusterView.of(cluster)
-        current = find(view.status.get("conditions"), names.READY)
-        if current and (current.get("status"), current.get("reason"), current.get("message")) == (
-            cond.status,
-            cond.reason,
-            SCRUBBER.text(cond.message),
-        ):
+        if _says(find(ClusterView.of(cluster).status.get("conditions"), names.READY), cond):
             return False
-        generation = view.generation
-
-        def mutate(status: Obj, _obj: Obj) -> Obj:
-            status["conditions"] = set_condition(status.get("conditions"),
-                                                 cond, observed_generation=generation)
-            status["observedGeneration"] = generation
-            return status
-
         try:
-            self.written = await update_status(crds.clusters(self.rt.kube), self.namespace, self.name, mutate,
-                                                current=cluster)
+            self.written = await update_status(crds.clusters(self.rt.kube), self.namespace, self.name,
+                                                ready_mutation(cluster, cond), current=cluster)
         except NotFound:
             return False
         except Forbidden as exc:
@@ -116,7 +123,9 @@ class StatusWrites:
         log.warning("status write refused", cluster=self.key, object=key, error=message)
         self.rt.recorder.record(ref, "Warning", names.EventReason.FORBIDDEN, message)
 
-    async def write_machine(self, m: MachineView, result: MachineResult, *, post: bool = True) -> None:
+    async def write_machine(self, m: MachineView, result: MachineResult, *, post: bool = True) -> Obj | None:
+        """Write the machine's Ready and owned fields when they changed; returns the object as written (None when
+        nothing was sent or the write failed)."""
         old_ready = find(m.status.get("conditions"), names.READY)
         desired_fields = {k: v for k, v in result.fields.items() if k in OWNED_FIELDS}
         same_ready = old_ready is not None and (
@@ -126,7 +135,7 @@ class StatusWrites:
         ) == (result.ready.status, result.ready.reason, SCRUBBER.text(result.ready.message))
         same_fields = all(m.status.get(k, [] if k.endswith("Paths") else None) == v for k, v in desired_fields.items())
         if same_ready and same_fields and m.status.get("observedGeneration") == m.generation:
-            return
+            return None
 
         def mutate(status: Obj, _obj: Obj) -> Obj:
             status["conditions"] = set_condition(
@@ -137,20 +146,21 @@ class StatusWrites:
             return status
 
         try:
-            await update_status(crds.machines(self.rt.kube), m.namespace, m.name, mutate,
-                                current=self.rt.machines.cache.get((m.namespace, m.name)))
+            written = await update_status(crds.machines(self.rt.kube), m.namespace, m.name, mutate,
+                                          current=self.rt.machines.cache.get((m.namespace, m.name)))
         except NotFound:
-            return
+            return None
         except Forbidden as exc:
             self.status_refused(ObjectRef(names.TALOS_MACHINE, m.namespace, m.name, m.uid, names.API_VERSION), exc)
-            return
+            return None
         except IchordError as exc:
             log.warning("machine status write failed", cluster=self.key, machine=m.name,
                         error=SCRUBBER.exception(exc))
-            return
+            return None
         reason_changed = old_ready is None or old_ready.get("reason") != result.ready.reason
         if post and result.event is not None and (reason_changed or result.applied):
             type_, reason, message = result.event
             self.rt.recorder.record(
                 ObjectRef(names.TALOS_MACHINE, m.namespace, m.name, m.uid, names.API_VERSION), type_, reason, message
             )
+        return written

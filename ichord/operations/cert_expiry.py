@@ -34,7 +34,7 @@ from ichord.kube.client import KubeClient
 from ichord.kube.crds import clusters
 from ichord.kube.errors import KubeError, NotFound
 from ichord.kube.events import WARNING, EventRecorder, ObjectRef
-from ichord.kube.status import update_status
+from ichord.kube.status import StatusMutation, update_status
 from ichord.metrics import CERTIFICATE_EXPIRY
 from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_bundle_secret
 from ichord.pki.bundle import SecretsBundle
@@ -218,6 +218,16 @@ def _mutation(result: ExpiryResult, bundle: SecretsBundle, now: dt.datetime,
     return mutate
 
 
+def _then(first: StatusMutation, second: StatusMutation) -> StatusMutation:
+    """``first`` then ``second`` on the same status (None from both: nothing to change)."""
+    def mutate(status: Obj, obj: Obj) -> Obj | None:
+        after_first = first(status, obj)
+        after_second = second(status if after_first is None else after_first, obj)
+        return after_second if after_second is not None else after_first
+
+    return mutate
+
+
 async def expiry_pass(
     kube: KubeClient,
     cluster_obj: Obj,
@@ -229,13 +239,16 @@ async def expiry_pass(
     now: dt.datetime | None = None,
     bundle: Callable[[], Awaitable[BundleRead]] | None = None,
     on_written: Callable[[Obj], None] | None = None,
+    also: StatusMutation | None = None,
 ) -> float:
     """One expiry read of a cluster; returns the seconds until the next one.
 
     ``timing.expiry_reread`` after a read, ``timing.expiry_retry`` when the bundle could not be read
     or the status could not be written. Never raises for an API or bundle failure. ``on_written`` gets the
     cluster as the status write left it (or as read fresh when nothing changed), so the caller's next write
-    of the same object starts from it instead of a GET.
+    of the same object starts from it instead of a GET. ``also`` is the caller's own change of the same status,
+    decided in the same step, sent in this one write (the cluster actor's Ready): a cold cluster is written once,
+    not twice; it goes only when the bundle was read (an unreadable bundle writes nothing here).
     """
     meta = cluster_obj.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
@@ -256,11 +269,13 @@ async def expiry_pass(
     result = expiry_status(public, now, warning_days, cluster=(namespace, name))
     publish_metrics(namespace, name, result)
     written = _Written()
+    mutation = _mutation(result, public, now, written)
+    if also is not None:
+        mutation = _then(mutation, also)
     try:
         # The caller's copy (the informer's) saves the read; a stale one costs a 409 and a fresh read, never an update.
         current = cluster_obj if (cluster_obj.get("metadata") or {}).get("resourceVersion") else None
-        obj = await update_status(clusters(kube), namespace, name, _mutation(result, public, now, written),
-                                  current=current)
+        obj = await update_status(clusters(kube), namespace, name, mutation, current=current)
     except NotFound:
         bound.info("cluster gone before its expiry status was written")
         return timing.expiry_retry

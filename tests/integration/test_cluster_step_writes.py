@@ -1,14 +1,15 @@
 """Issue 19: what one step of a cluster actor writes to the API, counted by the simulator's request log.
 
-Converging a fleet is paid per request: a cold step writes the cluster's expiry status, its Ready condition and
-each machine's status once, and reads the TalosCluster back never (the Ready write starts from the object the
-expiry write returned). A copy that went stale meanwhile still costs only a 409 and a fresh read, never another
+Converging a fleet is paid per request: a cold step writes the cluster's expiry status and its Ready condition
+in one PATCH (both are known once the bundle is read) and each machine's status once, and reads the TalosCluster
+back never. A copy that went stale meanwhile still costs only a 409 and a fresh read, never another
 writer's update.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,7 @@ async def test_a_cold_step_writes_each_object_once_and_reads_no_cluster_back(env
             await reconciler.step({})
         log = env.management.requests
         assert log.count("get", resource="talosclusters") == 0
-        assert log.count("patch", resource="talosclusters") == 2  # expiry status, then Ready
+        assert log.count("patch", resource="talosclusters") == 1  # expiry status and Ready, known in the same step
         assert log.count("patch", resource="talosmachines") == len(env.machine_names)
         assert log.count(status=409) == 0
         cluster = await crds.clusters(kube).get(env.namespace, env.cluster_name)
@@ -87,10 +88,9 @@ async def test_a_machine_is_not_read_again_before_its_resync_unless_its_inputs_c
 
         await reconciler.step({})
         await caught_up()
-        await reconciler.step({})  # each machine's own status write is a change of its object: read once more
-        await caught_up()
         before = rpcs()
-        for _ in range(3):
+        assert all(before.values())  # the cold step read every node once
+        for _ in range(3):  # each machine's own status write changed its object, but not what it is reconciled from
             await reconciler.step({})
         assert rpcs() == before  # converged, not due: no node read
 
@@ -100,3 +100,41 @@ async def test_a_machine_is_not_read_again_before_its_resync_unless_its_inputs_c
         await reconciler.step({})
         read = {name: n - before[name] for name, n in rpcs().items() if n != before[name]}
         assert list(read) == [first] and read[first] > 0
+
+
+@pytest.mark.parametrize("spoil", ["spec", "unlabelled"])
+async def test_the_expiry_write_carries_ready_only_when_nothing_later_can_change_it(env: SimEnvironment,
+                                                                                     spoil: str) -> None:
+    """A spec that does not render (Ready False, InvalidSpec) or a bundle Secret still to be labelled (the label
+    write may be refused: Ready False, Forbidden) leaves Ready to the machines phase: the expiry write never says
+    Ready=True first, and the cluster is written twice (expiry, then Ready) as before."""
+    async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube:
+        cluster = await crds.clusters(kube).get(env.namespace, env.cluster_name)
+        if spoil == "spec":
+            await crds.clusters(kube).patch(env.namespace, env.cluster_name, {"spec": {"install": {"disk": "sda"}}})
+        else:
+            secret = cluster["spec"]["secretsRef"]["name"]
+            await kube.raw("PATCH", f"/api/v1/namespaces/{env.namespace}/secrets/{secret}",
+                           body={"metadata": {"labels": {names.BUNDLE_LABEL: None}}},
+                           content_type="application/merge-patch+json")
+        env.management.requests.clear()
+
+        async with cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as reconciler:
+            writes: list[Any] = []  # the TalosCluster as each of the step's writes returned it
+            wrote = reconciler._writes.wrote
+
+            def spy(obj: Any) -> None:
+                writes.append(obj)
+                wrote(obj)
+
+            reconciler._writes.wrote = spy  # type: ignore[method-assign,assignment]
+            await reconciler.step({})
+        expiry_written = writes[0]["status"]
+        assert expiry_written["certificates"]
+        assert find(expiry_written.get("conditions"), names.READY) is None
+        assert env.management.requests.count("patch", resource="talosclusters") == 2
+        cluster = await crds.clusters(kube).get(env.namespace, env.cluster_name)
+        ready = find(cluster["status"]["conditions"], names.READY)
+        assert ready is not None
+        expected = ("False", "InvalidSpec") if spoil == "spec" else ("True", "Reconciled")
+        assert (ready["status"], ready["reason"]) == expected

@@ -221,8 +221,15 @@ async def test_a_toy_kind_runs_through_plan_pause_lock_a_two_node_roll_and_compl
 
     await world.run_until(paused)
     held = {m: env.node(m).boots for m in env.machine_names}
-    for _ in range(3):
-        assert isinstance(await world.step(), Blocked)  # held: nothing rebooted while paused
+    # Held: steps run as the actor runs them (each after the last one's delay) reboot nothing, and once the machines
+    # phase has nothing sooner (the node rolled just before the pause is read again at its own retry, not at once
+    # for ichord's own status write of it), the step's outcome is the pause.
+    outcomes: list[Outcome] = []
+    for _ in range(6):
+        outcomes.append(await world.step())
+        assert _reason(await world.op()) == "Paused"
+        await anyio.sleep(min(max(next_delay(outcomes[-1]) or 0.01, 0.005), 0.5))
+    assert isinstance(outcomes[-1], Blocked) and outcomes[-1].reason == "Paused", outcomes
     assert {m: env.node(m).boots for m in env.machine_names} == held
 
     # Resume and finish: two control planes rebooted exactly once each, the rest not at all, nothing cordoned.
