@@ -96,3 +96,6 @@ class KubeNodes:
             self._held[name] = after
         return after is not None
 
+    def forget(self, name: str) -> None:
+        """The Node was written by another way this step (the drain's annotation): the next ask reads it again."""
+        self._held.pop(name, None)
