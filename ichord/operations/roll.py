@@ -187,6 +187,9 @@ class RollOutcome:
     done: tuple[str, ...] = field(default=())
     #: Outside every maintenance window (reason WaitingForWindow): what the operation says while it waits.
     window: Closed | None = None
+    #: The step only waited on a reboot already asked for (a poll): its message details the wait, it is no news
+    #: (the caller keeps the Rebooting condition it wrote when the reboot was asked for: one write a reboot).
+    polled: bool = False
 
     @property
     def finished(self) -> bool:
@@ -315,7 +318,7 @@ async def _act(d: Decision, marker: RollMarker, store: MarkerStore, talos: RollT
     if d.action is Action.BLOCK:
         return out(Blocked(d.reason, d.message, d.after))
     if d.action is Action.WAIT:
-        return out(Requeue(d.after, d.reason))
+        return replace(out(Requeue(d.after, d.reason)), polled=True)
     if d.action is Action.TIME_OUT:
         log.warning("roll: node did not come back in time", machine=machine, reason=d.reason)
         return out(Blocked(d.reason, d.message, d.after), pause=True)
