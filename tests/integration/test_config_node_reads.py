@@ -40,7 +40,8 @@ def bundle() -> SecretsBundle:
 
 @pytest.fixture
 async def world(bundle: SecretsBundle) -> AsyncIterator[World]:
-    timings = dataclasses.replace(scaled(0.01), reboot_shutdown=0.3, reboot=0.3)  # a reboot lasts several polls
+    # A reboot lasts several polls, even on a loaded machine where a step takes a tenth of a second or more.
+    timings = dataclasses.replace(scaled(0.01), reboot_shutdown=0.6, reboot=0.6)
     async with SimEnvironment(bundle=bundle, time_scale=0.01, control_planes=1, workers=2, timings=timings,
                               management_api="separate") as env:
         async for w in world_on(env, TIMING):
