@@ -3,7 +3,8 @@
 Written once for the etcd CA target (docs/decisions.md#etcd-reboot-roll) and the ``config`` operation
 (docs/decisions.md#config-rollout). ``advance_roll`` is a level-triggered step: each call reads the persisted marker
 (``MarkerStore``, roll_ports.py), the node's boot ID (Talos) and its Node (the managed cluster's
-API), does at most one small piece of work and returns a ``RollOutcome``; the caller requeues.
+API; once a step, and while a reboot is outstanding only once another boot ID answers: before that no row asks it),
+does at most one small piece of work and returns a ``RollOutcome``; the caller requeues.
 Nothing is remembered in the process: every wait is measured from the marker's ``requested_at``.
 
 State table (``roll_state.decide``; first matching row wins)::
@@ -187,6 +188,9 @@ class RollOutcome:
     done: tuple[str, ...] = field(default=())
     #: Outside every maintenance window (reason WaitingForWindow): what the operation says while it waits.
     window: Closed | None = None
+    #: The step only waited on a reboot already asked for (a poll): its message details the wait, it is no news
+    #: (the caller keeps the Rebooting condition it wrote when the reboot was asked for: one write a reboot).
+    polled: bool = False
 
     @property
     def finished(self) -> bool:
@@ -256,8 +260,8 @@ async def _observe(target: RollTarget | None, marker: RollMarker, talos: RollTal
                    gates: Sequence[Gate], verifiers: Sequence[Gate]) -> Observations:
     if target is None:
         return Observations()
-    node, node_error, missing = await _read_node(nodes, target)
     if not marker.rebooting:
+        node, node_error, missing = await _read_node(nodes, target)
         return Observations(node=node, node_error=node_error, node_missing=missing, gate=await _first_closed(
             gates, target))
     try:
@@ -271,6 +275,10 @@ async def _observe(target: RollTarget | None, marker: RollMarker, talos: RollTal
             stopping = await talos.shutting_down(target)
         except TalosError:
             stopping = False  # it answered the boot ID a moment ago; the same-boot rows decide
+    if boot_id is None or boot_id == marker.boot_id:
+        # Not back on another boot: no row asks the Node (roll_state.decide), so it is not read (a reboot's polls).
+        return Observations(boot_id=boot_id, boot_error=boot_error, stopping=stopping)
+    node, node_error, missing = await _read_node(nodes, target)
     obs = Observations(node=node, node_error=node_error, node_missing=missing, boot_id=boot_id,
                        boot_error=boot_error, stopping=stopping)
     if boot_id not in (None, marker.boot_id) and node is not None and node.ready:
@@ -315,7 +323,7 @@ async def _act(d: Decision, marker: RollMarker, store: MarkerStore, talos: RollT
     if d.action is Action.BLOCK:
         return out(Blocked(d.reason, d.message, d.after))
     if d.action is Action.WAIT:
-        return out(Requeue(d.after, d.reason))
+        return replace(out(Requeue(d.after, d.reason)), polled=True)
     if d.action is Action.TIME_OUT:
         log.warning("roll: node did not come back in time", machine=machine, reason=d.reason)
         return out(Blocked(d.reason, d.message, d.after), pause=True)

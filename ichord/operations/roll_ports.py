@@ -72,16 +72,30 @@ class TalosNodes:
 
 
 class KubeNodes:
-    """ManagedNodes over a client of the managed cluster (ichord.kube.nodes)."""
+    """ManagedNodes over a client of the managed cluster (ichord.kube.nodes), made for one step: the Node is read
+    live once, the first time the step asks, and that copy (or what a patch of it returned) answers the rest of the
+    step: its gates, its cordon and uncordon (sent with the copy's resourceVersion: a 409 reads it again once), its
+    drain. Never kept across steps: a copy older than the step must not decide a reboot (ichord/kube/nodes.py)."""
 
     def __init__(self, client: KubeClient) -> None:
         self._client = client
+        self._held: dict[str, NodeView] = {}
 
     async def read(self, name: str) -> NodeView:
-        return await kube_nodes.read_node_view(self._client, name)
+        if name not in self._held:
+            self._held[name] = await kube_nodes.read_node_view(self._client, name)
+        return self._held[name]
 
     async def cordon(self, name: str) -> NodeView:
-        return await kube_nodes.cordon(self._client, name)
+        self._held[name] = await kube_nodes.cordon(self._client, name, self._held.get(name))
+        return self._held[name]
 
     async def uncordon(self, name: str) -> bool:
-        return await kube_nodes.uncordon(self._client, name)
+        after = await kube_nodes.release(self._client, name, self._held.get(name))
+        if after is not None:
+            self._held[name] = after
+        return after is not None
+
+    def forget(self, name: str) -> None:
+        """The Node was written by another way this step (the drain's annotation): the next ask reads it again."""
+        self._held.pop(name, None)

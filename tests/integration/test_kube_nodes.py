@@ -51,3 +51,29 @@ async def test_a_patch_on_a_stale_read_is_refused_not_applied(kube: KubeClient) 
         await _patch(kube, "n3", {"metadata": {"resourceVersion": stale.resource_version},
                                   "spec": {"unschedulable": True}})
     assert not (await read_node_view(kube, "n3")).unschedulable
+
+
+async def test_a_cordon_on_the_steps_copy_reads_again_once_when_someone_wrote_the_node_since(kube: KubeClient) -> None:
+    await make_node(kube, "n4")
+    copy = await read_node_view(kube, "n4")
+    await kube.raw("PATCH", "/api/v1/nodes/n4", body={"metadata": {"labels": {"edited": "by-someone"}}},
+                   content_type=MERGE_PATCH)
+    view = await cordon(kube, "n4", copy)  # 409 on the copy: read again, decided again, cordoned
+    assert view.unschedulable and view.cordoned_by_ichord
+    raw = await kube.raw("GET", "/api/v1/nodes/n4")
+    assert raw["metadata"]["labels"]["edited"] == "by-someone"  # their write kept, not overwritten
+    await kube.raw("PATCH", "/api/v1/nodes/n4", body={"metadata": {"labels": {"edited": "again"}}},
+                   content_type=MERGE_PATCH)
+    assert await uncordon(kube, "n4", view)  # 409 on the copy again: read again, still ichord's cordon, undone
+    assert not (await read_node_view(kube, "n4")).unschedulable
+
+
+async def test_a_person_who_cordoned_since_the_copy_was_read_keeps_their_cordon(kube: KubeClient) -> None:
+    await make_node(kube, "n5")
+    copy = await read_node_view(kube, "n5")
+    await kube.raw("PATCH", "/api/v1/nodes/n5", body={"spec": {"unschedulable": True}}, content_type=MERGE_PATCH)
+    view = await cordon(kube, "n5", copy)  # decided again on the Node as it is now: a person's cordon, left alone
+    assert view.unschedulable and not view.cordoned_by_ichord
+    mine = await cordon(kube, "n5")
+    assert not await uncordon(kube, "n5", copy)  # the copy says not ichord's: nothing sent
+    assert (await read_node_view(kube, "n5")).unschedulable and not mine.cordoned_by_ichord

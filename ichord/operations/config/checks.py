@@ -3,7 +3,7 @@
 
 - converged: the node already runs the rendered configuration (managed/rendered.py; the rollout touches nothing
   there);
-- Node Ready, read live from the managed cluster;
+- Node Ready, read live from the managed cluster (once a step: the roll's copy, roll_ports.KubeNodes);
 - not held by the ``upgrade-hold`` annotation;
 - the dry run of the rendered configuration is accepted;
 - etcd, for a control plane, before and after its reboot: whole, by the etcd CA roll's own check
@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ichord.api.views import MachineView
-from ichord.kube.client import KubeClient
-from ichord.kube.errors import KubeError
-from ichord.kube.reads import node_ready, read_node
+from ichord.errors import IchordError
 from ichord.operations.managed.etcd_health import etcd_problems
 from ichord.operations.managed.rendered import runs_render
+from ichord.operations.roll_ports import ManagedNodes
 from ichord.operations.roll_state import OPEN, GateResult, closed, failed
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.config import MachineConfig
@@ -31,12 +30,13 @@ from ichord.talos.errors import TalosError
 SHOWN = 3
 
 
-async def node_is_ready(kc: KubeClient, node: str) -> GateResult:
+async def node_is_ready(nodes: ManagedNodes, node: str) -> GateResult:
+    """On the Node as this step read it (the roll's own read: one GET a step, never an older copy)."""
     try:
-        obj = await read_node(kc, node)
-    except KubeError as exc:
+        view = await nodes.read(node)
+    except IchordError as exc:
         return closed(f"cannot read Node {node}: {SCRUBBER.exception(exc)}")
-    return OPEN if node_ready(obj) else closed(f"Node {node} is not Ready")
+    return OPEN if view.ready else closed(f"Node {node} is not Ready")
 
 
 def not_held(machine: str, annotations: dict[str, str], hold_annotation: str) -> GateResult:

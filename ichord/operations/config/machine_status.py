@@ -2,8 +2,9 @@
 does to it.
 
 Written on a fresh copy with conflict retry (the machine reconciler writes the same status), and only
-when the reason or message changes. True while the rollout works on the machine (Draining, Rebooting,
-APIServerRestarting, APIServerNotReady); False/RolledOut once it is done.
+when the reason or message changes; a reboot's polls (``keep``) do not rewrite the Rebooting the reboot request
+wrote, so a reboot costs one write however many steps it lasts. True while the rollout works on the machine
+(Draining, Rebooting, APIServerRestarting, APIServerNotReady); False/RolledOut once it is done.
 """
 
 from __future__ import annotations
@@ -30,17 +31,23 @@ class RolloutReason:
 
 
 async def set_rollout_condition(kube: KubeClient, namespace: str, machine: str, status: str, reason: str,
-                                message: str, *, now: dt.datetime, current: Obj | None = None) -> None:
+                                message: str, *, now: dt.datetime, current: Obj | None = None,
+                                keep: bool = False) -> None:
     """Set ConfigRollout on ``machine``; ``current`` (the object as last read) saves a write when nothing changes,
-    and the write's read (update_status: a stale copy costs a 409 and a fresh read)."""
+    and the write's read (update_status: a stale copy costs a 409 and a fresh read). ``keep``: a condition of this
+    status and reason already says it; only its message would change (a reboot's poll), so nothing is written."""
     message = SCRUBBER.text(message)
-    old = find(((current or {}).get("status") or {}).get("conditions"), names.CONFIG_ROLLOUT)
-    if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (status, reason, message):
+
+    def said(old: Obj | None) -> bool:
+        if old is None or (old.get("status"), old.get("reason")) != (status, reason):
+            return False
+        return keep or old.get("message") == message
+
+    if said(find(((current or {}).get("status") or {}).get("conditions"), names.CONFIG_ROLLOUT)):
         return
 
     def mutate(st: Obj, _obj: Obj) -> Obj | None:
-        old = find(st.get("conditions"), names.CONFIG_ROLLOUT)
-        if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (status, reason, message):
+        if said(find(st.get("conditions"), names.CONFIG_ROLLOUT)):
             return None
         st["conditions"] = set_condition(st.get("conditions"), Condition(names.CONFIG_ROLLOUT, status, reason,
                                                                          message), now=now)

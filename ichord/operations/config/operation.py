@@ -308,7 +308,8 @@ async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], cl
                     return await backbone.wait_for_window(ctx, CONFIG, inputs, rolled.window)
                 reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
                 return await _report(ctx, inputs, [current], rolled.outcome, reason, rolled.message,
-                                     pause=rolled.pause, done=rolled.reason is RollReason.NODE_REBOOTED)
+                                     pause=rolled.pause, done=rolled.reason is RollReason.NODE_REBOOTED,
+                                     polled=rolled.polled)
             if RestartMarker.of(inputs.status).machine != current.name:
                 # Not started: its kube-apiserver restarts only inside a maintenance window.
                 closed = backbone.window_closed(ctx, inputs.cluster, f"the kube-apiserver restart of {m.name}")
@@ -328,7 +329,7 @@ async def _rolling(ctx: StepContext, inputs: Inputs, objects: dict[str, Obj], cl
             # The node (maybe the only control plane) is rebooting or restarting its API server: waiting.
             why = RolloutReason.REBOOTING if current.reboots else RolloutReason.API_SERVER_RESTARTING
             return await _report(ctx, inputs, [current], Requeue(ctx.timing.reboot_poll, "waiting"), why,
-                                 f"waiting for {current.name}: {message}")
+                                 f"waiting for {current.name}: {message}", polled=True)
         return await backbone.blocked(ctx, CONFIG, inputs, f"{current.name}: {message}")
 
 
@@ -370,7 +371,8 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
             rolled, slot_closed = rolled_by[name]
             reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
             done = name in rolled.done
-            await _machine_condition(ctx, inputs, pm, reason, rolled.message, pause=rolled.pause, done=done)
+            await _machine_condition(ctx, inputs, pm, reason, rolled.message, pause=rolled.pause, done=done,
+                                     polled=rolled.polled)
             if done:
                 if not slot_closed:  # recorded done by an earlier step's write that left the slot (an older daemon's)
                     inputs.op = line.obj = await workers.close_slot(objects, inputs.op_namespace, inputs.name, name)
@@ -424,9 +426,10 @@ async def _advance_workers(world: World, objects: crds.CustomObjects, inputs: In
 
 
 async def _machine_condition(ctx: StepContext, inputs: Inputs, pm: PlannedMachine, reason: str, message: str,
-                             *, pause: bool = False, done: bool = False) -> None:
-    """ConfigRollout on the machine (written only when it changes); a report, so a failure is only logged. The write
-    starts from the machine as this step read it: no GET (a copy stale by then costs a 409 and a fresh read)."""
+                             *, pause: bool = False, done: bool = False, polled: bool = False) -> None:
+    """ConfigRollout on the machine (written only when it changes; ``polled``: a reboot's poll keeps the message the
+    request wrote); a report, so a failure is only logged. The write starts from the machine as this step read it:
+    no GET (a copy stale by then costs a 409 and a fresh read)."""
     m = next((x for x in inputs.machines if x.name == pm.name), None)
     machine = _object(m) if m is not None else None
     now = ctx.now()
@@ -439,31 +442,33 @@ async def _machine_condition(ctx: StepContext, inputs: Inputs, pm: PlannedMachin
                                         message, now=now, current=machine)
         elif reason in (RolloutReason.DRAINING, RolloutReason.REBOOTING, RolloutReason.API_SERVER_RESTARTING):
             await set_rollout_condition(ctx.kube, inputs.op_namespace, pm.name, "True", reason, message, now=now,
-                                        current=machine)
+                                        current=machine, keep=polled)
     except IchordError as exc:
         log.warning("cannot write ConfigRollout on the machine", machine=pm.name, error=SCRUBBER.exception(exc))
 
 
 async def _operation_status(ctx: StepContext, inputs: Inputs, reason: str, message: str,
-                            machines: list[Obj]) -> None:
+                            machines: list[Obj], *, keep: bool = False) -> None:
+    """``keep``: a condition of this reason already says it, only the message would change (a reboot's poll)."""
     cond = find(inputs.status.get("conditions"), names.CONFIG_ROLLOUT)
     text = SCRUBBER.text(message)
-    if cond is None or (cond.get("reason"), cond.get("message")) != (reason, text) or \
-            inputs.status.get("phase") != Phase.IN_PROGRESS:
+    same = cond is not None and cond.get("reason") == reason and (keep or cond.get("message") == text)
+    if not same or inputs.status.get("phase") != Phase.IN_PROGRESS:
         await backbone.write(ctx, inputs, *backbone.in_progress(ctx, CONFIG, reason, message),
                              lambda s: s.__setitem__("machines", machines))
 
 
 async def _report(ctx: StepContext, inputs: Inputs, pms: list[PlannedMachine], outcome: Outcome, reason: str,
-                  message: str, *, pause: bool = False, done: bool = False) -> Outcome:
-    """The step's outcome on the operation and on the machine(s)."""
+                  message: str, *, pause: bool = False, done: bool = False, polled: bool = False) -> Outcome:
+    """The step's outcome on the operation and on the machine(s); ``polled``: a reboot's poll, which rewrites
+    neither the operation's nor the machine's message of the reboot (one write a reboot, not one a poll)."""
     for pm in pms:
-        await _machine_condition(ctx, inputs, pm, reason, message, pause=pause, done=done)
+        await _machine_condition(ctx, inputs, pm, reason, message, pause=pause, done=done, polled=polled)
     text = SCRUBBER.text(message)
     machines = [{"name": pm.name, "state": reason, "message": text} for pm in pms]
     if isinstance(outcome, Blocked):
         return await backbone.blocked(ctx, CONFIG, inputs, message, machines=machines)
-    await _operation_status(ctx, inputs, reason, message, machines)
+    await _operation_status(ctx, inputs, reason, message, machines, keep=polled)
     return outcome
 
 

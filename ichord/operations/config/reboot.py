@@ -21,7 +21,6 @@ from ichord.api.views import MachineView
 from ichord.errors import IchordError
 from ichord.failpoints import failpoint
 from ichord.kube import crds
-from ichord.kube.nodes import uncordon
 from ichord.operations import backbone
 from ichord.operations.config import checks
 from ichord.operations.config.plan import HOLD_ANNOTATION
@@ -59,6 +58,7 @@ def marker_store(world: World) -> StatusMarkerStore:
 async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None = None) -> RollOutcome:
     """One step of the Reboot class on ``m`` (a machine under way); ``store``: its marker (status.roll default)."""
     store = store or marker_store(world)
+    nodes = KubeNodes(world.managed)  # this step's Node: read once, then its copy (roll_ports.KubeNodes)
     marker = await store.read()
     target = await world.target(m)
     rendered = world.rendered(m)
@@ -71,8 +71,9 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
             # Nothing to do (or a rollout resumed after the reboot was recorded elsewhere): release what is ours.
             failpoint("config.skip.before")
             try:
-                await uncordon(world.managed, target.node)
-                await end_drain(world.managed, target.node)
+                drain_obj = (await nodes.read(target.node)).obj
+                await nodes.uncordon(target.node)
+                await end_drain(world.managed, target.node, drain_obj)
             except IchordError:
                 pass  # the Node is released on a later step; the machine is done either way
             await store.write(marker.finished(m.name))
@@ -83,7 +84,7 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
         return checks.not_held(m.name, world.annotations(m.name), HOLD_ANNOTATION)
 
     async def ready(t: RollTarget) -> GateResult:
-        return await checks.node_is_ready(world.managed, t.node)
+        return await checks.node_is_ready(nodes, t.node)
 
     async def dry(_t: RollTarget) -> GateResult:
         return await checks.dry_run(world.talos, m.address, rendered, m.name)
@@ -96,10 +97,13 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
 
     async def drain_and_stage(t: RollTarget) -> HookResult:
         try:
-            drained = await drain_round(world.managed, t.node, now=world.now(), bound=world.ctx.timing.drain_bound)
+            drained = await drain_round(world.managed, t.node, now=world.now(), bound=world.ctx.timing.drain_bound,
+                                        node_obj=(await nodes.read(t.node)).obj)
         except IchordError as exc:
             return HookResult(HookVerdict.WAIT, f"cannot drain Node {t.node} yet: {SCRUBBER.exception(exc)}",
                               world.ctx.timing.reboot_poll)
+        if drained.wrote_node:
+            nodes.forget(t.node)  # its annotation changed: an uncordon after this round reads it again
         if drained.verdict == DrainVerdict.REFUSED:
             return HookResult(HookVerdict.GIVE_UP, drained.message)
         if drained.verdict == DrainVerdict.WAIT:
@@ -131,5 +135,5 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
         verifiers.append(etcd)
     hooks = RollHooks(before_reboot=drain_and_stage)
     return await advance_roll([target], store, TalosNodes(world.talos, world.inputs.cluster_inputs.contract),
-                              KubeNodes(world.managed), gates=gates, verifiers=verifiers, hooks=hooks,
+                              nodes, gates=gates, verifiers=verifiers, hooks=hooks,
                               timing=world.ctx.timing, clock=world.ctx.now, admit=window)

@@ -33,7 +33,7 @@ async def release_cordons(ctx: StepContext, inputs: Inputs) -> list[str]:
         async with admin_client(talos, inputs.control_planes, [inputs.bundle.k8s.cert_pem]) as managed:
             for node in await list_nodes(managed):
                 view = kube_nodes.NodeView.of(node)
-                if view.cordoned_by_ichord and await kube_nodes.uncordon(managed, view.name):
+                if view.cordoned_by_ichord and await kube_nodes.uncordon(managed, view.name, view):  # as just listed
                     released.append(view.name)
     except IchordError as exc:
         message = (f"the config operation {inputs.name} was deleted mid-rollout and its cordons could not be "
