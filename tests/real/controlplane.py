@@ -276,7 +276,9 @@ class ControlPlane:
         deadline = time.monotonic() + START_TIMEOUT
         for name in names:
             while not any(c.get("type") == "Established" and c.get("status") == "True"
-                          for c in self.request("GET", f"{base}/{name}").get("status", {}).get("conditions", [])):
+                          # A CRD just created can answer "conditions": null (its status not yet written).
+                          for c in (self.request("GET", f"{base}/{name}").get("status") or {}).get("conditions")
+                          or []):
                 if time.monotonic() > deadline:
                     raise ControlPlaneError(f"CRD {name} not Established after {START_TIMEOUT:.0f} s")
                 time.sleep(0.1)
