@@ -17,9 +17,9 @@ etcd; the simulator reports both the moment the node is up, so that settle is 0 
 ``where`` (scripts/rollout_timeline.py: the critical path's time by segment, from the simulators' own marks, and
 each segment's mean over the workers); ``steps`` (the actor's steps, time inside them, the messages that woke it by
 kind: ``Node`` is a managed Node back from its reboot) and ``requests`` (the management API's writes by resource,
-the managed API's requests by verb); ``reboots`` (the simulators' count, one per machine expected) and
-``most_workers_down`` (never above k); ``cpu_s`` (this process's CPU over the rollout: ichord's code and the
-simulators together, the figure a loaded machine disturbs least) and ``load_1m``.
+its reads by verb and resource, the managed API's requests by verb); ``reboots`` (the simulators' count, one per
+machine expected) and ``most_workers_down`` (never above k); ``cpu_s`` (this process's CPU over the rollout:
+ichord's code and the simulators together, the figure a loaded machine disturbs least) and ``load_1m``.
 
 ``--management real``: ichord's objects live on a real kube-apiserver + etcd (scripts/real_management.py, the real
 tier's server; exits 1 when scripts/tools.sh has not built it); the managed cluster stays simulated. ``requests``
@@ -226,9 +226,11 @@ async def _run(env: SimEnvironment, kube: Any, real: real_management.RealManagem
     plan = [str(m["name"]) for m in ((op.get("status") or {}).get("plan") or {}).get("machines") or []]
     worker_names = {m.name for m in env.machines if m.role == "worker"}
     lowest = floor(3, workers, k, per_node(timings))
-    writes = [e for e in management_requests if e.verb in ("create", "update", "patch", "delete")]
+    write_verbs = ("create", "update", "patch", "delete")
+    writes = [e for e in management_requests if e.verb in write_verbs]
     requests: dict[str, Any] = {"management_writes": _by(writes, lambda e: e.resource),
-                                "management_reads": len(management_requests) - len(writes),
+                                "management_reads": _by([e for e in management_requests if e.verb not in write_verbs],
+                                                        lambda e: f"{e.verb} {e.resource}"),
                                 "managed": _by(managed_requests, lambda e: e.verb)}
     if server is not None:  # the real server's own count (its own traffic included: leases, endpoints)
         requests = {"management_server": server, "managed": requests["managed"]}
