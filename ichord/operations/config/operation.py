@@ -354,9 +354,11 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
         # Outside every maintenance window no new worker is taken; those under way finish (windows.py).
         closed = backbone.window_closed(ctx, inputs.cluster, "the next workers")
         taking = closed is None and (not gated or (round_ == 0 and not workers.in_flight(inputs.status)))
-        for taken in workers.to_start(planned, inputs.status, inputs.worker_bound.at_once) if taking else []:
-            inputs.op = line.obj = await workers.open_slot(objects, inputs.op_namespace, inputs.name, taken.name,
-                                                                 ctx.now())
+        starting = workers.to_start(planned, inputs.status, inputs.worker_bound.at_once) if taking else []
+        taken = [t.name for t in starting]
+        if taken:
+            inputs.op = line.obj = await workers.open_slots(objects, inputs.op_namespace, inputs.name, taken,
+                                                            ctx.now(), current=line.obj)
             ctx.observe(inputs.op)
         under_way = [(name, by_name[name], m) for name in workers.in_flight(inputs.status)
                      if name not in advanced and name in by_name
@@ -367,12 +369,11 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
         if line.obj is not None:
             inputs.op = line.obj
             ctx.observe(inputs.op)
+        await _machine_conditions(ctx, inputs, [(pm, rolled_by[name][0]) for name, pm, _m in under_way])
         for name, pm, _m in under_way:
             rolled, slot_closed = rolled_by[name]
             reason = _ROLL_REASONS.get(rolled.reason, str(rolled.reason))
             done = name in rolled.done
-            await _machine_condition(ctx, inputs, pm, reason, rolled.message, pause=rolled.pause, done=done,
-                                     polled=rolled.polled)
             if done:
                 if not slot_closed:  # recorded done by an earlier step's write that left the slot (an older daemon's)
                     inputs.op = line.obj = await workers.close_slot(objects, inputs.op_namespace, inputs.name, name)
@@ -423,6 +424,26 @@ async def _advance_workers(world: World, objects: crds.CustomObjects, inputs: In
     if errors:
         raise errors[0]
     return rolled
+
+
+async def _machine_conditions(ctx: StepContext, inputs: Inputs,
+                              rolled: list[tuple[PlannedMachine, RollOutcome]]) -> None:
+    """Each worker's ConfigRollout on its own TalosMachine, written together (each its own object; one after the
+    other, a step of twenty workers waited twenty round trips). The first unexpected error is raised alone."""
+    errors: list[BaseException] = []
+
+    async def one(pm: PlannedMachine, r: RollOutcome) -> None:
+        try:
+            await _machine_condition(ctx, inputs, pm, _ROLL_REASONS.get(r.reason, str(r.reason)), r.message,
+                                     pause=r.pause, done=pm.name in r.done, polled=r.polled)
+        except Exception as exc:  # re-raised below, alone, as _advance_workers does
+            errors.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        for pm, r in rolled:
+            tg.start_soon(one, pm, r)
+    if errors:
+        raise errors[0]
 
 
 async def _machine_condition(ctx: StepContext, inputs: Inputs, pm: PlannedMachine, reason: str, message: str,
