@@ -28,7 +28,9 @@ then the plan's last machine alone (ichord's own node when it is in the plan).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+from collections.abc import Awaitable, Callable
 
 import anyio
 import structlog
@@ -409,41 +411,40 @@ async def _advance_workers(world: World, objects: crds.CustomObjects, inputs: In
     workers one after the other lasted seconds). The first error is raised as it would be from one of them.
     Each worker's outcome, and whether its slot was freed by the write that recorded it done."""
     rolled: dict[str, tuple[RollOutcome, bool]] = {}
-    errors: list[BaseException] = []
 
     async def one(name: str, m: MachineView) -> None:
         store = workers.WorkerMarkerStore(objects, inputs.op_namespace, inputs.name, name, line)
+        rolled[name] = (await advance_reboot(world, m, store), store.closed is not None)
+
+    await _together([functools.partial(one, name, m) for name, m in under_way])
+    return rolled
+
+
+async def _together(calls: list[Callable[[], Awaitable[None]]]) -> None:
+    """Run ``calls`` at once (each its own node or object); the first error is raised alone once all have ended:
+    the callers' handlers expect one error, not a group."""
+    errors: list[BaseException] = []
+
+    async def one(call: Callable[[], Awaitable[None]]) -> None:
         try:
-            rolled[name] = (await advance_reboot(world, m, store), store.closed is not None)
-        except Exception as exc:  # re-raised below, alone: the caller's handlers expect one error, not a group
+            await call()
+        except Exception as exc:
             errors.append(exc)
 
     async with anyio.create_task_group() as tg:
-        for name, m in under_way:
-            tg.start_soon(one, name, m)
+        for call in calls:
+            tg.start_soon(one, call)
     if errors:
         raise errors[0]
-    return rolled
 
 
 async def _machine_conditions(ctx: StepContext, inputs: Inputs,
                               rolled: list[tuple[PlannedMachine, RollOutcome]]) -> None:
     """Each worker's ConfigRollout on its own TalosMachine, written together (each its own object; one after the
-    other, a step of twenty workers waited twenty round trips). The first unexpected error is raised alone."""
-    errors: list[BaseException] = []
-
-    async def one(pm: PlannedMachine, r: RollOutcome) -> None:
-        try:
-            await _machine_condition(ctx, inputs, pm, _ROLL_REASONS.get(r.reason, str(r.reason)), r.message,
-                                     pause=r.pause, done=pm.name in r.done, polled=r.polled)
-        except Exception as exc:  # re-raised below, alone, as _advance_workers does
-            errors.append(exc)
-
-    async with anyio.create_task_group() as tg:
-        for pm, r in rolled:
-            tg.start_soon(one, pm, r)
-    if errors:
-        raise errors[0]
+    other, a step of twenty workers waited twenty round trips)."""
+    await _together([functools.partial(_machine_condition, ctx, inputs, pm, _ROLL_REASONS.get(r.reason, str(r.reason)),
+                                       r.message, pause=r.pause, done=pm.name in r.done, polled=r.polled)
+                     for pm, r in rolled])
 
 
 async def _machine_condition(ctx: StepContext, inputs: Inputs, pm: PlannedMachine, reason: str, message: str,
