@@ -22,7 +22,7 @@ from ichord.api import names
 from ichord.kube import crds
 from ichord.operations.managed.drain import DRAIN_STARTED_ANNOTATION
 from ichord.operations.outcome import next_delay
-from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.pki.bundle import SecretsBundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from ichord.sim.talos.run import scaled
@@ -31,11 +31,6 @@ from tests.integration._config_world import REBOOT_PATCH, World, reboots, world_
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 TIMING = Timing().scaled(0.01)
-
-
-@pytest.fixture(scope="module")
-def bundle() -> SecretsBundle:
-    return generate_bundle()
 
 
 @pytest.fixture
