@@ -4,6 +4,7 @@ real K3s API server through testcontainers when a Docker engine exists (opt-in t
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Iterator
@@ -186,3 +187,39 @@ async def test_status_helper_with_a_cached_copy_skips_the_read_and_survives_a_st
     out = await update_status(counting, NS, "c", lambda s, _o: {k: v for k, v in s.items() if k != "nodeName"},
                               current=created)
     assert reads == 2 and out["status"] == {"configHash": "one"}
+
+
+async def test_a_status_write_sends_only_what_changed_and_the_object_ends_as_the_mutation_made_it(
+        kube: KubeClient) -> None:
+    """kube/status.py: the patch (applied only to the object as read) is the difference; the status read back is
+    exactly the mutation's, nested removals and emptied objects included (a whole-status merge patch kept a nested
+    key the mutation dropped)."""
+    sent: list[dict[str, Any]] = []
+
+    class Recording(CustomObjects):
+        async def patch_status(self, namespace: str, name: str, patch: Any) -> dict[str, Any]:
+            sent.append(patch["status"])
+            return await super().patch_status(namespace, name, patch)
+
+    ops = Recording(kube, Kind.TALOS_OPERATION)
+    await ops.create(NS, {"metadata": {"name": "diff"}, "spec": {"clusterRef": {"name": "c1"}, "kind": "config"}})
+    plan = {"machines": [{"name": f"w{i}", "change": "Reboot"} for i in range(50)]}
+    rolls = {"w1": {"done": [], "startedAt": "t1"}, "w2": {"done": ["x"], "startedAt": "t2"}}
+    big = {"plan": plan, "workerRolls": rolls, "stage": "A"}
+    steps: list[dict[str, Any]] = [
+        big,
+        {**big, "workerRolls": {**rolls, "w3": {"done": [], "startedAt": "t3"}}},  # one key added deep
+        {**big, "workerRolls": {"w2": {"done": ["x", "y"]}}},  # w1 gone, w2's startedAt gone, a list replaced
+        {"plan": plan, "workerRolls": {}, "stage": "B"},  # an object emptied, a scalar changed
+        {"plan": plan, "stage": "B", "message": None},  # a top-level key removed; a None written is no key at all
+    ]
+    for i, want in enumerate(steps):
+        out = await update_status(ops, NS, "diff", lambda _s, _o, w=want: json.loads(json.dumps(w)))
+        expected = {k: v for k, v in want.items() if v is not None}
+        assert (out.get("status") or {}) == expected, i
+        assert ((await ops.get(NS, "diff")).get("status") or {}) == expected, i
+    assert "plan" in sent[0] and all("plan" not in s for s in sent[1:])  # the unchanged plan is never sent again
+    assert sent[1] == {"workerRolls": {"w3": {"done": [], "startedAt": "t3"}}}
+    assert sent[2] == {"workerRolls": {"w1": None, "w2": {"done": ["x", "y"], "startedAt": None}, "w3": None}}
+    assert sent[3] == {"workerRolls": {"w2": None}, "stage": "B"}
+    assert sent[4] == {"workerRolls": None}

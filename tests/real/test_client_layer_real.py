@@ -11,7 +11,7 @@ import pytest
 
 from ichord.kube import errors
 from ichord.kube.client import KubeClient, from_kubeconfig
-from ichord.kube.crds import machines
+from ichord.kube.crds import machines, operations
 from tests.integration import test_kube_client_layer as layer
 from tests.real.controlplane import ControlPlane
 
@@ -23,6 +23,8 @@ test_leases_and_uncached_secret_reads = layer.test_leases_and_uncached_secret_re
 test_informer_and_elector = layer.test_informer_and_elector
 test_status_helper_with_a_cached_copy_skips_the_read_and_survives_a_stale_one = (
     layer.test_status_helper_with_a_cached_copy_skips_the_read_and_survives_a_stale_one)
+test_a_status_write_sends_only_what_changed_and_the_object_ends_as_the_mutation_made_it = (
+    layer.test_a_status_write_sends_only_what_changed_and_the_object_ends_as_the_mutation_made_it)
 
 
 @pytest.fixture
@@ -32,5 +34,7 @@ async def kube(control_plane: ControlPlane, crds: list[str]) -> AsyncIterator[Ku
     for name in ("m", "w", "c"):
         with contextlib.suppress(errors.NotFound):
             await machines(client).delete(layer.NS, name)
+    with contextlib.suppress(errors.NotFound):
+        await operations(client).delete(layer.NS, "diff")
     yield client
     await client.close()
