@@ -346,8 +346,8 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
     shown: list[tuple[PlannedMachine, str, str]] = []
     paused: tuple[PlannedMachine, str] | None = None
     advanced: set[str] = set()
-    # The workers' markers share the operation's status: one write at a time, each from the copy the last returned.
-    line = workers.StatusLine(inputs.op)
+    # The workers' markers share the operation's status: written together, one write in flight (workers.StatusLine).
+    line = workers.StatusLine(objects, inputs.op_namespace, inputs.name, inputs.op)
     # Twice at most: the slots a worker freed in the first round are taken in the second, in this same step,
     # rather than a whole step of the cluster later (docs/decisions.md#config-rollout: up to maxUnavailable at once).
     closed = None
@@ -359,15 +359,14 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
         starting = workers.to_start(planned, inputs.status, inputs.worker_bound.at_once) if taking else []
         taken = [t.name for t in starting]
         if taken:
-            inputs.op = line.obj = await workers.open_slots(objects, inputs.op_namespace, inputs.name, taken,
-                                                            ctx.now(), current=line.obj)
+            inputs.op = await line.update(workers.opening(taken, ctx.now()))
             ctx.observe(inputs.op)
         under_way = [(name, by_name[name], m) for name in workers.in_flight(inputs.status)
                      if name not in advanced and name in by_name
                      and (m := workers.machine_of(inputs.machines, name)) is not None]
         # (left the plan or unapproved: its marker stays until it is back)
         advanced.update(name for name, _, _ in under_way)
-        rolled_by = await _advance_workers(world, objects, inputs, [(name, m) for name, _, m in under_way], line)
+        rolled_by = await _advance_workers(world, [(name, m) for name, _, m in under_way], line)
         if line.obj is not None:
             inputs.op = line.obj
             ctx.observe(inputs.op)
@@ -378,7 +377,7 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
             done = name in rolled.done
             if done:
                 if not slot_closed:  # recorded done by an earlier step's write that left the slot (an older daemon's)
-                    inputs.op = line.obj = await workers.close_slot(objects, inputs.op_namespace, inputs.name, name)
+                    inputs.op = await line.update(workers.closing(name))
                     ctx.observe(inputs.op)
                 outcomes.append(Requeue(0.0, "worker done"))
                 freed = True
@@ -404,8 +403,7 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
     return soonest(*outcomes) if outcomes else Requeue(0.0, "workers")
 
 
-async def _advance_workers(world: World, objects: crds.CustomObjects, inputs: Inputs,
-                           under_way: list[tuple[str, MachineView]], line: workers.StatusLine,
+async def _advance_workers(world: World, under_way: list[tuple[str, MachineView]], line: workers.StatusLine,
                            ) -> dict[str, tuple[RollOutcome, bool]]:
     """One roll step of each worker under way, together (each its own node and its own marker; a step of twenty
     workers one after the other lasted seconds). The first error is raised as it would be from one of them.
@@ -413,7 +411,7 @@ async def _advance_workers(world: World, objects: crds.CustomObjects, inputs: In
     rolled: dict[str, tuple[RollOutcome, bool]] = {}
 
     async def one(name: str, m: MachineView) -> None:
-        store = workers.WorkerMarkerStore(objects, inputs.op_namespace, inputs.name, name, line)
+        store = workers.WorkerMarkerStore(line, name)
         rolled[name] = (await advance_reboot(world, m, store), store.closed is not None)
 
     await _together([functools.partial(one, name, m) for name, m in under_way])

@@ -1,0 +1,107 @@
+"""A config rollout's workers write their markers through one line (operations/config/workers.py StatusLine): what is
+asked for while a write is in flight goes out together in the next one, each caller back only once the write that
+carries its mutation is answered, and a failed write fails every caller it carried (on the simulator's API server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from ichord.kube.client import KubeClient
+from ichord.kube.crds import CustomObjects, Kind
+from ichord.kube.errors import KubeError
+from ichord.operations.config import workers
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+NS = "default"
+Obj = dict[str, Any]
+
+
+class Counting(CustomObjects):
+    """The operation's objects, counting status writes; ``fail_next`` makes the next one fail (as a refused write)."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        super().__init__(kube, Kind.TALOS_OPERATION)
+        self.writes: list[Obj] = []
+        self.fail_next = False
+
+    async def patch_status(self, namespace: str, name: str, patch: Any) -> Obj:
+        self.writes.append(patch["status"])
+        if self.fail_next:
+            self.fail_next = False
+            raise KubeError("refused (test)", status=500)
+        return await super().patch_status(namespace, name, patch)
+
+
+def _slot(machine: str, at: str) -> Any:
+    def mutate(status: Obj, _obj: Obj) -> Obj | None:
+        rolls = dict(status.get(workers.SLOTS) or {})
+        rolls[machine] = {"done": [], "startedAt": at}
+        status[workers.SLOTS] = rolls
+        return status
+    return mutate
+
+
+async def test_twenty_workers_writing_at_once_go_in_two_writes_at_most_each_back_once_its_own_is_written(
+        kube: KubeClient) -> None:
+    ops = Counting(kube)
+    created = await ops.create(NS, {"metadata": {"name": "line"}, "spec": {"clusterRef": {"name": "c1"},
+                                                                          "kind": "config"}})
+    line = workers.StatusLine(ops, NS, "line", created)
+    back: dict[str, Obj] = {}
+
+    async def one(i: int) -> None:
+        back[f"w{i}"] = await line.update(_slot(f"w{i}", f"t{i}"))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(one, i)
+    # The first goes alone, or with those queued before it was sent; the rest, queued behind it, go together.
+    assert 1 <= len(ops.writes) <= 2, [sorted(w.get(workers.SLOTS) or {}) for w in ops.writes]
+    for machine, written in back.items():  # each caller's own mutation is in the object its write returned
+        assert machine in written["status"][workers.SLOTS]
+    stored = (await ops.get(NS, "line"))["status"][workers.SLOTS]
+    assert sorted(stored) == sorted(f"w{i}" for i in range(20))
+    assert line.obj is not None and line.obj["metadata"]["resourceVersion"] == \
+        (await ops.get(NS, "line"))["metadata"]["resourceVersion"]
+
+
+async def test_a_failed_write_fails_every_caller_it_carried_and_the_next_write_starts_from_a_fresh_read(
+        kube: KubeClient) -> None:
+    ops = Counting(kube)
+    created = await ops.create(NS, {"metadata": {"name": "line-fails"}, "spec": {"clusterRef": {"name": "c1"},
+                                                                                "kind": "config"}})
+    line = workers.StatusLine(ops, NS, "line-fails", created)
+    outcomes: dict[str, str] = {}
+    first_sent = anyio.Event()
+
+    async def first() -> None:
+        # Holds the line while the others queue: its write is answered only after they have all asked.
+        mutate = _slot("w0", "t0")
+
+        def slow(status: Obj, obj: Obj) -> Obj | None:
+            first_sent.set()
+            return mutate(status, obj)
+        await line.update(slow)
+        outcomes["w0"] = "written"
+
+    async def later(i: int) -> None:
+        try:
+            await line.update(_slot(f"w{i}", f"t{i}"))
+            outcomes[f"w{i}"] = "written"
+        except KubeError:
+            outcomes[f"w{i}"] = "failed"
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        await first_sent.wait()
+        ops.fail_next = True  # the first write is already sent: the next one, carrying the other five, fails
+        for i in range(1, 6):
+            tg.start_soon(later, i)
+    assert outcomes == {"w0": "written", **{f"w{i}": "failed" for i in range(1, 6)}}
+    assert line.obj is None  # unknown after a failed write: read afresh before the next
+    await line.update(_slot("w9", "t9"))
+    stored = (await ops.get(NS, "line-fails"))["status"][workers.SLOTS]
+    assert sorted(stored) == ["w0", "w9"]  # nothing the failed write carried was written
