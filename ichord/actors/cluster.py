@@ -47,6 +47,7 @@ from ichord.operations import guard, windows
 from ichord.operations.backbone import OperationKind
 from ichord.operations.bundle_source import BundleSourceError
 from ichord.operations.cert_expiry import expiry_pass
+from ichord.operations.lock import LockMemo
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, describe, earliest, soonest
 from ichord.operations.renewal import RenewalPass
 from ichord.operations.scope import ClusterScope
@@ -105,6 +106,8 @@ class ClusterReconciler:
         #: is not read again before its own requeue (its resync), however often the cluster steps (a config rollout
         #: steps many times a minute, and read every waiting node's configuration each time).
         self._due: dict[str, tuple[tuple[object, ...], float]] = {}
+        #: The cluster lock as this process last wrote it: an operation renews it with one PUT (operations/lock.py).
+        self._lock_memo = LockMemo()
 
     def close(self) -> None:
         if self._talos is not None:
@@ -161,7 +164,7 @@ class ClusterReconciler:
                             ClusterView.of(cluster) if cluster is not None else None, machines, operations,
                             self.rt.recorder, self.rt.timing, trust=self.rt.trust,
                             allowed_secret_namespaces=self.rt.allowed_secret_namespaces, now=self.rt.clock,
-                            watch_nodes=self._watch_nodes)
+                            watch_nodes=self._watch_nodes, lock_memo=self._lock_memo)
 
     def _record(self, phase: str, outcome: Outcome) -> Outcome:
         """The one place an outcome becomes a metric and (when it changes) a log line."""

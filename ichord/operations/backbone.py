@@ -421,7 +421,7 @@ async def lock(ctx: Context, kind: OperationKind, subject: Subject, *, approved_
         ctx.kube, subject.op_namespace, subject.cluster_name, subject.uid,
         approved_control_planes=approved_control_planes, excluding=excluding,
         duration=ctx.timing.cluster_lock_duration, now=ctx.now,
-        name_of=lambda uid: known.get(uid, f"with UID {uid}"))
+        name_of=lambda uid: known.get(uid, f"with UID {uid}"), memo=getattr(ctx, "lock_memo", None))
     if decision.acquired:
         return None
     return await blocked(ctx, kind, subject, decision.message, reason=decision.reason)

@@ -12,6 +12,12 @@ through ``acquire_disruptive_lock``, which refuses, with a reason the operation 
 Expiry is judged from the Lease's own renewTime + duration (the lock outlives processes, so a
 process-local clock cannot judge it); a stale lock of a dead operation is taken over.
 
+Renewal as last written (``LockMemo``, kept by the cluster's actor across steps): the holder renews the Lease as
+this process last wrote it, one PUT and no GET, with that write's resourceVersion, so the PUT succeeds only if
+nobody changed the Lease since (it is then still this operation's); a 409 or a 404 reads the Lease and decides as
+every first attempt does (the leader Lease's fast path, leader.py, client-go's). A config rollout renews it on every
+step: on a real API server the GET was one more round trip in each (docs/scaling.md).
+
 Upgrades: versions before the ``ichord`` name held ``ichor-lock-<cluster>``. When the new Lease does not exist
 yet (the first lock of the cluster since the upgrade, one extra GET per cluster ever) the old one is read: held
 unexpired by another operation, it refuses exactly as the new one would; held by this same operation (a rotation
@@ -81,6 +87,22 @@ class Exclusion:
                         "until it completes")
 
 
+@dataclass
+class LockMemo:
+    """The cluster lock as this process last wrote it: its namespace, name and the record the server returned."""
+
+    written: tuple[str, str, LeaseRecord] | None = None
+
+    def remember(self, namespace: str, name: str, record: LeaseRecord) -> None:
+        self.written = (namespace, name, record)
+
+    def held(self, namespace: str, name: str, operation_uid: str) -> LeaseRecord | None:
+        """The record to renew, when this process last wrote the Lease held by ``operation_uid``."""
+        if self.written is None or self.written[:2] != (namespace, name) or self.written[2].holder != operation_uid:
+            return None
+        return self.written[2]
+
+
 def _expired(record: LeaseRecord, now: dt.datetime) -> bool:
     if record.holder is None:
         return True
@@ -99,10 +121,11 @@ async def acquire_disruptive_lock(
     duration: float,
     now: Clock = _utcnow,
     name_of: Callable[[str], str] = _uid,
+    memo: LockMemo | None = None,
 ) -> LockDecision:
     """Take (or renew) the cluster lock for ``operation_uid``, or say why not (``excluding``: another operation of
     the cluster under way whose kind excludes others; ``name_of``: an operation's UID -> how the message names it,
-    namespace/name)."""
+    namespace/name; ``memo``: the lock as this process last wrote it, renewed with one PUT when it still is)."""
     if excluding is not None and excluding.uid != operation_uid:
         return LockDecision(False, *excluding.refusal(cluster))
     if approved_control_planes % 2 == 0:
@@ -112,6 +135,15 @@ async def acquire_disruptive_lock(
     name = lock_name(cluster)
     seconds = max(1, round(duration))
     t = now()
+    memo = memo or LockMemo()
+    last = memo.held(namespace, name, operation_uid)
+    if last is not None:
+        try:
+            memo.remember(namespace, name, await update_lease(kube, namespace, name, last.with_(
+                renew_time=t, duration_seconds=seconds)))
+            return LockDecision(True)
+        except (Conflict, NotFound):
+            memo.written = None  # changed since this process wrote it: read it and decide
     current = await get_lease(kube, namespace, name)
     if current is None:
         legacy = await get_lease(kube, namespace, legacy_lock_name(cluster))
@@ -121,7 +153,8 @@ async def acquire_disruptive_lock(
                                 f"{legacy_lock_name(cluster)} (taken by an earlier version of ichord); this one waits "
                                 "for it")
         try:
-            await create_lease(kube, namespace, name, LeaseRecord(operation_uid, seconds, t, t))
+            memo.remember(namespace, name, await create_lease(kube, namespace, name,
+                                                              LeaseRecord(operation_uid, seconds, t, t)))
         except AlreadyExists:
             return LockDecision(False, LockRefusal.HELD, f"the cluster lock {name} was just taken by another operation")
         if legacy is not None and legacy.holder == operation_uid:
@@ -140,7 +173,7 @@ async def acquire_disruptive_lock(
         transitions=current.transitions + (1 if taking_over else 0),
     )
     try:
-        await update_lease(kube, namespace, name, record)
+        memo.remember(namespace, name, await update_lease(kube, namespace, name, record))
     except (Conflict, NotFound):
         return LockDecision(False, LockRefusal.HELD, f"the cluster lock {name} changed while it was taken; retrying")
     return LockDecision(True)

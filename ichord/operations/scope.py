@@ -26,6 +26,7 @@ from ichord.kube.errors import NotFound
 from ichord.kube.events import EventRecorder
 from ichord.operations import op_status
 from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_cluster_bundle
+from ichord.operations.lock import LockMemo
 from ichord.operations.managed.clients import NodeWatcher
 from ichord.pki.scrub import SCRUBBER
 from ichord.settings import Timing
@@ -77,6 +78,9 @@ class ClusterScope:
     #: Starts a watch of the managed cluster's Nodes through a client, waking this cluster's actor when one is back
     #: from its reboot (watchers/managed_nodes.py; None: no watch, the step's requeue alone).
     watch_nodes: NodeWatcher | None = None
+    #: The cluster lock as this process last wrote it, kept by the cluster's actor across steps (operations/lock.py:
+    #: a holder renews it with one PUT).
+    lock_memo: LockMemo | None = None
     _bundle: BundleRead | BundleSourceError | None = field(default=None, repr=False)
 
     @property

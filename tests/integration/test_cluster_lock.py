@@ -12,7 +12,7 @@ from ichord.api.names import LockRefusal
 from ichord.api.operation_kinds import CA_ROTATION, KindDescription
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.leases import LeaseRecord, create_lease, get_lease
-from ichord.operations.lock import Exclusion, acquire_disruptive_lock, lock_holder, release_lock
+from ichord.operations.lock import Exclusion, LockMemo, acquire_disruptive_lock, lock_holder, release_lock
 from ichord.sim.kube import KubeSimulator
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -20,13 +20,18 @@ NS = "ichord-system"
 
 
 @pytest.fixture
-async def kube(tmp_path: Path) -> AsyncIterator[KubeClient]:
-    async with KubeSimulator() as sim:
-        client = await from_kubeconfig(sim.write_kubeconfig(tmp_path / "kc"))
-        await client.raw("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
-                                                              "metadata": {"name": NS}})
-        yield client
-        await client.close()
+async def sim() -> AsyncIterator[KubeSimulator]:
+    async with KubeSimulator() as server:
+        yield server
+
+
+@pytest.fixture
+async def kube(sim: KubeSimulator, tmp_path: Path) -> AsyncIterator[KubeClient]:
+    client = await from_kubeconfig(sim.write_kubeconfig(tmp_path / "kc"))
+    await client.raw("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
+                                                          "metadata": {"name": NS}})
+    yield client
+    await client.close()
 
 
 class Clock:
@@ -121,3 +126,46 @@ async def test_an_old_named_lock_still_fences_after_the_upgrade(kube: KubeClient
     clock.t += dt.timedelta(seconds=301)
     assert (await acquire_disruptive_lock(kube, NS, "other", "op-new", approved_control_planes=3,
                                           excluding=None, duration=300, now=clock)).acquired
+
+
+async def test_the_holder_renews_with_one_put_and_a_lease_changed_since_is_read_and_decided_again(
+        sim: KubeSimulator, kube: KubeClient) -> None:
+    """operations/lock.py LockMemo: the lock as this process last wrote it is renewed with one PUT carrying that
+    write's resourceVersion; a Lease another writer changed (409) or deleted (404) is read and decided as a first
+    attempt is, so a memo never overwrites another holder."""
+    clock = Clock()
+    memo = LockMemo()
+
+    async def take(uid: str, memo: LockMemo | None = memo):  # type: ignore[no-untyped-def]
+        return await acquire_disruptive_lock(kube, NS, "demo", uid, approved_control_planes=3, excluding=None,
+                                             duration=300, now=clock, memo=memo)
+
+    assert (await take("op-a")).acquired
+    for _ in range(3):
+        clock.t += dt.timedelta(seconds=10)
+        sim.requests.clear()
+        assert (await take("op-a")).acquired
+        assert [(e.verb, e.status) for e in sim.requests.entries] == [("update", 200)]
+        record = await get_lease(kube, NS, "ichord-lock-demo")
+        assert record is not None and record.holder == "op-a" and record.renew_time == clock.t
+    # The lock lapses; another process (its own memo) takes it over: op-a's renewal as written meets a 409, reads
+    # the Lease and is refused, and op-b's lock is left as op-b wrote it.
+    clock.t += dt.timedelta(seconds=301)
+    memo_b = LockMemo()
+    assert (await take("op-b", memo_b)).acquired
+    taken = await get_lease(kube, NS, "ichord-lock-demo")
+    sim.requests.clear()
+    refused = await take("op-a")
+    assert not refused.acquired and refused.reason == LockRefusal.HELD and "op-b" in refused.message
+    assert [(e.verb, e.status) for e in sim.requests.entries] == [("update", 409), ("get", 200)]
+    assert await get_lease(kube, NS, "ichord-lock-demo") == taken
+    # A memo of another operation's write is not used: the lock is read first.
+    sim.requests.clear()
+    assert not (await take("op-c", memo_b)).acquired
+    assert [e.verb for e in sim.requests.entries] == ["get"]
+    # The holder's own memo, with the Lease deleted under it: a 404, a read, and the Lease created again.
+    await kube.raw("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/ichord-lock-demo")
+    sim.requests.clear()
+    assert (await take("op-b", memo_b)).acquired
+    assert [(e.verb, e.status) for e in sim.requests.entries][:2] == [("update", 404), ("get", 404)]
+    assert await lock_holder(kube, NS, "demo", now=clock) == "op-b"

@@ -15,6 +15,7 @@ from typing import Any
 from ichord.api.views import OperationView
 from ichord.kube.client import KubeClient
 from ichord.kube.events import EventRecorder
+from ichord.operations.lock import LockMemo
 from ichord.operations.managed.clients import ManagedClients
 from ichord.operations.scope import ClusterScope
 from ichord.settings import Timing
@@ -62,6 +63,8 @@ class StepContext:
     #: The managed-cluster clients the operation kind keeps across steps, by cluster key; None: every read asks a
     #: control plane for a fresh admin kubeconfig.
     managed: ManagedClients | None = None
+    #: The cluster lock as this process last wrote it (operations/lock.py LockMemo; None: read before each renewal).
+    lock_memo: LockMemo | None = None
 
 
 def context_of(scope: ClusterScope, managed: ManagedClients | None = None) -> StepContext:
@@ -70,7 +73,7 @@ def context_of(scope: ClusterScope, managed: ManagedClients | None = None) -> St
                        trust_hook=scope.trust.trust, trust_refusal=scope.trust.refusal,
                        own_cluster=scope.trust.own_cluster, observe=scope.observe,
                        operations=scope.operations, allowed_secret_namespaces=scope.allowed_secret_namespaces,
-                       managed=managed)
+                       managed=managed, lock_memo=scope.lock_memo)
 
 
 class OperationObject:
