@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import structlog
 
 from ichord.api import names
@@ -156,6 +157,10 @@ async def _remove(objects: crds.CustomObjects, namespace: str, name: str, curren
 # ---- before a start ---------------------------------------------------------------------------------
 
 
+#: Machines held at once when an operation starts.
+HOLDS_AT_ONCE = 16
+
+
 async def hold_for_start(kube: KubeClient, cluster: Obj, machines: Iterable[MachineView]) -> str | None:
     """Hold the cluster, then the machines the starting operation covers; why it may not start, or None.
 
@@ -167,13 +172,29 @@ async def hold_for_start(kube: KubeClient, cluster: Obj, machines: Iterable[Mach
         return (f"TalosCluster {view.key} is being deleted: no operation starts on it (nothing was written). Delete "
                 f"this operation, or recreate the cluster once it is gone")
     failpoint("guard.hold.after")
-    for m in machines:
-        try:  # the machines as the step listed them (uncached): their resourceVersion saves a GET each
-            await _add(crds.machines(kube), m.namespace, m.name, {"metadata": m.metadata} if m.metadata else None)
-        except HoldRefused:
-            return (f"TalosMachine {m.namespace}/{m.name} is being deleted: the operation starts once it is gone "
-                    f"(nothing was written)")
-    return None
+    # Several at once (each its own object): a hundred machines held one after the other delayed a rollout's start
+    # by a hundred round trips (docs/scaling.md). The first failure in the machines' order is the answer, as if
+    # they had been held in turn; a hold made beside a refused one is let go by reconcile like any other.
+    limiter = anyio.CapacityLimiter(HOLDS_AT_ONCE)
+    failed: list[tuple[int, MachineView, Exception]] = []
+
+    async def hold(i: int, m: MachineView) -> None:
+        async with limiter:
+            try:  # the machines as the step listed them (uncached): their resourceVersion saves a GET each
+                await _add(crds.machines(kube), m.namespace, m.name, {"metadata": m.metadata} if m.metadata else None)
+            except Exception as exc:
+                failed.append((i, m, exc))
+
+    async with anyio.create_task_group() as tg:
+        for i, m in enumerate(machines):
+            tg.start_soon(hold, i, m)
+    if not failed:
+        return None
+    _, m, exc = min(failed, key=lambda f: f[0])
+    if isinstance(exc, HoldRefused):
+        return (f"TalosMachine {m.namespace}/{m.name} is being deleted: the operation starts once it is gone "
+                f"(nothing was written)")
+    raise exc
 
 
 # ---- every step -------------------------------------------------------------------------------------
