@@ -155,6 +155,9 @@ async def _run(env: SimEnvironment, kube: Any, real: real_management.RealManagem
         informers[names.TALOS_CLUSTER].add_handler(router.on_cluster)
         informers[names.TALOS_MACHINE].add_handler(router.on_machine)
         informers[names.TALOS_OPERATION].add_handler(router.on_operation)
+        # The wait below ends the moment the operation's own watch shows it Completed, not at the next step's end or
+        # a second later (which added up to a second to wall_s).
+        informers[names.TALOS_OPERATION].add_handler(lambda _event: changed.set())
         tasks.append(asyncio.create_task(actor.run()))
 
         async def until(pred: Any, what: str, within: float) -> None:
