@@ -44,12 +44,17 @@ def _slot(machine: str, at: str) -> Any:
     return mutate
 
 
+async def _line(kube: KubeClient, name: str) -> tuple[Counting, workers.StatusLine]:
+    """A new config operation ``name`` and a line on it that starts from the object as created."""
+    ops = Counting(kube)
+    created = await ops.create(NS, {"metadata": {"name": name}, "spec": {"clusterRef": {"name": "c1"},
+                                                                        "kind": "config"}})
+    return ops, workers.StatusLine(ops, NS, name, created)
+
+
 async def test_twenty_workers_writing_at_once_go_in_two_writes_at_most_each_back_once_its_own_is_written(
         kube: KubeClient) -> None:
-    ops = Counting(kube)
-    created = await ops.create(NS, {"metadata": {"name": "line"}, "spec": {"clusterRef": {"name": "c1"},
-                                                                          "kind": "config"}})
-    line = workers.StatusLine(ops, NS, "line", created)
+    ops, line = await _line(kube, "line")
     back: dict[str, Obj] = {}
 
     async def one(i: int) -> None:
@@ -70,10 +75,7 @@ async def test_twenty_workers_writing_at_once_go_in_two_writes_at_most_each_back
 
 async def test_a_failed_write_fails_every_caller_it_carried_and_the_next_write_starts_from_a_fresh_read(
         kube: KubeClient) -> None:
-    ops = Counting(kube)
-    created = await ops.create(NS, {"metadata": {"name": "line-fails"}, "spec": {"clusterRef": {"name": "c1"},
-                                                                                "kind": "config"}})
-    line = workers.StatusLine(ops, NS, "line-fails", created)
+    ops, line = await _line(kube, "line-fails")
     outcomes: dict[str, str] = {}
     first_sent = anyio.Event()
 
