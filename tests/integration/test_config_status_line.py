@@ -107,3 +107,63 @@ async def test_a_failed_write_fails_every_caller_it_carried_and_the_next_write_s
     await line.update(_slot("w9", "t9"))
     stored = (await ops.get(NS, "line-fails"))["status"][workers.SLOTS]
     assert sorted(stored) == ["w0", "w9"]  # nothing the failed write carried was written
+
+
+async def test_a_mutation_that_raises_fails_its_own_caller_and_the_others_it_rode_with_are_written(
+        kube: KubeClient) -> None:
+    ops, line = await _line(kube, "line-own-error")
+    outcomes: dict[str, str] = {}
+
+    def unreadable(_status: Obj, _obj: Obj) -> Obj | None:
+        raise ValueError("its marker cannot be read (test)")
+
+    async def one(machine: str, mutate: Any) -> None:
+        try:
+            await line.update(mutate)
+            outcomes[machine] = "written"
+        except ValueError:
+            outcomes[machine] = "failed"
+
+    async with anyio.create_task_group() as tg:
+        for i in range(5):
+            tg.start_soon(one, f"w{i}", unreadable if i == 2 else _slot(f"w{i}", f"t{i}"))
+    assert outcomes == {"w0": "written", "w1": "written", "w2": "failed", "w3": "written", "w4": "written"}
+    stored = (await ops.get(NS, "line-own-error"))["status"][workers.SLOTS]
+    assert sorted(stored) == ["w0", "w1", "w3", "w4"]
+
+
+async def test_the_sender_cancelled_mid_write_leaves_the_others_it_carried_to_the_next_sender(
+        kube: KubeClient) -> None:
+    ops, line = await _line(kube, "line-cancelled")
+    held, release = anyio.Event(), anyio.Event()
+    patch = ops.patch_status
+    carried: list[str] = []
+
+    async def stalled_once(namespace: str, name: str, body: Any) -> Obj:
+        if not held.is_set():
+            carried.extend(sorted(body["status"][workers.SLOTS]))
+            held.set()
+            await release.wait()  # never set: the sender is cancelled here, before its request is sent
+        return await patch(namespace, name, body)
+
+    ops.patch_status = stalled_once  # type: ignore[method-assign]
+    outcomes: dict[str, str] = {}
+
+    async def one(machine: str, scope: anyio.CancelScope | None = None) -> None:
+        with scope or anyio.CancelScope():
+            await line.update(_slot(machine, "t"))
+            outcomes[machine] = "written"
+            return
+        outcomes[machine] = "cancelled"
+
+    first = anyio.CancelScope()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one, "w0", first)
+        for i in range(1, 4):
+            tg.start_soon(one, f"w{i}")
+        await held.wait()
+        first.cancel()
+    assert carried == ["w0", "w1", "w2", "w3"]  # the cancelled write carried all four
+    assert outcomes == {"w0": "cancelled", "w1": "written", "w2": "written", "w3": "written"}
+    stored = (await ops.get(NS, "line-cancelled"))["status"][workers.SLOTS]
+    assert sorted(stored) == ["w1", "w2", "w3"]

@@ -58,7 +58,9 @@ class StatusLine:
 
     A caller is back once the write that carries its mutation is answered (the marker is then durable, so its
     irreversible call may follow, docs/decisions.md#config-rollout), with the operation as that write returned it;
-    when the write fails every caller it carried raises its error, and nothing is known to be written.
+    when the write fails every caller it carried raises its error, and nothing is known to be written. A mutation
+    that raises fails its own caller only; the mutations here build their change aside and set it last, so one that
+    raises has changed nothing.
 
     ``obj`` is the step's own read of the operation (the informer's, never older than this process's own last write:
     docs/architecture.md#read-your-writes), then what each write returned. A marker is read from it (only the leader
@@ -82,29 +84,40 @@ class StatusLine:
         self._queued.append(mine)
         async with self._lock:  # FIFO: whoever gets it next sends everything queued meanwhile
             if not mine.sent:
-                await self._send()
+                await self._send(mine)
         if mine.error is not None:
             raise mine.error
         assert mine.written is not None
         return mine.written
 
-    async def _send(self) -> None:
+    async def _send(self, mine: _Queued) -> None:
         batch, self._queued = self._queued, []
 
         def together(status: Obj, obj: Obj) -> Obj | None:
             changed = False
             for queued in batch:
-                new = queued.mutate(status, obj)
+                queued.error = None  # a conflict runs every mutation again, on a fresh read
+                try:
+                    new = queued.mutate(status, obj)
+                except Exception as exc:  # its own caller's failure alone (e.g. its marker unreadable)
+                    queued.error = exc
+                    continue
                 if new is not None:
                     status, changed = new, True
             return status if changed else None
 
         try:
             written = await update_status(self._objects, self._namespace, self._name, together, current=self.obj)
-        except BaseException as exc:
+        except Exception as exc:
             self.obj = None  # unknown now: the next read or write reads it afresh
             for queued in batch:
                 queued.sent, queued.error = True, exc
+            raise
+        except BaseException:
+            # This caller was cancelled mid-write: the others it carried have no answer; the next caller to hold
+            # the line sends them again (a mutation is the same on any read of the status).
+            self.obj = None
+            self._queued[:0] = [q for q in batch if q is not mine]
             raise
         self.obj = written
         for queued in batch:
