@@ -11,7 +11,6 @@ else, through ``status.roll``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +18,7 @@ import anyio
 
 from ichord.api.views import MachineView
 from ichord.kube.crds import CustomObjects
-from ichord.kube.status import update_status
+from ichord.kube.status import StatusMutation, update_status
 from ichord.operations.config.plan import PlannedMachine
 from ichord.operations.config.world import ROLL_FIELDS
 from ichord.operations.roll_state import RollMarker
@@ -78,7 +77,7 @@ class StatusLine:
             self.obj = await self._objects.get(self._namespace, self._name)
         return self.obj
 
-    async def update(self, mutate: Callable[[Obj, Obj], Obj | None]) -> Obj:
+    async def update(self, mutate: StatusMutation) -> Obj:
         """Apply ``mutate`` in the line's next write (kube/status.py's mutation); the operation as written."""
         mine = _Queued(mutate)
         self._queued.append(mine)
@@ -127,7 +126,7 @@ class StatusLine:
 class _Queued:
     __slots__ = ("error", "mutate", "sent", "written")
 
-    def __init__(self, mutate: Callable[[Obj, Obj], Obj | None]) -> None:
+    def __init__(self, mutate: StatusMutation) -> None:
         self.mutate = mutate
         self.sent = False
         self.written: Obj | None = None
@@ -190,7 +189,7 @@ def to_start(planned: list[PlannedMachine], status: Obj, max_unavailable: int) -
     return [p for p in parallel if p.name not in roll.done and p.name not in busy][:free]
 
 
-def opening(machines: list[str], now: datetime) -> Callable[[Obj, Obj], Obj | None]:
+def opening(machines: list[str], now: datetime) -> StatusMutation:
     """Record the workers as under way before anything is done to any of them (each counts against the bound from
     now, and its step is timed from ``now``: operations/progress.py), in one write for all of them: a round of
     twenty taken one write (and one read) each made the round's first step twenty round trips longer."""
@@ -207,7 +206,7 @@ def opening(machines: list[str], now: datetime) -> Callable[[Obj, Obj], Obj | No
     return mutate
 
 
-def closing(machine: str) -> Callable[[Obj, Obj], Obj | None]:
+def closing(machine: str) -> StatusMutation:
     """The worker is done: into status.roll.done, its marker removed (one write)."""
     def mutate(status: Obj, _obj: Obj) -> Obj | None:
         slots = dict(status.get(SLOTS) or {})
