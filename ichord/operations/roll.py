@@ -37,9 +37,11 @@ State table (``roll_state.decide``; first matching row wins)::
                                                                       before_reboot_call (best effort), write
                                                                       marker, Reboot -> Requeue RebootingNode
 
-``admit`` (the maintenance windows, operations/windows.py) is asked only before a node is started: before its
-cordon, or before the drain and reboot of a node a person cordoned. A node ichord cordoned, or one with a marker,
-is in flight and always finishes, so a window closing mid-node never leaves it cordoned between nodes.
+``admit`` (the maintenance windows, operations/windows.py) is asked only before a node is started, and last before
+that call, on the step's clock as it reads then: after ``roll.cordon.before``, right before the cordon is sent, or
+right before the drain and reboot of a node a person cordoned (a step that took long to get there decides on the
+time it cordons at, not on one read earlier). A node ichord cordoned, or one with a marker, is in flight and always
+finishes, so a window closing mid-node never leaves it cordoned between nodes.
 
 A cordon is followed in the same call by the row it leads to: the drain starts without waiting for the caller's
 next step. That row decides on the gates asked again (as the next step would) and on the Node as the cordon's answer
@@ -57,7 +59,7 @@ Only a Node ichord cordoned (annotation ``ichor.maesh.dev/cordoned-by-ichor``) i
 
 Failpoints (``ICHORD_FAILPOINTS``), in the order a node passes them::
 
-    roll.cordon.before          gates open, Node schedulable, cordon not sent
+    roll.cordon.before          gates open, Node schedulable, window not asked, cordon not sent
     roll.cordon.after           cordoned, nothing else
     roll.marker.before          drained, boot ID read, marker not written
     roll.marker.after           marker written, Reboot not called
@@ -219,14 +221,12 @@ async def advance_roll(plan: Sequence[RollTarget], store: MarkerStore, talos: Ro
     target = next_target(plan, marker)
     obs = await _observe(target, marker, talos, nodes, gates, verifiers)
     decision = decide(plan, marker, obs, clock(), timing)
-    if admit is not None and decision.target is not None and _starts_node(decision, obs):
-        closed = await admit(decision.target)
-        if closed is not None:
-            return RollOutcome(Requeue(closed.after, RollReason.WAITING_FOR_WINDOW), RollReason.WAITING_FOR_WINDOW,
-                               decision.target.machine, closed.message, done=marker.done, window=closed)
+    # The window is asked at the node's first disruptive call, right before it (its cordon, or the drain of a node a
+    # person cordoned), on the clock as it reads then: a step slow to get there must not cordon past the window's end.
+    starts = admit if decision.target is not None and _starts_node(decision, obs) else None
     if decision.action is not Action.CORDON:
-        return await _act(decision, marker, store, talos, nodes, hooks, timing, clock, gates)
-    rolled, cordoned = await _cordon(decision, marker, nodes, timing)
+        return await _act(decision, marker, store, talos, nodes, hooks, timing, clock, gates, starts)
+    rolled, cordoned = await _cordon(decision, marker, nodes, timing, starts)
     if cordoned is not None:
         # Cordoned just now: the drain need not wait for another step of the cluster (a step of a hundred machines
         # lasts seconds). The row it leads to is decided as the next step would decide it: the gates are asked again
@@ -318,7 +318,7 @@ async def _first_closed(gates: Sequence[Gate], target: RollTarget) -> GateResult
 
 async def _act(d: Decision, marker: RollMarker, store: MarkerStore, talos: RollTalos, nodes: ManagedNodes,
                hooks: RollHooks, timing: Timing, clock: Callable[[], datetime],
-               gates: Sequence[Gate] = ()) -> RollOutcome:
+               gates: Sequence[Gate] = (), admit: Admit | None = None) -> RollOutcome:
     machine = d.target.machine if d.target else None
 
     def out(outcome: Outcome, reason: RollReason = d.reason, message: str = d.message, *, pause: bool = False,
@@ -336,7 +336,7 @@ async def _act(d: Decision, marker: RollMarker, store: MarkerStore, talos: RollT
         return out(Blocked(d.reason, d.message, d.after), pause=True)
     assert d.target is not None
     if d.action is Action.CORDON:
-        return (await _cordon(d, marker, nodes, timing))[0]
+        return (await _cordon(d, marker, nodes, timing, admit))[0]
     if d.action is Action.ASK_AGAIN:
         return await _ask_again(d.target, marker, store, talos, nodes, gates, hooks, timing, clock, out)
     if d.action is Action.COMPLETE:
@@ -348,12 +348,21 @@ async def _act(d: Decision, marker: RollMarker, store: MarkerStore, talos: RollT
         freed = "released" if await _uncordon_quietly(nodes, d.target) else "not released yet (see the log)"
         message = f"{d.message}; ichord's cordon of {d.target.node} {freed}"
         return out(Blocked(d.reason, message, d.after), d.reason, message, pause=True)
+    if admit is not None and (closed := await admit(d.target)) is not None:
+        return _waiting(d.target, marker, closed)
     return await _reboot(d.target, marker, store, talos, nodes, hooks, timing, clock, out)
 
 
-async def _cordon(d: Decision, marker: RollMarker, nodes: ManagedNodes,
-                  timing: Timing) -> tuple[RollOutcome, NodeView | None]:
-    """Cordon the decision's node: the outcome, and the Node as the cordon left it (None: not cordoned)."""
+def _waiting(target: RollTarget, marker: RollMarker, closed: Closed) -> RollOutcome:
+    """Not started: outside every maintenance window, or too little of it left for the node's step."""
+    return RollOutcome(Requeue(closed.after, RollReason.WAITING_FOR_WINDOW), RollReason.WAITING_FOR_WINDOW,
+                       target.machine, closed.message, done=marker.done, window=closed)
+
+
+async def _cordon(d: Decision, marker: RollMarker, nodes: ManagedNodes, timing: Timing,
+                  admit: Admit | None = None) -> tuple[RollOutcome, NodeView | None]:
+    """Cordon the decision's node: the outcome, and the Node as the cordon left it (None: not cordoned). ``admit``:
+    the window, asked last before the cordon is sent."""
     assert d.target is not None
     machine = d.target.machine
 
@@ -361,6 +370,8 @@ async def _cordon(d: Decision, marker: RollMarker, nodes: ManagedNodes,
         return RollOutcome(outcome, reason, machine, message, False, marker.done)
 
     failpoint("roll.cordon.before")
+    if admit is not None and (closed := await admit(d.target)) is not None:
+        return _waiting(d.target, marker, closed), None
     try:
         node = await nodes.cordon(d.target.node)
     except Conflict:  # the Node changed since it was read: read it again and decide again

@@ -353,10 +353,13 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
     closed = None
     for round_ in range(2):
         freed = False
-        # Outside every maintenance window no new worker is taken; those under way finish (windows.py).
-        closed = backbone.window_closed(ctx, inputs.cluster, "the next workers")
+        # Outside every maintenance window, or with too little of it left for their step, no new worker is taken;
+        # those under way finish (windows.py). Each is asked again at its cordon, on the clock as it reads then.
+        candidates = workers.to_start(planned, inputs.status, inputs.worker_bound.at_once)
+        need = max((backbone.predicted_step(ctx, inputs.op, p.name) for p in candidates), default=0.0)
+        closed = backbone.window_closed(ctx, inputs.cluster, "the next workers", need)
         taking = closed is None and (not gated or (round_ == 0 and not workers.in_flight(inputs.status)))
-        starting = workers.to_start(planned, inputs.status, inputs.worker_bound.at_once) if taking else []
+        starting = candidates if taking else []
         taken = [t.name for t in starting]
         if taken:
             inputs.op = await line.update(workers.opening(taken, ctx.now()))
