@@ -205,11 +205,6 @@ class Recurring:
                 if start >= since:
                     yield start
 
-    def open_at(self, now: dt.datetime) -> dt.datetime | None:
-        """The end of this window's occurrence holding ``now``, if one does."""
-        span = self.span_at(now)
-        return None if span is None else span[1]
-
     def span_at(self, now: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
         """The start and end of this window's occurrence holding ``now`` that ends last, if one does."""
         span = None
