@@ -289,10 +289,12 @@ async def blocked(ctx: Context, kind: OperationKind, subject: Subject, message: 
     return Blocked(reason, message, ctx.timing.retry)
 
 
-def window_closed(ctx: Context, cluster: Obj, what: str, need: float = 0.0) -> windows.Closed | None:
+def window_closed(ctx: Context, cluster: Obj, what: str,
+                  need: Callable[[], float] = lambda: 0.0) -> windows.Closed | None:
     """docs/decisions.md#maintenance-windows: None when ``what`` (a node's or a pass's first disruptive call) may
     start now; else why not and when to look again (at the opening, or before the cluster lock lapses). ``need``:
-    the seconds ``what`` is predicted to take (``predicted_step``), which must fit in what is left of the window.
+    the seconds ``what`` is predicted to take (``predicted_step``; asked only while a window is open), which must fit
+    in what is left of the window.
     Asked on the step's clock as it reads now: call it right before the call it admits."""
     return windows.verdict(cluster, ctx.now(), what=what, recheck=ctx.timing.cluster_lock_duration / 3, need=need)
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import zoneinfo
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -332,10 +332,12 @@ def fits(need: float, start: dt.datetime, end: dt.datetime, now: dt.datetime) ->
     return min(need, (end - start).total_seconds() / 2) <= room
 
 
-def verdict(cluster: Obj, now: dt.datetime, *, what: str, recheck: float, need: float = 0.0) -> Closed | None:
+def verdict(cluster: Obj, now: dt.datetime, *, what: str, recheck: float,
+            need: Callable[[], float] = lambda: 0.0) -> Closed | None:
     """None when ``what`` (e.g. "reboot cp-2") may start now; else why not. ``recheck``: the longest requeue (the
     cluster lock must be renewed by a step before it lapses). ``need``: the seconds ``what`` is predicted to take
-    (0: only the window's being open is asked); it starts only if it fits in what is left of the window (``fits``).
+    (0: only the window's being open is asked), asked only while a window is open; it starts only if it fits in
+    what is left of the window (``fits``).
     ``now`` is the step's clock at the moment of the call the window admits: read right before it, never earlier in
     the step."""
     spec = cluster.get("spec") or {}
@@ -349,7 +351,8 @@ def verdict(cluster: Obj, now: dt.datetime, *, what: str, recheck: float, need: 
     if windows is None:
         return None
     span = windows.open_span(now)
-    if span is not None and fits(need, span[1], span[2], now):
+    seconds = need() if span is not None else 0.0
+    if span is not None and fits(seconds, span[1], span[2], now):
         return None
     ahead = windows.next_opening(now)
     if span is not None:
@@ -358,8 +361,8 @@ def verdict(cluster: Obj, now: dt.datetime, *, what: str, recheck: float, need: 
         then = f"; the next window, {ahead[0]}, opens at {_stamp(ahead[1])}" if ahead is not None else (
             "; no other window lies ahead")
         wait = (ahead[1] - now).total_seconds() if ahead is not None else left
-        return Closed(f"waiting for a maintenance window to start {what}: it takes about {need:.0f} s and the window "
-                      f"{window} closes in {left:.0f} s, at {_stamp(end)}{then}", max(0.0, min(wait, recheck)))
+        return Closed(f"waiting for a maintenance window to start {what}: it takes about {seconds:.0f} s and the "
+                      f"window {window} closes in {left:.0f} s, at {_stamp(end)}{then}", max(0.0, min(wait, recheck)))
     if ahead is None:
         return Closed(f"waiting for a maintenance window to start {what}: no window of TalosCluster {name} lies "
                       "ahead (every one-off window has passed); add one to spec.maintenance.windows", recheck)
