@@ -284,8 +284,9 @@ class Daemon:
         if self.supervisor is None:
             return
         key = f"{namespace}/{cluster}"
-        if obj[0] == TALOS_CLUSTER and reason == "DELETED" and key not in self._known_clusters():
-            # Nothing refers to the cluster any more: stop its actor and drop its series.
+        if reason == "DELETED" and not self._referred(namespace, cluster):
+            # Nothing refers to the cluster any more (it, and the last machine or operation naming it, are gone,
+            # in whichever order): stop its actor and drop its series, the mailbox's among them.
             self.supervisor.stop(key)
             rec = self._reconcilers.pop(key, None)
             if rec is not None:
@@ -326,6 +327,13 @@ class Daemon:
             ns, name = key.split("/", 1)
             rec = self._reconcilers[key] = ClusterReconciler(self.runtime, ns, name)
         return rec.step
+
+    def _referred(self, namespace: str, cluster: str) -> bool:
+        """Whether the cluster, or a machine or operation naming it, is still cached (the indexes see an event
+        before the router does)."""
+        return ((namespace, cluster) in self.clusters.cache
+                or bool(self.runtime.machine_index.keys(namespace, cluster))
+                or bool(self.runtime.operation_index.keys(namespace, cluster)))
 
     def _known_clusters(self) -> set[str]:
         """Every cluster something refers to: its actor reports on machines and operations naming a missing one."""

@@ -62,6 +62,8 @@ STATUS_KEY = "etcdSnapshot"
 TAKING = "Taking"
 TAKEN = "Taken"
 DEFAULT_RETAIN = 5
+#: The most snapshots of a cluster kept (the CRD's maximum; one written before it is refused here, naming it).
+MAX_RETAIN = 1000
 SUFFIX = ".db"
 #: What follows "<namespace>_<cluster>_" in a snapshot's name: its UTC time and the operation.
 _STAMPED = re.compile(r"\d{8}T\d{6}Z_[^_/]+\.db")
@@ -90,6 +92,9 @@ class Destination:
 
     def problem(self) -> str | None:
         """Why the daemon cannot write snapshots there, or None."""
+        if self.retain > MAX_RETAIN:
+            return (f"spec.etcdSnapshots.retain {self.retain} is above {MAX_RETAIN}, the most snapshots of a cluster "
+                    "ichord keeps: lower it")
         where = f"spec.etcdSnapshots.path {self.directory}"
         if not self.directory.is_absolute():
             return f"{where} is not an absolute path"
