@@ -63,6 +63,10 @@ MAINTENANCE_WINDOWS = "MaintenanceWindows"
 #: An operation's condition reason outside every maintenance window of its cluster: the next disruptive step waits
 #: for the opening its message names (operations/windows.py; phase InProgress, a Normal Event of the same name).
 WAITING_FOR_WINDOW = "WaitingForWindow"
+#: A node runs a Talos version of another contract than the TalosCluster's spec.talosVersion: nothing is applied to
+#: it. The TalosMachine's Ready reason (False, with a Warning of this reason) and an operation's condition reason
+#: (phase Paused) when it would apply to such a node (docs/decisions.md#contract-match).
+CONTRACT_MISMATCH = "ContractMismatch"
 #: On a TalosOperation the renewal policy created (``kubectl get top -l ichor.maesh.dev/planned-by=renew-before``).
 PLANNED_BY_LABEL = f"{GROUP}/planned-by"
 PLANNED_BY_RENEWAL = "renew-before"
@@ -108,6 +112,7 @@ class ReadyReason:
     #: An operation rebooting the machine, or restarting its kube-apiserver, within its bound (a planned loss).
     REBOOTING = "Rebooting"
     API_SERVER_RESTARTING = "APIServerRestarting"
+    CONTRACT_MISMATCH = "ContractMismatch"  # the node runs another Talos contract than spec.talosVersion
     #: The management API answered 403 to a request the object needs (ichord.kube.forbidden names the chart value).
     FORBIDDEN = "Forbidden"
 
@@ -157,6 +162,7 @@ class EventReason:
     ETCD_SNAPSHOT_TAKEN = "EtcdSnapshotTaken"  # before the first control-plane reboot, to spec.etcdSnapshots.path
     ROTATION_PLANNED = "RotationPlanned"  # Normal: the renewal policy created a ca-rotation (operations/renewal.py)
     WAITING_FOR_WINDOW = "WaitingForWindow"  # Normal: outside every maintenance window (operations/windows.py)
+    CONTRACT_MISMATCH = "ContractMismatch"  # a machine's node runs another Talos contract: nothing applied to it
 
 
 class CertificatesExpiringReason:

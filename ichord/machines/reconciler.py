@@ -12,6 +12,8 @@
     an operation's planned reboot / kube-apiserver restart under way, within its bound
                                            -> Ready=False/Rebooting (APIServerRestarting), a Normal Event;
                                               the node is not dialled (the operation watches it)
+    the node runs another Talos contract   -> never applied (its Version's major.minor is not spec.talosVersion)
+                                                                             -> Ready=False/ContractMismatch
     unreachable / render failure           -> Ready=False with the cause (a Warning MachineUnreachable: nobody
                                               planned it, or a planned one outlasted its bound)
     an operation holding the machines      -> Ready=Unknown, nothing else (docs/decisions.md#rotation-state):
@@ -31,11 +33,12 @@ from typing import Any
 
 import structlog
 
-from ichord.api import names
+from ichord.api import contract_match, names
 from ichord.api.conditions import Condition
 from ichord.api.disruptions import Disruption, PlannedDisruption
 from ichord.api.names import ReadyReason
 from ichord.api.views import MachineView, OperationView
+from ichord.contract import ContractMismatchError, runs_contract
 from ichord.machines.memo import ConfigMemo
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.scrub import SCRUBBER
@@ -153,6 +156,10 @@ async def reconcile_machine(
         return MachineResult(_ready("False", ReadyReason.UNREACHABLE, msg), requeue_after=retry_after)
 
     base = {"nodeName": node_name, "talosVersion": version.tag, "configHash": rendered_hash}
+    if not runs_contract(version.tag, cluster.contract):
+        # Rendered for another Talos than the node runs: neither compared nor classified, nothing applied
+        # (docs/decisions.md#contract-match).
+        return _contract_mismatch(version.tag, cluster, machine, base, retry_after)
     converged = running_hash == rendered_hash  # the common case, converged, needs no more
     rendered: MachineConfig | None = None
     contract, role = str(cluster.contract), machine.role
@@ -194,8 +201,12 @@ async def reconcile_machine(
         return decided
 
     try:
-        await talos.apply_configuration(endpoint, rendered.wire_bytes(), ApplyMode.NO_REBOOT, dry_run=True)
-        applied = await talos.apply_configuration(endpoint, rendered.wire_bytes(), ApplyMode.NO_REBOOT)
+        await talos.apply_configuration(endpoint, rendered.wire_bytes(), ApplyMode.NO_REBOOT, dry_run=True,
+                                        contract=cluster.contract)
+        applied = await talos.apply_configuration(endpoint, rendered.wire_bytes(), ApplyMode.NO_REBOOT,
+                                                  contract=cluster.contract)
+    except ContractMismatchError as exc:  # the node changed under the read above (a new connection, a new boot)
+        return _contract_mismatch(exc.running, cluster, machine, base, retry_after)
     except TalosFailedPreconditionError:
         # another apply is running on the node (talosctl, or a rotation's): look again shortly
         return MachineResult(
@@ -238,6 +249,20 @@ def _planned(planned: PlannedDisruption, retry_after: float) -> MachineResult:
         msg = (f"kube-apiserver restarting: {planned.describe()}; the machine is reconciled again once the operation "
                f"has seen it Ready (a Warning only if it is not within {planned.bound:g} s)")
     return MachineResult(_ready("False", reason, msg), event=("Normal", event, msg), requeue_after=retry_after)
+
+
+def _contract_mismatch(running: str, cluster: ClusterInputs, machine: MachineView, base: dict[str, Any],
+                       retry_after: float) -> MachineResult:
+    """Ready=False naming both versions and the way out, a Warning (a person must choose); no paths reported: they
+    would be of a render for another Talos. Read again at the retry: an upgrade of the node sends no event."""
+    msg = contract_match.machine_message(running, cluster.contract, cluster=machine.cluster,
+                                         namespace=machine.namespace)
+    return MachineResult(
+        _ready("False", ReadyReason.CONTRACT_MISMATCH, msg),
+        fields={**base, "rebootPaths": [], "apiServerRestartPaths": []},
+        event=("Warning", names.EventReason.CONTRACT_MISMATCH, msg),
+        requeue_after=retry_after,
+    )
 
 
 def _render_failed(exc: RenderError) -> MachineResult:
