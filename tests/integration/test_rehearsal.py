@@ -236,6 +236,9 @@ async def test_the_command_exit_codes_and_bad_input(tmp_path: Path) -> None:
 
         rc, out, err = await anyio.to_thread.run_sync(cli, [*base, "-f", rotation, "--duration", "reboot=soon"])
         assert rc == 2 and "--duration 'reboot=soon'" in err, err
+        for budget in ("0", "nan", "inf"):  # argparse's float() takes nan and inf: refused before anything is read
+            rc, out, err = await anyio.to_thread.run_sync(cli, [*base, "-f", rotation, "--budget", budget])
+            assert (rc, out) == (2, "") and "--budget must be a positive number of seconds" in err, (budget, err)
         rc, out, err = await anyio.to_thread.run_sync(cli, ["cluster", "rehearse", "nosuch", "-n", env.namespace,
                                                              "--kubeconfig", str(writes.kubeconfig), "-f",
                                                              op_file("nosuch.yaml", _op("nosuch", "config"))])
