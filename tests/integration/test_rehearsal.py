@@ -220,6 +220,8 @@ async def test_the_command_exit_codes_and_bad_input(tmp_path: Path) -> None:
             "schema": (op_file("schema.yaml", _op(env.cluster_name, "config", maxUnavailable="lots")),
                        "not one the API server accepts"),
             "two-docs": (op_file("two.yaml", "a: 1\n---\nb: 2\n"), "holds 2 documents"),
+            "name": (op_file("name.yaml", {**_op(env.cluster_name, "config"), "metadata": {"name": "Bad_Name"}}),
+                     "metadata.name 'Bad_Name' is not a name the API server accepts"),
             "missing": (str(tmp_path / "nope.yaml"), "cannot read"),
         }
         for what, (path, says) in bad.items():
