@@ -164,7 +164,8 @@ class ClusterReconciler:
                             ClusterView.of(cluster) if cluster is not None else None, machines, operations,
                             self.rt.recorder, self.rt.timing, trust=self.rt.trust,
                             allowed_secret_namespaces=self.rt.allowed_secret_namespaces, now=self.rt.clock,
-                            watch_nodes=self._watch_nodes, lock_memo=self._lock_memo)
+                            watch_nodes=self._watch_nodes, lock_memo=self._lock_memo,
+                            etcd_snapshots=self.rt.etcd_snapshots)
 
     def _record(self, phase: str, outcome: Outcome) -> Outcome:
         """The one place an outcome becomes a metric and (when it changes) a log line."""

@@ -17,6 +17,7 @@ from ichord.api.views import OperationView, operations_of
 from ichord.kube.client import KubeClient
 from ichord.kube.events import EventRecorder
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS
+from ichord.operations.etcd_snapshot import DirectorySnapshots, SnapshotPort
 from ichord.operations.kinds import default_registry
 from ichord.operations.registry import Registry
 from ichord.operations.scope import Clock, TrustHooks, utcnow
@@ -44,6 +45,8 @@ class Runtime:
     allowed_secret_namespaces: frozenset[str] = frozenset()
     #: The steps' clock (the wall clock; tests inject a faster one to run maintenance windows in seconds).
     clock: Clock = utcnow
+    #: Where an operation's etcd snapshot goes: the daemon's directory (a rehearsal's twin: nowhere).
+    etcd_snapshots: SnapshotPort = field(default_factory=DirectorySnapshots)
     #: Tells a cluster's actor (namespace, name) that ``obj`` changed (the Router's tell; set by whoever runs the
     #: actors): what a step waits on outside ichord's own objects (ClusterScope.watch_nodes).
     wake: Callable[[str, str, tuple[str, str], str], None] = lambda _ns, _name, _obj, _reason: None

@@ -18,6 +18,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 from ichord.errors import IchordError
 
@@ -69,6 +70,49 @@ def partial_files(path: Path) -> list[Path]:
     return sorted(path.parent.glob(f".{path.name}{PARTIAL}*"))
 
 
+class SnapshotSink(Protocol):
+    """Where a streamed snapshot goes (``take``'s ``sink``): ``with sink(path) as out: out.write(chunk)...;
+    result = out.commit()``; leaving the block without ``commit`` discards it."""
+
+    def __enter__(self) -> SnapshotSink: ...
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+    def write(self, chunk: bytes) -> None: ...
+    def commit(self) -> SnapshotFile: ...
+
+
+class StreamCheck:
+    """What a snapshot's bytes must be, seen as they stream: a bbolt database (its meta page's magic) and, when the
+    stream carries it, etcd's SHA-256 of the database as its last 32 bytes; and the whole stream's SHA-256."""
+
+    def __init__(self) -> None:
+        self._whole = hashlib.sha256()
+        self._database = hashlib.sha256()  # everything but the last TRAILER bytes seen so far
+        self._tail = b""
+        self._head = b""
+        self.size = 0
+
+    def update(self, chunk: bytes) -> None:
+        self._whole.update(chunk)
+        self.size += len(chunk)
+        if len(self._head) < 20:
+            self._head += chunk[:20 - len(self._head)]
+        data = self._tail + chunk
+        self._database.update(data[:-TRAILER] if len(data) > TRAILER else b"")
+        self._tail = data[-TRAILER:]
+
+    def verdict(self, path: Path) -> SnapshotFile:
+        """The stream as the snapshot ``path`` (its size and digests), or SnapshotIntegrityError."""
+        if len(self._head) < 20 or struct.unpack_from("<I", self._head, 16)[0] != BOLT_MAGIC:
+            raise SnapshotIntegrityError(f"the stream ({self.size} bytes) is not an etcd database: no bbolt meta "
+                                         "page at its start")
+        has_trailer = self.size % 512 == TRAILER
+        if has_trailer and self._database.digest() != self._tail:
+            raise SnapshotIntegrityError(f"the stream ({self.size} bytes) does not match etcd's SHA-256 of the "
+                                         "database it ends with: the snapshot is damaged (nothing was written)")
+        return SnapshotFile(path, self.size, self._whole.hexdigest(), has_trailer)
+
+
 class AtomicSnapshot:
     """``with AtomicSnapshot(path) as out: out.write(chunk)...; result = out.commit()``."""
 
@@ -80,11 +124,7 @@ class AtomicSnapshot:
         except OSError as exc:
             raise SnapshotDestinationError(f"cannot create a file in {self.path.parent}: "
                                            f"{exc.strerror or exc}") from None
-        self._whole = hashlib.sha256()
-        self._database = hashlib.sha256()  # everything but the last TRAILER bytes seen so far
-        self._tail = b""
-        self._head = b""
-        self._size = 0
+        self._check = StreamCheck()
         self._done = False
 
     def __enter__(self) -> AtomicSnapshot:
@@ -102,25 +142,13 @@ class AtomicSnapshot:
                 written = os.write(self._fd, view)
                 view = view[written:]
         except OSError as exc:
-            raise SnapshotWriteError(f"writing {self.path} failed after {self._size} bytes: "
+            raise SnapshotWriteError(f"writing {self.path} failed after {self._check.size} bytes: "
                                      f"{exc.strerror or exc}") from None
-        self._whole.update(chunk)
-        self._size += len(chunk)
-        if len(self._head) < 20:
-            self._head += chunk[:20 - len(self._head)]
-        data = self._tail + chunk
-        self._database.update(data[:-TRAILER] if len(data) > TRAILER else b"")
-        self._tail = data[-TRAILER:]
+        self._check.update(chunk)
 
     def commit(self) -> SnapshotFile:
         """Check the content, make it durable and give it its name (never replacing a file)."""
-        if len(self._head) < 20 or struct.unpack_from("<I", self._head, 16)[0] != BOLT_MAGIC:
-            raise SnapshotIntegrityError(f"the stream ({self._size} bytes) is not an etcd database: no bbolt meta "
-                                         "page at its start")
-        has_trailer = self._size % 512 == TRAILER
-        if has_trailer and self._database.digest() != self._tail:
-            raise SnapshotIntegrityError(f"the stream ({self._size} bytes) does not match etcd's SHA-256 of the "
-                                         "database it ends with: the snapshot is damaged (nothing was written)")
+        checked = self._check.verdict(self.path)
         try:
             os.fsync(self._fd)
         except OSError as exc:
@@ -150,7 +178,7 @@ class AtomicSnapshot:
         finally:
             os.close(dir_fd)
         self._done = True
-        return SnapshotFile(self.path, self._size, self._whole.hexdigest(), has_trailer)
+        return checked
 
     def abort(self) -> None:
         if self._fd >= 0:

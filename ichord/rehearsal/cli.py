@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -87,7 +88,7 @@ def rehearse_object(args: argparse.Namespace, doc: Any) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     Durations.parse(args.duration)  # refused before anything is read
-    if args.budget <= 0:
+    if not (math.isfinite(args.budget) and args.budget > 0):  # argparse's float() takes nan and inf
         raise RehearsalFileError("--budget must be a positive number of seconds")
     return rehearse_object(args, _read(args.file))
 
