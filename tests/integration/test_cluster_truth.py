@@ -18,15 +18,21 @@ import anyio
 import pytest
 
 from ichord.actors.cluster import ClusterReconciler
+from ichord.actors.cluster_ready import bundle_cas
+from ichord.actors.standalone import standalone_actor
 from ichord.api import names
 from ichord.api.conditions import Condition, find, set_condition
 from ichord.cluster_cli import BundleNotTrusted, bundle_export
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.status import update_status
+from ichord.operations.bundle_source import read_bundle_secret
+from ichord.operations.ca_rotation.plan import handoff_token
+from ichord.operations.outcome import next_delay
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.ca import CAKind
 from ichord.pki.fingerprint import ca_fingerprint, export_fingerprint
+from ichord.render.trusted_cas import NodeTrust, refusals
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from tests.integration._actor import cluster_actor
@@ -210,3 +216,62 @@ async def test_another_clusters_bundle_is_refused_and_nothing_reaches_the_nodes(
         for name in env.machine_names:
             assert (await _machine_ready(kube, env, name))["reason"] == "Converged"
         assert _applies(env) == applies
+
+
+# ---- a CA rotation is no mismatch ---------------------------------------------------------------
+
+#: The rotation tests' bounds (_ca_rotation_driver.TIMING), at the census test's scale.
+ROTATION_TIMING = replace(Timing().scaled(0.01), ca_client_restart_timeout=30.0, ca_apiserver_unchanged=2.0,
+                          ca_apiserver_ready_bound=30.0)
+
+
+async def test_a_ca_rotation_under_way_never_trips_bundle_mismatch(env: SimEnvironment) -> None:
+    """A Talos CA rotation through the actor: at every step the cluster and its machines never say BundleMismatch,
+    and at every stage each node trusts a CA of the bundle Secret as the actor compares them (secrets.yaml's or
+    rotation.yaml's: from Dropping on the nodes trust the new CA alone while secrets.yaml still holds the old)."""
+    assert env.bundle is not None
+    old = ca_fingerprint(env.bundle.os)
+    async with await from_kubeconfig(env.kubeconfig, timing=ROTATION_TIMING) as kube, \
+            standalone_actor(kube, env.namespace, env.cluster_name, ROTATION_TIMING, instance="test") as reconciler:
+        await reconciler.step({})
+        await crds.operations(kube).create(env.namespace, {"metadata": {"name": "rotate"}, "spec": {
+            "clusterRef": {"name": env.cluster_name}, "kind": names.KIND_CA_ROTATION,
+            "caRotation": {"targets": ["talos"]}}})
+        stages: list[str] = []
+        for _ in range(800):
+            outcome = await reconciler.step({})
+            op = await crds.operations(kube).get(env.namespace, "rotate")
+            status = op.get("status") or {}
+            stage = str((status.get("caRotation") or {}).get("stage") or "")
+            if stage == "AwaitingCredentials":  # the operator's hand-off (ichord cluster credentials --acknowledge)
+                token = handoff_token(status["caRotation"]["certificates"])
+                await crds.operations(kube).patch(env.namespace, "rotate", {"metadata": {"annotations": {
+                    names.CREDENTIALS_HANDOFF_ANNOTATION: token}}})
+            cluster = await _cluster(kube, env)
+            assert _ready(cluster).get("reason") != names.ReadyReason.BUNDLE_MISMATCH, _ready(cluster)
+            for name in env.machine_names:
+                assert (await _machine_ready(kube, env, name)).get("reason") != "BundleMismatch", name
+            if stage and (not stages or stages[-1] != stage):
+                stages.append(stage)
+            read = await read_bundle_secret(kube, env.namespace, env.secret_name)
+            cas = bundle_cas(read, read.full())
+            for name in env.machine_names:
+                trust = NodeTrust.of_config(env.node(name).running.plain())
+                assert refusals(cas, trust) == (), (stage, name, trust, cas)
+            if status.get("phase") == names.Phase.COMPLETED:
+                break
+            await anyio.sleep(min(max(next_delay(outcome) or 0.01, 0.005), 0.1))
+        assert stages[0] == "Accepting" and "Dropping" in stages and stages[-1] == "Done", stages
+
+        new = ca_fingerprint(SecretsBundle.from_yaml(
+            (await read_bundle_secret(kube, env.namespace, env.secret_name)).raw).os)
+        assert new != old
+        for _ in range(200):  # after Done the machines are read again with the new CA: Ready, trusting it alone
+            await reconciler.step({})
+            machines = [await crds.machines(kube).get(env.namespace, n) for n in env.machine_names]
+            if all(_ready(m).get("reason") == "Converged" for m in machines):
+                break
+            await anyio.sleep(0.02)
+        assert [m["status"]["trustedCAs"]["talos"] for m in machines] == [[new]] * len(machines)
+        ready = _ready(await _cluster(kube, env))
+        assert (ready["status"], ready["reason"]) == ("True", "Reconciled"), ready
