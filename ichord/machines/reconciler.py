@@ -120,13 +120,13 @@ async def reconcile_machine(
     machine reconciler off the cluster's nodes, if any. ``bundle_cas``: the bundle Secret's CAs, rotation.yaml's new
     ones included (None: ``bundle``'s alone); a node that trusts none of them is never applied to."""
     now = now if now is not None else dt.datetime.now(dt.UTC)
-    bundle_cas = bundle_cas if bundle_cas is not None else BundleCAs.of_bundle(bundle)
     if planned is not None and not planned.overdue(now):
         return _planned(planned, retry_after)
     if held_by is not None:
         # Standing aside: no render, no dial, no apply (docs/decisions.md#rotation-state).
         return MachineResult(_held(held_by))
     memo = memo if memo is not None else ConfigMemo()  # none given: everything is derived afresh
+    bundle_cas = bundle_cas if bundle_cas is not None else BundleCAs.of_bundle(bundle)
     try:
         inputs = MachineInputs.from_spec(machine.spec)
         rendered_hash = memo.rendered_hash(bundle, cluster, inputs)  # the same inputs render the same configuration
