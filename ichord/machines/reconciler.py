@@ -259,7 +259,9 @@ def _mismatch(refused: tuple[Refusal, ...], where: str, retry_after: float, *, p
               fields: dict[str, Any] | None = None) -> MachineResult:
     msg = (f"{prefix}{describe_refusals(refused, where)}: the bundle Secret holds CAs this node does not trust "
            "(another cluster's?); nothing was applied. See the TalosCluster's Ready")
-    return MachineResult(_ready("False", ReadyReason.BUNDLE_MISMATCH, msg), fields=fields or {},
+    # No reboot or restart paths stay behind for a config rollout to plan: it would roll the bundle out.
+    return MachineResult(_ready("False", ReadyReason.BUNDLE_MISMATCH, msg),
+                         fields={"rebootPaths": [], "apiServerRestartPaths": [], **(fields or {})},
                          requeue_after=retry_after)
 
 

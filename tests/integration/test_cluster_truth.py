@@ -275,3 +275,29 @@ async def test_a_ca_rotation_under_way_never_trips_bundle_mismatch(env: SimEnvir
         assert [m["status"]["trustedCAs"]["talos"] for m in machines] == [[new]] * len(machines)
         ready = _ready(await _cluster(kube, env))
         assert (ready["status"], ready["reason"]) == ("True", "Reconciled"), ready
+
+
+async def test_a_machine_refusing_the_bundle_leaves_no_reboot_for_a_rollout_to_plan(
+        env: SimEnvironment, other: SecretsBundle) -> None:
+    """A reboot waiting for its rollout (rebootPaths) when the Kubernetes CA of another cluster lands in the Secret:
+    the reports go, so a config rollout planned from them cannot roll the other cluster's CA out to the nodes."""
+    assert env.bundle is not None
+    async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube, \
+            cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as reconciler:
+        await crds.clusters(kube).patch(env.namespace, env.cluster_name, {"spec": {"patches": [
+            "apiVersion: v1alpha1\nkind: KernelModuleConfig\nname: br_netfilter\n"]}})
+        await eventually(lambda: ((reconciler.rt.clusters.get(env.namespace, env.cluster_name) or {})
+                                  .get("spec") or {}).get("patches"))
+        await reconciler.step({})
+        waiting = await crds.machines(kube).get(env.namespace, env.machine_names[-1])
+        assert _ready(waiting)["reason"] == "RebootRequired" and waiting["status"]["rebootPaths"]
+        await _caught_up(kube, reconciler, env)
+        applies = _applies(env)
+
+        await _put_bundle(kube, env, env.bundle.with_cas({CAKind.KUBERNETES: other.k8s}))
+        await reconciler.step({("Secret", env.secret_name): "MODIFIED"})
+        for name in env.machine_names:
+            machine = await crds.machines(kube).get(env.namespace, name)
+            assert _ready(machine)["reason"] == "BundleMismatch", _ready(machine)
+            assert (machine["status"]["rebootPaths"], machine["status"]["apiServerRestartPaths"]) == ([], [])
+        assert _applies(env) == applies
