@@ -22,12 +22,15 @@ from typing import Any
 from ichord import operation_cli
 from ichord.api import views
 from ichord.api.carotation import Stage
+from ichord.api.conditions import find
 from ichord.api.names import (
     BUNDLE_CUSTODY_FINALIZER,
     BUNDLE_EXPORTED_ANNOTATION,
     CREDENTIALS_HANDOFF_ANNOTATION,
+    READY,
     ROTATION_KEY,
     SECRETS_KEY,
+    ReadyReason,
 )
 from ichord.cluster_status import ClusterView, format_status, read_view
 from ichord.credentials import DEFAULT_CREDENTIALS_DIR, HandOff, files, hand_off
@@ -55,6 +58,10 @@ class ClusterCommandError(IchordError):
 
 class RotationUnderWay(ClusterCommandError):
     """The bundle Secret holds rotation.yaml: the bundle will change at Finalizing."""
+
+
+class BundleNotTrusted(ClusterCommandError):
+    """The cluster's Ready says its nodes do not trust the bundle in its Secret (BundleMismatch)."""
 
 
 class ExportNotVerified(ClusterCommandError, RuntimeFailure):
@@ -95,7 +102,8 @@ def _register_bundle_export(sub: Any) -> None:
             "read the file back, and only if it holds the live bundle annotate the TalosCluster with "
             f"{BUNDLE_EXPORTED_ANNOTATION}=<ExportFingerprint>; the daemon then lowers BundleBackupStale. "
             "Refused while a CA rotation is under way (the Secret holds rotation.yaml): the bundle changes "
-            "at Finalizing, so export after the rotation completes. An earlier export at the same path is "
+            "at Finalizing, so export after the rotation completes; refused too while the cluster's Ready says "
+            "BundleMismatch (the nodes do not trust the bundle in the Secret). An earlier export at the same path is "
             "replaced (it describes CAs the nodes may no longer accept)."
         ),
     )
@@ -285,6 +293,13 @@ async def bundle_export(kube: KubeClient, name: str, *, namespace: str, output: 
     secret_name = view.secret_name
     if not secret_name:
         raise ClusterCommandError(f"TalosCluster {namespace}/{name} has no spec.secretsRef.name; nothing to export")
+    ready = find(view.status.get("conditions"), READY)
+    if ready is not None and ready.get("reason") == ReadyReason.BUNDLE_MISMATCH:
+        # An export of a bundle the nodes refuse would replace the operator's good copy with another cluster's.
+        raise BundleNotTrusted(
+            f"the nodes of {namespace}/{name} do not trust the bundle in its Secret (Ready BundleMismatch: "
+            f"{SCRUBBER.text(str(ready.get('message') or ''))}); exporting it would replace your saved copy. Put the "
+            f"cluster's own bundle back and run this again once Ready says so. Nothing was written.")
     secret_ns = secret_namespace or view.secret_namespace  # where the daemon resolves it
     try:
         secret = await read_secret(kube, secret_ns, str(secret_name))

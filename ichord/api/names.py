@@ -115,6 +115,11 @@ class ReadyReason:
     CONTRACT_MISMATCH = "ContractMismatch"  # the node runs another Talos contract than spec.talosVersion
     #: The management API answered 403 to a request the object needs (ichord.kube.forbidden names the chart value).
     FORBIDDEN = "Forbidden"
+    #: The bundle's CAs are not among those the node trusts (another cluster's bundle): nothing is applied to it. On
+    #: the TalosCluster too, naming both fingerprints (docs/decisions.md#bundle-belongs).
+    BUNDLE_MISMATCH = "BundleMismatch"
+    #: The TalosCluster's: approved machines are not Ready (their count, names and reasons in the message).
+    MACHINES_NOT_READY = "MachinesNotReady"
 
 
 class LockRefusal:
@@ -163,6 +168,7 @@ class EventReason:
     ROTATION_PLANNED = "RotationPlanned"  # Normal: the renewal policy created a ca-rotation (operations/renewal.py)
     WAITING_FOR_WINDOW = "WaitingForWindow"  # Normal: outside every maintenance window (operations/windows.py)
     CONTRACT_MISMATCH = "ContractMismatch"  # a machine's node runs another Talos contract: nothing applied to it
+    BUNDLE_MISMATCH = "BundleMismatch"  # Warning on the cluster: its bundle is not the one its nodes trust
 
 
 class CertificatesExpiringReason:
@@ -206,6 +212,10 @@ class BundleBackupStaleReason:
 
     CA_ROTATED = "CARotated"
     BUNDLE_EXPORTED = "BundleExported"
+    #: Unknown while the cluster's bundle is not the one its nodes trust: no saved copy is said to match it.
+    BUNDLE_MISMATCH = "BundleMismatch"
+    #: True after a BundleMismatch ended with the export annotation naming another bundle than the live one.
+    NOT_EXPORTED = "BundleNotExported"
 
 
 
