@@ -44,7 +44,7 @@ def register(sub: Any, cluster_args: Callable[[argparse.ArgumentParser], None]) 
                         "(repeatable)")
     p.add_argument("--budget", type=float, default=240.0, metavar="SECONDS",
                    help="how long the rehearsal itself may run (default 240)")
-    p.add_argument("--log-level", default="warning",
+    p.add_argument("--log-level", type=operation_cli.log_level, default="warning",
                    help="the twin's daemon log on stderr (default %(default)s: what went wrong only)")
     operation_cli.add_output_format(p)
     p.set_defaults(func=_main)
