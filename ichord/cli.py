@@ -50,7 +50,8 @@ class Parser(argparse.ArgumentParser):
     """argparse, with a bad argument said in one line (``ichord: PROG: what; see `PROG --help```), exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"ichord: {self.prog}: {message}; see `{self.prog} --help`\n")
+        where = "" if self.prog == "ichord" else f"{self.prog}: "
+        self.exit(2, f"ichord: {where}{message}; see `{self.prog} --help`\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,17 +33,17 @@ class FileWriteError(RuntimeFailure):
     """The local write failed (a full disk, an I/O error): nothing was left under the destination's name."""
 
 
-def check_destination(path: Path, *, force: bool = False, flag: str = "--force") -> Path:
+def check_destination(path: Path, *, force: bool = False, flag: str | None = "--force") -> Path:
     """The absolute destination, or why it cannot be written (nothing is created).
 
     ``force`` allows replacing an existing regular file (never a directory); ``flag`` is how the command spells
-    it, for the message."""
+    it, for the message (None: the command never replaces a file)."""
     path = path.expanduser()
     if path.is_dir():
         raise DestinationError(f"{path} is a directory; name a file in it, e.g. {path / 'FILE'}")
     if (path.exists() or path.is_symlink()) and not force:
-        raise DestinationError(f"{path} exists; it is not overwritten: choose a new name, or pass {flag} to "
-                               "replace it")
+        raise DestinationError(f"{path} exists; it is not overwritten: choose a new name"
+                               + (f", or pass {flag} to replace it" if flag else ""))
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise DestinationError(f"{parent} is not a directory; create it first (mkdir -p {parent})")
@@ -60,7 +60,7 @@ def partial_files(path: Path) -> list[Path]:
 class AtomicFile:
     """``with AtomicFile(path) as out: out.write(data)...; out.commit()``: see the module docstring."""
 
-    def __init__(self, path: Path, *, force: bool = False, flag: str = "--force") -> None:
+    def __init__(self, path: Path, *, force: bool = False, flag: str | None = "--force") -> None:
         self.path = check_destination(path, force=force, flag=flag)
         self.force = force
         self.size = 0
@@ -161,7 +161,7 @@ def make_private_dirs(directory: Path) -> None:
             raise DestinationError(f"cannot create {d} ({exc.strerror}); name another place") from None
 
 
-def write_file(path: Path, data: bytes, *, force: bool = False, flag: str = "--force") -> Path:
+def write_file(path: Path, data: bytes, *, force: bool = False, flag: str | None = "--force") -> Path:
     """Write ``data`` to ``path`` (mode 0600) through ``AtomicFile``; the absolute path written."""
     with AtomicFile(path, force=force, flag=flag) as out:
         out.write(data)

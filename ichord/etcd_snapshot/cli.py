@@ -79,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> Taken:
-    path = check_destination(args.file)
+    path = check_destination(args.file, flag=None)
     kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
     async with kube:
         return await snapshot(kube, args.namespace or kube.namespace, args.name, path,

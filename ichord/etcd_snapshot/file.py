@@ -50,7 +50,7 @@ class AtomicSnapshot:
     AtomicFile, never over an existing file, with the content checked before it gets its name."""
 
     def __init__(self, path: Path) -> None:
-        self._file = AtomicFile(path)
+        self._file = AtomicFile(path, flag=None)  # a snapshot never replaces a file: no --force
         self.path = self._file.path
         self._whole = hashlib.sha256()
         self._database = hashlib.sha256()  # everything but the last TRAILER bytes seen so far

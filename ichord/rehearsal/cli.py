@@ -58,7 +58,7 @@ def _read(path: Path) -> Any:
     try:
         docs = [d for d in yamlio.load_all(text) if d is not None]
     except Exception as exc:
-        raise RehearsalFileError(f"{path} is not YAML: {exc}") from None
+        raise RehearsalFileError(f"{path} is not YAML: {' '.join(str(exc).split())}") from None
     if len(docs) != 1:
         raise RehearsalFileError(f"{path} holds {len(docs)} documents; give one TalosOperation")
     return docs[0]
