@@ -12,10 +12,10 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ichord import yamlio
-from ichord.safefile import DestinationError, make_private_dirs, write_file
 from ichord.credentials.mint import issue_kubernetes_admin_certificate, mint, talosconfig_dial
 from ichord.pki import pem as _pem
 from ichord.pki.ca import CAKind, CertificateAuthority, generate_ca
+from ichord.safefile import DestinationError, make_private_dirs, write_file
 
 
 @pytest.fixture(scope="module")
