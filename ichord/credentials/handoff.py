@@ -201,13 +201,12 @@ async def _await_stage(kube: KubeClient, retry: Retrier, op: Obj, *, wait: float
         held = _held_by_a_person(op, cluster)
         if held is not None:
             raise StageNotReached(held)
-        now = stage.value if stage else "not started"
         blocked = _blocked(op)
-        line = (f"waiting for {name} to reach {Stage.AWAITING_CREDENTIALS.value} (now {now}; up to {wait:g} s)"
+        if said is None or (blocked or "") != said:  # once, and again when it turns Blocked or the cause changes
+            said = blocked or ""
+            now = stage.value if stage else "not started"
+            say(f"waiting for {name} to reach {Stage.AWAITING_CREDENTIALS.value} (now {now}; up to {wait:g} s)"
                 + (f"; it is Blocked, the daemon retries it: {blocked}" if blocked else ""))
-        if line != said:
-            said = line
-            say(line)
         if time.monotonic() >= deadline:
             why = f" It is Blocked: {blocked}; fix the cause it names." if blocked else ""
             raise StageNotReached(
