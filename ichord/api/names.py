@@ -17,6 +17,9 @@ PLURALS = {TALOS_CLUSTER: "talosclusters", TALOS_MACHINE: "talosmachines", TALOS
 # Annotations and finalizers.
 BUNDLE_EXPORTED_ANNOTATION = f"{GROUP}/bundle-exported"
 CREDENTIALS_HANDOFF_ANNOTATION = f"{GROUP}/credentials-handoff"
+#: Set with the hand-off's acknowledgement: where ``ichord cluster credentials`` wrote the kubeconfig (``-d``), so
+#: the commands the rotation names later carry that path, not the default one (docs/decisions.md#cli-files).
+CREDENTIALS_KUBECONFIG_ANNOTATION = f"{GROUP}/credentials-kubeconfig"
 CA_ROTATION_FINALIZER = f"{GROUP}/ca-rotation"
 CA_ROTATION_TEMPLATE_ANNOTATION = f"{GROUP}/ca-rotation"
 #: On a bundle Secret: ichord watches Secrets with this label (set by ``ichord sim``, by the user, or by ichord when

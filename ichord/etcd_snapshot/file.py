@@ -9,11 +9,7 @@ failure anywhere removes the temporary file: nothing is left under the destinati
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import hashlib
-import os
-import secrets
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,24 +17,24 @@ from types import TracebackType
 from typing import Protocol
 
 from ichord.errors import IchordError
+from ichord.safefile import AtomicFile, DestinationError, FileWriteError, check_destination, partial_files
 
 #: bbolt's magic (meta page, right after the 16-byte page header) and etcd's trailer (Maintenance.Snapshot appends
 #: the SHA-256 of the database; etcdutl snapshot restore checks it when ``size % 512 == 32``).
 BOLT_MAGIC = 0xED0CDAED
 TRAILER = hashlib.sha256().digest_size
-PARTIAL = ".partial-"
+
+__all__ = ["AtomicSnapshot", "SnapshotDestinationError", "SnapshotFile", "SnapshotIntegrityError",
+           "SnapshotSink", "SnapshotWriteError", "StreamCheck", "check_destination", "describe", "partial_files"]
 
 
-class SnapshotDestinationError(IchordError):
-    """The destination cannot take the snapshot (exists, no such directory, not writable): bad input."""
+#: The shared writer's errors, under the names this package's callers know (ichord.safefile).
+SnapshotDestinationError = DestinationError
+SnapshotWriteError = FileWriteError
 
 
 class SnapshotIntegrityError(IchordError):
     """What the node streamed is not a whole etcd snapshot."""
-
-
-class SnapshotWriteError(IchordError):
-    """The local write failed (a full disk, an I/O error): not the node's fault, so no other node is asked."""
 
 
 @dataclass(frozen=True)
@@ -48,26 +44,6 @@ class SnapshotFile:
     sha256: str  # of the whole file, as written
     #: etcd's own SHA-256 trailer was present and matched the database (False: the stream had none).
     trailer_verified: bool
-
-
-def check_destination(path: Path) -> Path:
-    """The absolute destination, or why it cannot be written (nothing is created)."""
-    path = path.expanduser()
-    if path.is_dir():
-        raise SnapshotDestinationError(f"{path} is a directory; name a file in it, e.g. {path / 'etcd.db'}")
-    if path.exists() or path.is_symlink():
-        raise SnapshotDestinationError(f"{path} exists; an etcd snapshot never overwrites a file: choose a new name")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise SnapshotDestinationError(f"{parent} is not a directory; create it first")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise SnapshotDestinationError(f"{parent} is not writable by this user")
-    return path.absolute()
-
-
-def partial_files(path: Path) -> list[Path]:
-    """Temporary files a killed writer left for ``path`` (removed before a new attempt)."""
-    return sorted(path.parent.glob(f".{path.name}{PARTIAL}*"))
 
 
 class SnapshotSink(Protocol):
@@ -114,79 +90,33 @@ class StreamCheck:
 
 
 class AtomicSnapshot:
-    """``with AtomicSnapshot(path) as out: out.write(chunk)...; result = out.commit()``."""
+    """``with AtomicSnapshot(path) as out: out.write(chunk)...; result = out.commit()``: ichord.safefile's
+    AtomicFile, never over an existing file, with the content checked before it gets its name."""
 
     def __init__(self, path: Path) -> None:
-        self.path = check_destination(path)
-        self._temp = self.path.parent / f".{self.path.name}{PARTIAL}{secrets.token_hex(4)}"
-        try:
-            self._fd = os.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise SnapshotDestinationError(f"cannot create a file in {self.path.parent}: "
-                                           f"{exc.strerror or exc}") from None
+        self._file = AtomicFile(path, flag=None)  # a snapshot never replaces a file: no --force
+        self.path = self._file.path
         self._check = StreamCheck()
-        self._done = False
 
     def __enter__(self) -> AtomicSnapshot:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if not self._done:
-            self.abort()
+        self._file.__exit__(exc_type, exc, tb)
 
     def write(self, chunk: bytes) -> None:
-        view = memoryview(chunk)
-        try:
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
-        except OSError as exc:
-            raise SnapshotWriteError(f"writing {self.path} failed after {self._check.size} bytes: "
-                                     f"{exc.strerror or exc}") from None
+        self._file.write(chunk)
         self._check.update(chunk)
 
     def commit(self) -> SnapshotFile:
         """Check the content, make it durable and give it its name (never replacing a file)."""
         checked = self._check.verdict(self.path)
-        try:
-            os.fsync(self._fd)
-        except OSError as exc:
-            raise SnapshotWriteError(f"writing {self.path} failed: {exc.strerror or exc}") from None
-        os.close(self._fd)
-        self._fd = -1
-        try:
-            os.link(self._temp, self.path)
-        except FileExistsError:
-            raise SnapshotDestinationError(f"{self.path} appeared while the snapshot was taken; it was not "
-                                           "overwritten") from None
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-                raise SnapshotWriteError(f"naming {self.path} failed: {exc.strerror or exc}") from None
-            # A filesystem without hard links: rename, after a last look (only a concurrent writer of this very
-            # name could slip in between).
-            if self.path.exists():
-                raise SnapshotDestinationError(f"{self.path} appeared while the snapshot was taken; it was not "
-                                               "overwritten") from None
-            os.rename(self._temp, self.path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                self._temp.unlink()
-        dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        self._done = True
+        self._file.commit()
         return checked
 
     def abort(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        with contextlib.suppress(FileNotFoundError):
-            self._temp.unlink()
-        self._done = True
+        self._file.abort()
 
 
 def describe(path: Path) -> SnapshotFile:

@@ -45,7 +45,7 @@ def register(sub: Any, cluster_args: Callable[[argparse.ArgumentParser], None]) 
                         "(repeatable)")
     p.add_argument("--budget", type=float, default=240.0, metavar="SECONDS",
                    help="how long the rehearsal itself may run (default 240)")
-    p.add_argument("--log-level", default="warning",
+    p.add_argument("--log-level", type=operation_cli.log_level, default="warning",
                    help="the twin's daemon log on stderr (default %(default)s: what went wrong only)")
     operation_cli.add_output_format(p)
     p.set_defaults(func=_main)
@@ -59,7 +59,7 @@ def _read(path: Path) -> Any:
     try:
         docs = [d for d in yamlio.load_all(text) if d is not None]
     except Exception as exc:
-        raise RehearsalFileError(f"{path} is not YAML: {exc}") from None
+        raise RehearsalFileError(f"{path} is not YAML: {' '.join(str(exc).split())}") from None
     if len(docs) != 1:
         raise RehearsalFileError(f"{path} holds {len(docs)} documents; give one TalosOperation")
     return docs[0]
