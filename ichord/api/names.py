@@ -110,6 +110,11 @@ class ReadyReason:
     API_SERVER_RESTARTING = "APIServerRestarting"
     #: The management API answered 403 to a request the object needs (ichord.kube.forbidden names the chart value).
     FORBIDDEN = "Forbidden"
+    #: Another TalosMachine, created first, names the same node (docs/decisions.md#one-owner): nothing is applied.
+    ADDRESS_IN_USE = "AddressInUse"
+    #: Another TalosCluster, created first, names the same bundle Secret (docs/decisions.md#one-owner): nothing of
+    #: this cluster is managed (its machines applied, its operations started). Also its operations' condition.
+    BUNDLE_IN_USE = "BundleInUse"
 
 
 class LockRefusal:

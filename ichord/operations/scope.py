@@ -81,6 +81,9 @@ class ClusterScope:
     #: The cluster lock as this process last wrote it, kept by the cluster's actor across steps (operations/lock.py:
     #: a holder renews it with one PUT).
     lock_memo: LockMemo | None = None
+    #: The TalosMachine (namespace, name) created first that names the same node as a machine, or None: a machine
+    #: another holds is in no operation's inputs (actors/one_owner.py, docs/decisions.md#one-owner).
+    address_holder: Callable[[MachineView], tuple[str, str] | None] = lambda _m: None
     _bundle: BundleRead | BundleSourceError | None = field(default=None, repr=False)
 
     @property

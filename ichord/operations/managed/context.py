@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ichord.api.views import OperationView
+from ichord.api.views import MachineView, OperationView
 from ichord.kube.client import KubeClient
 from ichord.kube.events import EventRecorder
 from ichord.operations.lock import LockMemo
@@ -65,6 +65,9 @@ class StepContext:
     managed: ManagedClients | None = None
     #: The cluster lock as this process last wrote it (operations/lock.py LockMemo; None: read before each renewal).
     lock_memo: LockMemo | None = None
+    #: The TalosMachine created first that names the same node as a machine, or None (ClusterScope.address_holder):
+    #: a machine another holds is left out of the step's inputs.
+    address_holder: Callable[[MachineView], tuple[str, str] | None] = lambda _m: None
 
 
 def context_of(scope: ClusterScope, managed: ManagedClients | None = None) -> StepContext:
@@ -73,7 +76,7 @@ def context_of(scope: ClusterScope, managed: ManagedClients | None = None) -> St
                        trust_hook=scope.trust.trust, trust_refusal=scope.trust.refusal,
                        own_cluster=scope.trust.own_cluster, observe=scope.observe,
                        operations=scope.operations, allowed_secret_namespaces=scope.allowed_secret_namespaces,
-                       managed=managed, lock_memo=scope.lock_memo)
+                       managed=managed, lock_memo=scope.lock_memo, address_holder=scope.address_holder)
 
 
 class OperationObject:
