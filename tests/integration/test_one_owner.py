@@ -145,3 +145,21 @@ async def test_a_second_cluster_on_one_bundle_secret_is_refused_and_runs_no_oper
         assert names.ROTATION_KEY not in secret["data"]  # the shared CAs were never touched
         leases = (await kube.raw("GET", f"/apis/coordination.k8s.io/v1/namespaces/{env.namespace}/leases"))["items"]
         assert f"{names.CLUSTER_LOCK_PREFIX}zz-twin" not in [lease["metadata"]["name"] for lease in leases]
+
+
+async def test_a_refused_machine_is_in_no_operation_of_its_cluster(env: SimEnvironment) -> None:
+    """The holder's cluster plans a rotation: the machine whose node another holds is in no plan (no pass would
+    apply the stage's render of it over the holder's)."""
+    worker = env.machine_names[-1]
+    async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube, \
+            cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as home:
+        address = (await _machine(kube, env, worker))["spec"]["address"]
+        await crds.machines(kube).create(env.namespace, {"metadata": {"name": "zz-dup"}, "spec": {
+            "clusterRef": {"name": env.cluster_name}, "role": "worker", "address": address, "approved": True}})
+        op = rotation_object(env.cluster_name, "zz-rotation", targets=None, max_unavailable=None, start=False)
+        await crds.operations(kube).create(env.namespace, op)
+        await _cached(home, names.TALOS_MACHINE, env.namespace, "zz-dup")
+        await eventually(lambda: home.rt.operations.cache.get((env.namespace, "zz-rotation")) is not None)
+        await home.step({})
+        plan = (await crds.operations(kube).get(env.namespace, "zz-rotation"))["status"]["plan"]
+        assert [m["name"] for m in plan["machines"]] == env.machine_names  # the holder's, not zz-dup
