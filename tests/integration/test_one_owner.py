@@ -21,7 +21,8 @@ from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
-from ichord.operation_cli import rotation_object
+from ichord.operation_cli import Refused, rotate, rotation_object
+from ichord.operations.config.cli import config_apply
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from tests.integration._actor import cluster_actor
@@ -145,6 +146,14 @@ async def test_a_second_cluster_on_one_bundle_secret_is_refused_and_runs_no_oper
         assert names.ROTATION_KEY not in secret["data"]  # the shared CAs were never touched
         leases = (await kube.raw("GET", f"/apis/coordination.k8s.io/v1/namespaces/{env.namespace}/leases"))["items"]
         assert f"{names.CLUSTER_LOCK_PREFIX}zz-twin" not in [lease["metadata"]["name"] for lease in leases]
+
+        # The commands refuse what the daemon would hold (exit 2), and create nothing.
+        ops_before = len((await crds.operations(kube).list_objects(env.namespace))[0])
+        with pytest.raises(Refused, match=f"TalosCluster {env.namespace}/zz-twin runs no operation: the bundle Secret"):
+            await rotate(kube, "zz-twin", env.namespace, start=True, wait=0)
+        with pytest.raises(Refused, match=f"is TalosCluster {env.namespace}/{env.cluster_name}'s"):
+            await config_apply(kube, "zz-twin", env.namespace, wait=0)
+        assert len((await crds.operations(kube).list_objects(env.namespace))[0]) == ops_before
 
 
 async def test_a_refused_machine_is_in_no_operation_of_its_cluster(env: SimEnvironment) -> None:
