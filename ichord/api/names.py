@@ -110,6 +110,8 @@ class ReadyReason:
     API_SERVER_RESTARTING = "APIServerRestarting"
     #: The management API answered 403 to a request the object needs (ichord.kube.forbidden names the chart value).
     FORBIDDEN = "Forbidden"
+    #: spec.address is no <ip or host>[:port] (empty, a URL, a bad port): nothing is dialled until it is corrected.
+    INVALID_ADDRESS = "InvalidAddress"
     #: Another TalosMachine, created first, names the same node (docs/decisions.md#one-owner): nothing is applied.
     ADDRESS_IN_USE = "AddressInUse"
     #: Another TalosCluster, created first, names the same bundle Secret (docs/decisions.md#one-owner): nothing of

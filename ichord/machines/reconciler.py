@@ -12,6 +12,7 @@
     an operation's planned reboot / kube-apiserver restart under way, within its bound
                                            -> Ready=False/Rebooting (APIServerRestarting), a Normal Event;
                                               the node is not dialled (the operation watches it)
+    spec.address no <host>[:port]          -> Ready=False/InvalidAddress, a Warning; nothing dialled
     unreachable / render failure           -> Ready=False with the cause (a Warning MachineUnreachable: nobody
                                               planned it, or a planned one outlasted its bound)
     an operation holding the machines      -> Ready=Unknown, nothing else (docs/decisions.md#rotation-state):
@@ -50,6 +51,7 @@ from ichord.talos.errors import (
     TalosCertificateError,
     TalosError,
     TalosFailedPreconditionError,
+    TalosInvalidEndpointError,
     TalosUnreachableError,
 )
 
@@ -137,6 +139,11 @@ async def reconcile_machine(
             memo.remember_running(running_bytes, running_hash)
         node_name = machine.hostname or await talos.nodename(endpoint)
         version = await talos.version(endpoint)
+    except TalosInvalidEndpointError as exc:
+        msg = (f"spec.address cannot be dialled, {exc.detail}; nothing was sent. Correct it: "
+               f"`kubectl -n {machine.namespace} edit talosmachine {machine.name}`")
+        return MachineResult(_ready("False", ReadyReason.INVALID_ADDRESS, msg),
+                             event=("Warning", ReadyReason.INVALID_ADDRESS, msg))  # only an edit can fix it
     except (TalosUnreachableError, TalosCertificateError) as exc:
         msg = f"the Talos API at {endpoint} cannot be reached: {_error_message(exc)}"
         if planned is not None:  # planned, and past its bound: now it needs a person
