@@ -25,6 +25,7 @@ import anyio
 
 from ichord import yamlio
 from ichord.api import names
+from ichord.api.conditions import find
 from ichord.api.max_unavailable import MaxUnavailable, MaxUnavailableError
 from ichord.api.views import ClusterView, MachineView, OperationView, operations_of
 from ichord.contract import UnsupportedContractError, parse_contract
@@ -135,6 +136,16 @@ async def read_cluster(kube: KubeClient, namespace: str, name: str) -> Obj:
         raise Refused(f"TalosCluster {namespace}/{name} is being deleted (deletionTimestamp set; finalizers: "
                       f"{held}); no operation is started on a cluster on its way out. Nothing was created.")
     return obj
+
+
+def bundle_in_use_refusal(obj: Obj) -> str | None:
+    """Why no operation may be created for the cluster ``obj`` (as read) because another TalosCluster holds its bundle
+    Secret, or None: the daemon holds every operation of it (Ready=False/BundleInUse, docs/decisions.md#one-owner)."""
+    ready = find((obj.get("status") or {}).get("conditions"), names.READY)
+    if ready is None or ready.get("reason") != names.ReadyReason.BUNDLE_IN_USE:
+        return None
+    view = ClusterView.of(obj)
+    return f"TalosCluster {view.key} runs no operation: {ready.get('message', '')}. Nothing was created."
 
 
 async def unfinished_refusal(kube: KubeClient, namespace: str, cluster: str) -> str | None:
@@ -352,6 +363,9 @@ async def rotate(kube: KubeClient, cluster: str, namespace: str, *, targets: Seq
                  max_unavailable: MaxUnavailable | None = None, start: bool = False, wait: float = 60.0) -> Obj:
     """The whole ``cluster rotate``: refusals first (nothing written), then create and wait for the plan."""
     obj = await read_cluster(kube, namespace, cluster)
+    in_use = bundle_in_use_refusal(obj)
+    if in_use:
+        raise Refused(in_use)
     body = rotation_object(cluster, operation_name(cluster, "rotation"), targets=targets,
                            max_unavailable=max_unavailable, start=start)
     try:

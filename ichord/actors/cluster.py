@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 import structlog
 
-from ichord.actors import missing_cluster
+from ichord.actors import missing_cluster, one_owner
 from ichord.actors.cluster_ready import (
     READY,
     MachineReady,
@@ -150,6 +150,11 @@ class ClusterReconciler:
             self._expiry_due = None
             await missing_cluster.report(self.rt, self._writes, scope)
             return self._record("cluster", Done())
+        holder = one_owner.bundle_holder(self.rt, scope.cluster)
+        if holder is not None:  # another cluster's bundle: nothing of this one is managed (docs/decisions.md#one-owner)
+            self._expiry_due = None
+            self._due.clear()  # its machines are read afresh once it holds the bundle again
+            return self._record("cluster", await one_owner.refuse_cluster(self.rt, self._writes, scope, holder))
         expiry = self._record("expiry", await self._expiry(scope, messages))
         renewal = self._record("renewal", await self._renewal(scope))
         await self._maintenance_windows(scope)
@@ -173,7 +178,8 @@ class ClusterReconciler:
                             self.rt.recorder, self.rt.timing, trust=self.rt.trust,
                             allowed_secret_namespaces=self.rt.allowed_secret_namespaces, now=self.rt.clock,
                             watch_nodes=self._watch_nodes, lock_memo=self._lock_memo,
-                            etcd_snapshots=self.rt.etcd_snapshots)
+                            etcd_snapshots=self.rt.etcd_snapshots,
+                            address_holder=functools.partial(one_owner.address_holder, self.rt))
 
     def _record(self, phase: str, outcome: Outcome) -> Outcome:
         """The one place an outcome becomes a metric and (when it changes) a log line."""
@@ -362,9 +368,11 @@ class ClusterReconciler:
         self._memo.bound(len(machines))  # an entry per machine at most: what deleted machines left goes
         for gone in set(self._due) - {m.name for m in machines}:
             del self._due[gone]
+        # A machine whose node another machine holds is neither dialled nor applied (docs/decisions.md#one-owner).
+        refused = {m.name: r for m in machines if m.approved and (r := one_owner.machine_refusal(self.rt, m))}
         async with anyio.create_task_group() as tg:
             for m in machines:
-                if m.approved:
+                if m.approved and m.name not in refused:
                     tg.start_soon(one, m)
         delays: list[float | None] = []
         for m in machines:
@@ -380,6 +388,11 @@ class ClusterReconciler:
                         )
                     ),
                 )
+                continue
+            if m.name in refused:
+                self._due.pop(m.name, None)  # read at once when it holds the node
+                await self._writes.write_machine(m, refused[m.name])
+                delays.append(refused[m.name].requeue_after)
                 continue
             if m.name in not_due:  # nothing it depends on changed since its last reconcile: nothing to write
                 delays.append(not_due[m.name])

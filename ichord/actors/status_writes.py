@@ -31,7 +31,7 @@ log = structlog.get_logger("ichord.actors.cluster")
 Obj = dict[str, Any]
 
 #: Machine Ready reasons that say the same as the cluster's (the rest of the unusable bundles are BundleInvalid).
-_MACHINE_REASON_AS_CLUSTER = {ReadyReason.FORBIDDEN}
+_MACHINE_REASON_AS_CLUSTER = {ReadyReason.FORBIDDEN, ReadyReason.BUNDLE_IN_USE}
 
 
 def _says(current: Obj | None, cond: Condition) -> bool:

@@ -123,6 +123,13 @@ class ReadyReason:
     BUNDLE_MISMATCH = "BundleMismatch"
     #: The TalosCluster's: approved machines are not Ready (their count, names and reasons in the message).
     MACHINES_NOT_READY = "MachinesNotReady"
+    #: spec.address is no <ip or host>[:port] (empty, a URL, a bad port): nothing is dialled until it is corrected.
+    INVALID_ADDRESS = "InvalidAddress"
+    #: Another TalosMachine, created first, names the same node (docs/decisions.md#one-owner): nothing is applied.
+    ADDRESS_IN_USE = "AddressInUse"
+    #: Another TalosCluster, created first, names the same bundle Secret (docs/decisions.md#one-owner): nothing of
+    #: this cluster is managed (its machines applied, its operations started). Also its operations' condition.
+    BUNDLE_IN_USE = "BundleInUse"
 
 
 class LockRefusal:

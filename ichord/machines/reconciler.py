@@ -14,6 +14,7 @@
                                               the node is not dialled (the operation watches it)
     the node runs another Talos contract   -> never applied (its Version's major.minor is not spec.talosVersion)
                                                                              -> Ready=False/ContractMismatch
+    spec.address no <host>[:port]          -> Ready=False/InvalidAddress, a Warning; nothing dialled
     unreachable / render failure           -> Ready=False with the cause (a Warning MachineUnreachable: nobody
                                               planned it, or a planned one outlasted its bound)
     the bundle's CAs not among those the   -> never applied, whatever the difference -> Ready=False/BundleMismatch
@@ -58,6 +59,7 @@ from ichord.talos.errors import (
     TalosCertificateError,
     TalosError,
     TalosFailedPreconditionError,
+    TalosInvalidEndpointError,
     TalosUnreachableError,
 )
 
@@ -150,6 +152,11 @@ async def reconcile_machine(
         running_hash, trust = known_bytes
         node_name = machine.hostname or await talos.nodename(endpoint)
         version = await talos.version(endpoint)
+    except TalosInvalidEndpointError as exc:
+        msg = (f"spec.address cannot be dialled, {exc.detail}; nothing was sent. Correct it: "
+               f"`kubectl -n {machine.namespace} edit talosmachine {machine.name}`")
+        return MachineResult(_ready("False", ReadyReason.INVALID_ADDRESS, msg),
+                             event=("Warning", ReadyReason.INVALID_ADDRESS, msg))  # only an edit can fix it
     except (TalosUnreachableError, TalosCertificateError) as exc:
         recorded = NodeTrust.from_status(machine.status.get("trustedCAs"))
         refused = refusals(bundle_cas, recorded) if recorded is not None else ()

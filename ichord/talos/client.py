@@ -82,6 +82,26 @@ def split_endpoint(endpoint: str, default_port: int = APID_PORT) -> tuple[str, i
     return endpoint, default_port
 
 
+def endpoint_problem(endpoint: str) -> str | None:
+    """Why ``endpoint`` cannot be dialled as it is written, or None: checked before a dial, so a bad address is said
+    as such (TalosInvalidEndpointError) rather than failing deep in the socket layer with an untyped error."""
+    if not endpoint.strip():
+        return "the address is empty"
+    if endpoint.startswith("[") and "]" not in endpoint:
+        return f"{endpoint!r} opens a bracket it does not close"
+    if "/" in endpoint or any(c.isspace() for c in endpoint):
+        return f"{endpoint!r} is not a host: no scheme, path or spaces"
+    try:
+        host, port = split_endpoint(endpoint)
+    except ValueError:
+        return f"the port of {endpoint!r} is not a number"
+    if not host:
+        return f"{endpoint!r} names no host"
+    if not 0 < port < 65536:
+        return f"the port of {endpoint!r} is outside 1-65535"
+    return None
+
+
 @dataclass(frozen=True)
 class ApplyResult:
     mode: int  # machine_pb2.ApplyConfigurationRequest.Mode actually used
@@ -186,6 +206,9 @@ class TalosClient(ResourceReads):
             cached.channel.close()
 
     async def _connect(self, endpoint: str, method: str, node: str | None) -> Channel:
+        problem = endpoint_problem(endpoint)
+        if problem is not None:
+            raise e.TalosInvalidEndpointError(endpoint, method, problem, node=node)
         cached = self._channel(endpoint)
         try:
             # asyncio.timeout, not wait_for: this runs before every call, and wait_for costs a task each time.

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ichord.api.views import OperationView
+from ichord.api.views import MachineView, OperationView
 from ichord.kube.client import KubeClient
 from ichord.kube.events import EventRecorder
 from ichord.operations.etcd_snapshot import DirectorySnapshots, SnapshotPort
@@ -69,6 +69,9 @@ class StepContext:
     lock_memo: LockMemo | None = None
     #: Where an operation's etcd snapshot goes (operations/etcd_snapshot.py; ClusterScope.etcd_snapshots).
     etcd_snapshots: SnapshotPort = field(default_factory=DirectorySnapshots)
+    #: The TalosMachine created first that names the same node as a machine, or None (ClusterScope.address_holder):
+    #: a machine another holds is left out of the step's inputs.
+    address_holder: Callable[[MachineView], tuple[str, str] | None] = lambda _m: None
 
 
 def context_of(scope: ClusterScope, managed: ManagedClients | None = None) -> StepContext:
@@ -77,7 +80,8 @@ def context_of(scope: ClusterScope, managed: ManagedClients | None = None) -> St
                        trust_hook=scope.trust.trust, trust_refusal=scope.trust.refusal,
                        own_cluster=scope.trust.own_cluster, observe=scope.observe,
                        operations=scope.operations, allowed_secret_namespaces=scope.allowed_secret_namespaces,
-                       managed=managed, lock_memo=scope.lock_memo, etcd_snapshots=scope.etcd_snapshots)
+                       managed=managed, lock_memo=scope.lock_memo, etcd_snapshots=scope.etcd_snapshots,
+                       address_holder=scope.address_holder)
 
 
 class OperationObject:
