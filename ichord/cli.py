@@ -18,6 +18,7 @@ import importlib
 import importlib.metadata
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from ichord.errors import IchordError, RuntimeFailure
 from ichord.kube.errors import TLSVerificationError, Unavailable
@@ -45,8 +46,16 @@ COMMAND_MODULES = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad argument said in one line (``ichord: PROG: what; see `PROG --help```), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        where = "" if self.prog == "ichord" else f"{self.prog}: "
+        self.exit(2, f"ichord: {where}{message}; see `{self.prog} --help`\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ichord", description="Keeps Talos clusters' CAs and configuration safe.")
+    parser = Parser(prog="ichord", description="Keeps Talos clusters' CAs and configuration safe.")
     parser.add_argument("--version", action="version", version=f"ichord {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:

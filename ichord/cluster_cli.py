@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,15 +23,19 @@ from typing import Any
 from ichord import operation_cli
 from ichord.api import views
 from ichord.api.carotation import Stage
+from ichord.api.conditions import find
 from ichord.api.names import (
     BUNDLE_CUSTODY_FINALIZER,
     BUNDLE_EXPORTED_ANNOTATION,
     CREDENTIALS_HANDOFF_ANNOTATION,
+    READY,
     ROTATION_KEY,
     SECRETS_KEY,
+    ReadyReason,
 )
 from ichord.cluster_status import ClusterView, format_status, read_view
-from ichord.credentials import DEFAULT_CREDENTIALS_DIR, HandOff, files, hand_off
+from ichord.credentials import DEFAULT_CREDENTIALS_DIR, HandOff, hand_off
+from ichord.credentials.handoff import Destination, home_relative
 from ichord.errors import IchordError, RuntimeFailure
 from ichord.etcd_snapshot import cli as etcd_snapshot_cli
 from ichord.kube.client import KubeClient, from_kubeconfig
@@ -43,6 +48,7 @@ from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import export_fingerprint
 from ichord.pki.scrub import SCRUBBER
 from ichord.rehearsal import cli as rehearsal_cli
+from ichord.safefile import check_destination, make_private_dirs, write_file
 
 #: Where ``ichor init`` keeps a cluster's bundle (docs/decisions.md#bundle-backup-stale); ``{name}`` is the
 #: TalosCluster.
@@ -55,6 +61,10 @@ class ClusterCommandError(IchordError):
 
 class RotationUnderWay(ClusterCommandError):
     """The bundle Secret holds rotation.yaml: the bundle will change at Finalizing."""
+
+
+class BundleNotTrusted(ClusterCommandError):
+    """The cluster's Ready says its nodes do not trust the bundle in its Secret (BundleMismatch)."""
 
 
 class ExportNotVerified(ClusterCommandError, RuntimeFailure):
@@ -80,8 +90,9 @@ BUNDLE_NAMESPACE_HELP = (
 
 def _cluster_args(p: argparse.ArgumentParser) -> None:
     """NAME, -n and the kubeconfig flags every cluster subcommand takes, spelled once."""
-    p.add_argument("name", metavar="NAME", help="the TalosCluster")
-    p.add_argument("-n", "--namespace", help="the TalosCluster's namespace (default: the kubeconfig context's)")
+    p.add_argument("name", metavar="NAME", type=operation_cli.object_name, help="the TalosCluster")
+    p.add_argument("-n", "--namespace", type=operation_cli.namespace_name,
+                   help="the TalosCluster's namespace (default: the kubeconfig context's)")
     p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context (default: the current context)")
 
@@ -95,17 +106,22 @@ def _register_bundle_export(sub: Any) -> None:
             "read the file back, and only if it holds the live bundle annotate the TalosCluster with "
             f"{BUNDLE_EXPORTED_ANNOTATION}=<ExportFingerprint>; the daemon then lowers BundleBackupStale. "
             "Refused while a CA rotation is under way (the Secret holds rotation.yaml): the bundle changes "
-            "at Finalizing, so export after the rotation completes. An earlier export at the same path is "
-            "replaced (it describes CAs the nodes may no longer accept)."
+            "at Finalizing, so export after the rotation completes; refused too while the cluster's Ready says "
+            "BundleMismatch (the nodes do not trust the bundle in the Secret). An earlier export of the same cluster "
+            "at the path is replaced (it describes CAs the nodes may no longer accept); any other file is kept and "
+            "the export refused, unless --force."
         ),
     )
     _cluster_args(p)
     p.add_argument("-o", dest="output", type=Path, action=operation_cli.DeprecatedAlias, instead="-f/--file",
                    help=argparse.SUPPRESS)
     p.add_argument("-f", "--file", "--output", dest="output", type=Path, metavar="FILE",
-                   help=f"file to write (default {DEFAULT_EXPORT_PATH.format(name='NAME')}; missing parent "
-                        "directories are created with mode 0700; an existing file is overwritten)")
-    p.add_argument("--secret-namespace", help=BUNDLE_NAMESPACE_HELP)
+                   help=f"file to write; its directory must exist (default "
+                        f"{DEFAULT_EXPORT_PATH.format(name='NAME')}, its directory created with mode 0700)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the file even when it is not an earlier export of this cluster (another cluster's "
+                        "bundle, say)")
+    p.add_argument("--secret-namespace", type=operation_cli.namespace_name, help=BUNDLE_NAMESPACE_HELP)
     p.set_defaults(func=_bundle_export_main)
 
 
@@ -130,10 +146,12 @@ def _register_credentials(sub: Any) -> None:
     p.add_argument("-o", dest="output_dir", type=Path, action=operation_cli.DeprecatedAlias, instead="-d/--output-dir",
                    help=argparse.SUPPRESS)
     p.add_argument("-d", "--output-dir", type=Path, metavar="DIR",
-                   help=f"directory for the files talosconfig and kubeconfig (default "
-                        f"{DEFAULT_CREDENTIALS_DIR.format(name='NAME')}; created with mode 0700; existing files "
-                        "are replaced)")
-    p.add_argument("--secret-namespace", help=BUNDLE_NAMESPACE_HELP)
+                   help=f"directory for the files talosconfig and kubeconfig: it must exist (default "
+                        f"{DEFAULT_CREDENTIALS_DIR.format(name='NAME')}, created with mode 0700); files there are "
+                        "replaced only when they are an earlier hand-off's for this cluster, else with --force")
+    p.add_argument("--force", action="store_true",
+                   help="replace a talosconfig or kubeconfig in the directory whatever it holds")
+    p.add_argument("--secret-namespace", type=operation_cli.namespace_name, help=BUNDLE_NAMESPACE_HELP)
     p.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
                    help="how long to wait for the stage and through transient API errors (default 600)")
     p.set_defaults(func=_credentials_main)
@@ -236,16 +254,23 @@ def _credentials_main(args: argparse.Namespace) -> int:
     elif result.stage == Stage.AWAITING_CREDENTIALS.value:
         print(f"not acknowledged: TalosOperation {result.operation} keeps waiting in AwaitingCredentials; "
               f"run again with --acknowledge once you have checked the files")
-    print(f"use them: talosctl --talosconfig {result.talosconfig} ...; kubectl --kubeconfig {result.kubeconfig} ...")
+    print(f"use them: talosctl --talosconfig {_shell_path(result.talosconfig)} ...; kubectl --kubeconfig "
+          f"{_shell_path(result.kubeconfig)} ...")
     return 0
+
+
+def _shell_path(path: Path) -> str:
+    shown = home_relative(path)
+    return "~/" + shlex.quote(shown[2:]) if shown.startswith("~/") else shlex.quote(shown)
 
 
 async def _credentials_cli(args: argparse.Namespace) -> HandOff:
     kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
     async with kube:
-        out_dir = args.output_dir or Path(DEFAULT_CREDENTIALS_DIR.format(name=args.name))
+        out = Destination(args.output_dir or Path(DEFAULT_CREDENTIALS_DIR.format(name=args.name)),
+                          default=args.output_dir is None, force=args.force)
         # Progress ("waiting for ...") on stderr: stdout holds only what was done, and nothing on a failure.
-        return await hand_off(kube, args.namespace or kube.namespace, args.name, out_dir, wait=args.wait,
+        return await hand_off(kube, args.namespace or kube.namespace, args.name, out, wait=args.wait,
                               acknowledge=args.acknowledge, secret_namespace=args.secret_namespace,
                               say=lambda line: print(line, file=sys.stderr))
 
@@ -262,7 +287,24 @@ async def _bundle_export_cli(args: argparse.Namespace) -> ExportReport:
     kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
     async with kube:
         return await bundle_export(kube, args.name, namespace=args.namespace or kube.namespace,
-                                   output=args.output, secret_namespace=args.secret_namespace)
+                                   output=args.output, secret_namespace=args.secret_namespace, force=args.force)
+
+
+def _bundle_at(path: Path) -> SecretsBundle | None:
+    try:
+        return SecretsBundle.load(path)
+    except (IchordError, OSError):
+        return None
+
+
+def _earlier_export(path: Path, live: SecretsBundle) -> bool:
+    """The file holds a bundle of the same cluster (its id and secret; a CA rotation changes neither)."""
+    old = _bundle_at(path) if path.is_file() else None
+    return old is not None and (old.cluster_id, old.cluster_secret) == (live.cluster_id, live.cluster_secret)
+
+
+def _what_is_in(path: Path) -> str:
+    return "another cluster's secrets bundle" if _bundle_at(path) is not None else "no secrets bundle"
 
 
 @dataclass(frozen=True)
@@ -274,8 +316,15 @@ class ExportReport:
 
 
 async def bundle_export(kube: KubeClient, name: str, *, namespace: str, output: Path | None = None,
-                        secret_namespace: str | None = None) -> ExportReport:
-    """Export the live bundle of TalosCluster ``namespace/name`` and annotate it (the whole command)."""
+                        secret_namespace: str | None = None, force: bool = False) -> ExportReport:
+    """Export the live bundle of TalosCluster ``namespace/name`` and annotate it (the whole command).
+
+    ``output`` (its directory must exist; default ichord's own place, created 0700) is replaced only when it holds
+    an earlier export of this cluster (the same cluster id and secret, which a CA rotation keeps), or with
+    ``force`` (docs/decisions.md#cli-files)."""
+    path = (output or Path(DEFAULT_EXPORT_PATH.format(name=name))).expanduser()
+    if output is not None or path.parent.exists():
+        check_destination(path, force=True)  # a directory, a missing or unwritable directory: refused before reads
     objects = clusters(kube)
     try:
         cluster = await objects.get(namespace, name)
@@ -285,6 +334,13 @@ async def bundle_export(kube: KubeClient, name: str, *, namespace: str, output: 
     secret_name = view.secret_name
     if not secret_name:
         raise ClusterCommandError(f"TalosCluster {namespace}/{name} has no spec.secretsRef.name; nothing to export")
+    ready = find(view.status.get("conditions"), READY)
+    if ready is not None and ready.get("reason") == ReadyReason.BUNDLE_MISMATCH:
+        # An export of a bundle the nodes refuse would replace the operator's good copy with another cluster's.
+        raise BundleNotTrusted(
+            f"the nodes of {namespace}/{name} do not trust the bundle in its Secret (Ready BundleMismatch: "
+            f"{SCRUBBER.text(str(ready.get('message') or ''))}); exporting it would replace your saved copy. Put the "
+            f"cluster's own bundle back and run this again once Ready says so. Nothing was written.")
     secret_ns = secret_namespace or view.secret_namespace  # where the daemon resolves it
     try:
         secret = await read_secret(kube, secret_ns, str(secret_name))
@@ -303,8 +359,15 @@ async def bundle_export(kube: KubeClient, name: str, *, namespace: str, output: 
     live = SecretsBundle.from_yaml(raw, f"Secret {secret_ns}/{secret_name} key {SECRETS_KEY}")
     fingerprint = export_fingerprint(live)
 
-    path = (output or Path(DEFAULT_EXPORT_PATH.format(name=name))).expanduser()
-    files.write_private(path, raw)  # a PrivateFileError names the path; main prints it and exits 2
+    replace = force or _earlier_export(path, live)
+    if path.exists() and not replace:
+        raise ClusterCommandError(
+            f"{path} exists and is not an earlier export of TalosCluster {namespace}/{name} (it holds "
+            f"{_what_is_in(path)}); it is kept: choose another -f FILE, or pass --force to replace it. Nothing was "
+            "written.")
+    if output is None:
+        make_private_dirs(path.parent)  # ichord's own place
+    path = write_file(path, raw, force=replace)
     saved = SecretsBundle.load(path)
     if export_fingerprint(saved) != fingerprint or path.read_bytes() != raw:
         raise ExportNotVerified(f"{path} does not hold the live bundle after writing it (another writer, or "

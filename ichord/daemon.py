@@ -45,7 +45,7 @@ from ichord.api.names import (
     TALOS_OPERATION,
     VERSION,
 )
-from ichord.api.views import ClusterView, cluster_ref
+from ichord.api.views import cluster_ref
 from ichord.errors import IchordError
 from ichord.kube.client import SERVICE_ACCOUNT_DIR, KubeClient, file_trust, from_kubeconfig, in_cluster
 from ichord.kube.errors import KubeError
@@ -62,7 +62,7 @@ from ichord.trust.pool import DEFAULT_TRUST_FILE, TrustPool, describe
 from ichord.trust.sync import TrustSync
 from ichord.watchers import leader_status
 from ichord.watchers.compact import interned
-from ichord.watchers.informer import Informer, Resource, WatchEvent
+from ichord.watchers.informer import Informer, Resource
 from ichord.watchers.routing import Router
 from ichord.watchers.state_metrics import StateCollector
 
@@ -266,12 +266,6 @@ class Daemon:
         self.runtime.wake = self._tell
         for bundles in self.bundles:
             bundles.add_handler(self.router.on_bundle_secret)
-        #: Which bundle Secret each cached TalosCluster names, and the reverse: kept by the clusters informer's first
-        #: handler from every change of its cache (a relist dispatches its diff), so a bundle event finds its
-        #: clusters without scanning them all (a relist of 5,000 bundles was 5,000 x 5,000 views, docs/scaling.md).
-        self._secret_of: dict[tuple[str, str], tuple[str, str]] = {}
-        self._clusters_by_secret: dict[tuple[str, str], set[tuple[str, str]]] = {}
-        self.clusters.add_handler(self._index_cluster)
         self.clusters.add_handler(self.router.on_cluster)
         self.machines.add_handler(self.router.on_machine)
         self.operations.add_handler(self.router.on_operation)
@@ -284,8 +278,9 @@ class Daemon:
         if self.supervisor is None:
             return
         key = f"{namespace}/{cluster}"
-        if obj[0] == TALOS_CLUSTER and reason == "DELETED" and key not in self._known_clusters():
-            # Nothing refers to the cluster any more: stop its actor and drop its series.
+        if reason == "DELETED" and not self._referred(namespace, cluster):
+            # Nothing refers to the cluster any more (it, and the last machine or operation naming it, are gone,
+            # in whichever order): stop its actor and drop its series, the mailbox's among them.
             self.supervisor.stop(key)
             rec = self._reconcilers.pop(key, None)
             if rec is not None:
@@ -302,23 +297,10 @@ class Daemon:
         return self.clusters, self.machines, self.operations
 
     def _clusters_of_secret(self, namespace: str, name: str) -> list[tuple[str, str]]:
-        """The clusters whose spec.secretsRef resolves to this Secret."""
-        return sorted(self._clusters_by_secret.get((namespace, name), ()))
-
-    def _index_cluster(self, event: WatchEvent) -> None:
-        key = event.key
-        before = self._secret_of.pop(key, None)
-        if before is not None:
-            clusters = self._clusters_by_secret[before]
-            clusters.discard(key)
-            if not clusters:
-                del self._clusters_by_secret[before]
-        if event.type == "DELETED":
-            return
-        view = ClusterView.of(event.obj)
-        secret = (view.secret_namespace, view.secret_name)
-        self._secret_of[key] = secret
-        self._clusters_by_secret.setdefault(secret, set()).add(key)
+        """The clusters whose spec.secretsRef resolves to this Secret: from the index the clusters informer's first
+        handler keeps (actors/owners.py), so a bundle event finds its clusters without scanning them all (a relist
+        of 5,000 bundles was 5,000 x 5,000 views, docs/scaling.md)."""
+        return self.runtime.bundle_owners.members((namespace, name))
 
     def _step_for(self, key: str, _actor: ClusterActor) -> StepFn:
         rec = self._reconcilers.get(key)
@@ -326,6 +308,13 @@ class Daemon:
             ns, name = key.split("/", 1)
             rec = self._reconcilers[key] = ClusterReconciler(self.runtime, ns, name)
         return rec.step
+
+    def _referred(self, namespace: str, cluster: str) -> bool:
+        """Whether the cluster, or a machine or operation naming it, is still cached (the indexes see an event
+        before the router does)."""
+        return ((namespace, cluster) in self.clusters.cache
+                or bool(self.runtime.machine_index.keys(namespace, cluster))
+                or bool(self.runtime.operation_index.keys(namespace, cluster)))
 
     def _known_clusters(self) -> set[str]:
         """Every cluster something refers to: its actor reports on machines and operations naming a missing one."""

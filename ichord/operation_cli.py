@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,6 +25,7 @@ import anyio
 
 from ichord import yamlio
 from ichord.api import names
+from ichord.api.conditions import find
 from ichord.api.max_unavailable import MaxUnavailable, MaxUnavailableError
 from ichord.api.views import ClusterView, MachineView, OperationView, operations_of
 from ichord.contract import UnsupportedContractError, parse_contract
@@ -65,6 +67,40 @@ class DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+#: Kubernetes object names (RFC 1123 subdomain, at most 253) and namespaces (RFC 1123 label, at most 63).
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def object_name(text: str) -> str:
+    """argparse ``type=`` for an object's NAME: an empty or non-DNS-1123 name is bad input (exit 2)."""
+    if len(text) > 253 or not _DNS_SUBDOMAIN.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Kubernetes object name (lower-case letters, digits, '-' and '.', starting and "
+            "ending with a letter or digit, at most 253 characters)")
+    return text
+
+
+def namespace_name(text: str) -> str:
+    """argparse ``type=`` for a namespace: an empty or non-DNS-1123-label name is bad input (exit 2)."""
+    if len(text) > 63 or not _DNS_LABEL.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a namespace name (lower-case letters, digits and '-', starting and ending with a "
+            "letter or digit, at most 63 characters)")
+    return text
+
+
+#: The log levels ``--log-level`` takes (the standard library's, any case).
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def log_level(text: str) -> str:
+    """argparse ``type=`` for ``--log-level``: a level logging does not know is bad input (exit 2)."""
+    if text.lower() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a log level; one of {', '.join(LOG_LEVELS)}")
+    return text.lower()
+
+
 def add_output_format(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text",
                    help="text (default), or json / yaml: the objects as read, for scripts")
@@ -88,11 +124,28 @@ def kube_flags(args: argparse.Namespace) -> str:
 
 
 async def read_cluster(kube: KubeClient, namespace: str, name: str) -> Obj:
+    """The TalosCluster an operation is for; Refused when it does not exist or is being deleted (an operation of
+    a cluster on its way out would run against machines being let go)."""
     try:
-        return await crds.clusters(kube).get(namespace, name)
+        obj = await crds.clusters(kube).get(namespace, name)
     except NotFound:
         raise Refused(f"TalosCluster {namespace}/{name} not found; check the name and -n. Nothing was created.") \
             from None
+    if ClusterView.of(obj).deleting:
+        held = ", ".join(str(f) for f in (obj.get("metadata") or {}).get("finalizers") or []) or "none"
+        raise Refused(f"TalosCluster {namespace}/{name} is being deleted (deletionTimestamp set; finalizers: "
+                      f"{held}); no operation is started on a cluster on its way out. Nothing was created.")
+    return obj
+
+
+def bundle_in_use_refusal(obj: Obj) -> str | None:
+    """Why no operation may be created for the cluster ``obj`` (as read) because another TalosCluster holds its bundle
+    Secret, or None: the daemon holds every operation of it (Ready=False/BundleInUse, docs/decisions.md#one-owner)."""
+    ready = find((obj.get("status") or {}).get("conditions"), names.READY)
+    if ready is None or ready.get("reason") != names.ReadyReason.BUNDLE_IN_USE:
+        return None
+    view = ClusterView.of(obj)
+    return f"TalosCluster {view.key} runs no operation: {ready.get('message', '')}. Nothing was created."
 
 
 async def unfinished_refusal(kube: KubeClient, namespace: str, cluster: str) -> str | None:
@@ -108,9 +161,15 @@ async def unfinished_refusal(kube: KubeClient, namespace: str, cluster: str) -> 
         state = other.phase or "Pending"
         if other.stage:
             state += f", stage {other.stage}"
-        return (f"{what}, TalosOperation {namespace}/{other.name} ({state}), of cluster {namespace}/{cluster} is "
+        text = (f"{what}, TalosOperation {namespace}/{other.name} ({state}), of cluster {namespace}/{cluster} is "
                 f"unfinished; run this again once it completed (`ichord cluster status {cluster} -n {namespace}` "
-                "shows it and its next step). Nothing was created.")
+                "shows it and its next step)")
+        if not other.stage and not other.deleting:
+            # Not started (a plan, or held in its preflight): giving way costs nothing, and it may be waiting for
+            # the very change this command rolls out.
+            text += (f", or, to run this first, delete it (`kubectl -n {namespace} delete talosoperation "
+                     f"{other.name}`; it has not started, nothing is undone) and create it again afterwards")
+        return text + ". Nothing was created."
     return None
 
 
@@ -304,6 +363,9 @@ async def rotate(kube: KubeClient, cluster: str, namespace: str, *, targets: Seq
                  max_unavailable: MaxUnavailable | None = None, start: bool = False, wait: float = 60.0) -> Obj:
     """The whole ``cluster rotate``: refusals first (nothing written), then create and wait for the plan."""
     obj = await read_cluster(kube, namespace, cluster)
+    in_use = bundle_in_use_refusal(obj)
+    if in_use:
+        raise Refused(in_use)
     body = rotation_object(cluster, operation_name(cluster, "rotation"), targets=targets,
                            max_unavailable=max_unavailable, start=start)
     try:

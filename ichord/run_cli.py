@@ -19,6 +19,7 @@ from ichord.daemon import DaemonSettings, run_daemon
 from ichord.errors import IchordError, network_cause
 from ichord.kube.client import check_kubeconfig, kubeconfig_files
 from ichord.leader import LeadershipLost
+from ichord.operation_cli import LOG_LEVELS, log_level, namespace_name
 from ichord.settings import DEPRECATED_CONCURRENCY_ENV, SettingsError, Timing
 
 
@@ -37,6 +38,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--controller-namespace",
         dest="namespace",
+        type=namespace_name,
         default=os.environ.get("POD_NAMESPACE", "ichord-system"),
         help="controller namespace: the leader Lease (a TalosCluster's bundle Secret and lock Lease are in its own "
         "namespace; see --watch-namespace) (default $POD_NAMESPACE or %(default)s)",
@@ -64,10 +66,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--trust-sync-tick", type=float, default=None,
                    help="seconds between the trust sync's fallback passes (default 10, scaled by "
                    "ICHORD_TIME_SCALE); tests set it high to show that events alone publish in time")
-    p.add_argument("--allow-secret-namespace", action="append", default=[], metavar="NS",
+    p.add_argument("--allow-secret-namespace", action="append", default=[], metavar="NS", type=namespace_name,
                    help="a namespace, besides a TalosCluster's own, that its spec.secretsRef may name (repeat for "
                    "more); a reference elsewhere is refused (Ready=False/CrossNamespaceRefused), nothing is read")
-    p.add_argument("--watch-namespace", action="append", default=[], metavar="NS",
+    p.add_argument("--watch-namespace", action="append", default=[], metavar="NS", type=namespace_name,
                    help="a namespace, besides the controller namespace, where ichord is granted bundle Secrets and "
                    "lock Leases (repeat for more; the chart passes its watchNamespaces): its labelled bundle Secrets "
                    "are watched there, so a change wakes their cluster at once. TalosClusters of any namespace are "
@@ -77,7 +79,8 @@ def register(subparsers: Any) -> None:
                    "TalosOperation nor its TalosCluster sets spec.maxUnavailable: a whole number of at least 1 or a "
                    "percentage of the cluster's workers (rounded down, at least 1), as Kubernetes' maxUnavailable; "
                    "control planes are always one at a time (default $ICHORD_MAX_UNAVAILABLE or 25%%)")
-    p.add_argument("--log-level", default=os.environ.get("ICHORD_LOG_LEVEL", "info"))
+    p.add_argument("--log-level", type=log_level, default=os.environ.get("ICHORD_LOG_LEVEL", "info"),
+                   help=f"one of {', '.join(LOG_LEVELS)} (default $ICHORD_LOG_LEVEL or info)")
     p.add_argument("--log-format", choices=("json", "console"), default="json")
     p.set_defaults(func=run)
 
@@ -93,8 +96,10 @@ class _DeprecatedNamespace(argparse.Action):
 
 def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
     host, sep, port = str(args.metrics_addr).rpartition(":")
-    if not sep or not port.isdigit():
-        raise SettingsError(f"--metrics-addr must be host:port, got {args.metrics_addr!r}")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise SettingsError(f"--metrics-addr must be host:port with a port from 0 to 65535, got {args.metrics_addr!r}")
+    if args.resync is not None and args.resync <= 0:
+        raise SettingsError("--resync must be a positive number of seconds")
     settings = DaemonSettings(
         kubeconfig=args.kubeconfig,
         namespace=args.namespace,

@@ -26,7 +26,15 @@ from typing import Any
 import anyio
 import structlog
 
-from ichord.actors import missing_cluster
+from ichord.actors import missing_cluster, one_owner
+from ichord.actors.cluster_ready import (
+    READY,
+    MachineReady,
+    bundle_cas,
+    cluster_ready,
+    of_machine,
+    restore_command,
+)
 from ichord.actors.runtime import Runtime
 from ichord.actors.status_writes import StatusWrites, ready_mutation
 from ichord.api import names
@@ -37,6 +45,7 @@ from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import Forbidden, KubeError
+from ichord.kube.events import ObjectRef
 from ichord.kube.forbidden import forbidden_message
 from ichord.kube.reads import label_secret
 from ichord.kube.status import StatusMutation, update_status
@@ -46,7 +55,7 @@ from ichord.metrics import RECONCILE_OUTCOMES
 from ichord.operations import guard, windows
 from ichord.operations.backbone import OperationKind
 from ichord.operations.bundle_source import BundleSourceError
-from ichord.operations.cert_expiry import expiry_pass
+from ichord.operations.cert_expiry import backup_mutation, expiry_pass
 from ichord.operations.lock import LockMemo
 from ichord.operations.outcome import Blocked, Done, Outcome, Requeue, describe, earliest, soonest
 from ichord.operations.renewal import RenewalPass
@@ -55,6 +64,7 @@ from ichord.pki.bundle import SecretsBundle
 from ichord.pki.scrub import SCRUBBER
 from ichord.render.errors import RenderError
 from ichord.render.inputs import ClusterInputs
+from ichord.render.trusted_cas import BundleCAs
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 from ichord.watchers.managed_nodes import NodeWatch
@@ -67,8 +77,6 @@ MAX_PARALLEL_MACHINES = 4
 _UNUSABLE_BUNDLE = {BundleSourceError.SECRET_NOT_FOUND, BundleSourceError.INVALID,
                     BundleSourceError.CROSS_NAMESPACE_REFUSED, BundleSourceError.FORBIDDEN}
 
-#: The TalosCluster's Ready once its spec renders and its bundle is usable.
-_READY = Condition(names.READY, "True", "Reconciled", "the bundle is readable")
 
 
 def _only_status_changed(m: MachineView, written: Obj) -> bool:
@@ -142,6 +150,11 @@ class ClusterReconciler:
             self._expiry_due = None
             await missing_cluster.report(self.rt, self._writes, scope)
             return self._record("cluster", Done())
+        holder = one_owner.bundle_holder(self.rt, scope.cluster)
+        if holder is not None:  # another cluster's bundle: nothing of this one is managed (docs/decisions.md#one-owner)
+            self._expiry_due = None
+            self._due.clear()  # its machines are read afresh once it holds the bundle again
+            return self._record("cluster", await one_owner.refuse_cluster(self.rt, self._writes, scope, holder))
         expiry = self._record("expiry", await self._expiry(scope, messages))
         renewal = self._record("renewal", await self._renewal(scope))
         await self._maintenance_windows(scope)
@@ -164,7 +177,9 @@ class ClusterReconciler:
                             ClusterView.of(cluster) if cluster is not None else None, machines, operations,
                             self.rt.recorder, self.rt.timing, trust=self.rt.trust,
                             allowed_secret_namespaces=self.rt.allowed_secret_namespaces, now=self.rt.clock,
-                            watch_nodes=self._watch_nodes, lock_memo=self._lock_memo)
+                            watch_nodes=self._watch_nodes, lock_memo=self._lock_memo,
+                            etcd_snapshots=self.rt.etcd_snapshots,
+                            address_holder=functools.partial(one_owner.address_holder, self.rt))
 
     def _record(self, phase: str, outcome: Outcome) -> Outcome:
         """The one place an outcome becomes a metric and (when it changes) a log line."""
@@ -201,19 +216,31 @@ class ClusterReconciler:
 
     async def _ready_known(self, scope: ClusterScope) -> StatusMutation | None:
         """The cluster's Ready=True as the machines phase would write it, when it is already certain at the expiry
-        phase: the spec renders, the full bundle reads and the Secret carries its label (nothing left that could make
-        it False). Then the expiry write carries it, and a cold cluster's first step writes it once, not twice. Any
-        doubt: None, and the machines phase decides as before."""
+        phase: the spec renders, the full bundle reads, the Secret carries its label and no machine, as last
+        reconciled, is not Ready (nothing left that could make it False but what this step's machines phase finds).
+        Then the expiry write carries it, and a cold cluster's first step writes it once, not twice. Any doubt:
+        None, and the machines phase decides as before."""
         assert scope.cluster is not None
         try:
             ClusterInputs.from_spec(scope.cluster.cluster_name, scope.cluster.spec)
             read = await scope.bundle()
-            read.full()
+            bundle = read.full()
         except (RenderError, BundleSourceError):
             return None
         if names.BUNDLE_LABEL not in read.secret.labels:
             return None
-        return ready_mutation(scope.cluster.obj, _READY)
+        cond = self._cluster_ready(scope, [of_machine(m, None) for m in scope.machines if m.approved],
+                                   BundleCAs.of_bundle(bundle))
+        if cond != READY:
+            return None
+        return ready_mutation(scope.cluster.obj, READY, backup_mutation(bundle, False, scope.now()))
+
+    def _cluster_ready(self, scope: ClusterScope, machines: list[MachineReady], cas: BundleCAs) -> Condition:
+        assert scope.cluster is not None
+        cluster = scope.cluster
+        return cluster_ready(machines, cas, namespace=self.namespace,
+                             secret=f"Secret {cluster.secret_namespace}/{cluster.secret_name}",
+                             restore=restore_command(cluster))
 
     # ---- rotations planned from expiry ---------------------------------------------------------
 
@@ -295,13 +322,7 @@ class ClusterReconciler:
         bundle = await self._bundle(scope)
         if bundle is None:
             return Requeue(self.rt.timing.retry, "bundle unreadable")
-        before = find(cluster.status.get("conditions"), names.READY)
-        if await self._writes.set_cluster_ready(cluster.obj, _READY) and (
-                before is not None and before.get("reason") in _UNUSABLE_BUNDLE):
-            # The bundle just became usable (it was missing or invalid): publish expiry now, not at its retry.
-            # A cluster's first Ready needs no second pass: this step's expiry phase read the same bundle.
-            self._expiry_due = None
-            await self._expiry(scope, {})
+        cas = bundle_cas(await scope.bundle(), bundle)
         talos = self._client(bundle)
         held_by = scope.machines_held_by  # as the operations phase left it in this step
         planned = self.rt.registry.planned(scope)  # reboots/restarts ichord asked for: a loss that is no fault
@@ -336,6 +357,7 @@ class ClusterReconciler:
                     memo=self._memo,
                     planned=planned.get(m.name),
                     now=now,
+                    bundle_cas=cas,
                 )
             after = results[m.key].requeue_after
             if after is None:
@@ -346,9 +368,11 @@ class ClusterReconciler:
         self._memo.bound(len(machines))  # an entry per machine at most: what deleted machines left goes
         for gone in set(self._due) - {m.name for m in machines}:
             del self._due[gone]
+        # A machine whose node another machine holds is neither dialled nor applied (docs/decisions.md#one-owner).
+        refused = {m.name: r for m in machines if m.approved and (r := one_owner.machine_refusal(self.rt, m))}
         async with anyio.create_task_group() as tg:
             for m in machines:
-                if m.approved:
+                if m.approved and m.name not in refused:
                     tg.start_soon(one, m)
         delays: list[float | None] = []
         for m in machines:
@@ -365,6 +389,11 @@ class ClusterReconciler:
                     ),
                 )
                 continue
+            if m.name in refused:
+                self._due.pop(m.name, None)  # read at once when it holds the node
+                await self._writes.write_machine(m, refused[m.name])
+                delays.append(refused[m.name].requeue_after)
+                continue
             if m.name in not_due:  # nothing it depends on changed since its last reconcile: nothing to write
                 delays.append(not_due[m.name])
                 continue
@@ -376,8 +405,31 @@ class ClusterReconciler:
                 # read again for it (it was, once per machine, on every cold start).
                 self._due[m.name] = (seen(m, (written.get("metadata") or {}).get("resourceVersion")), due[1])
             delays.append(result.requeue_after)
+        await self._write_cluster_ready(scope, [of_machine(m, results.get(m.key)) for m in machines if m.approved],
+                                        bundle, cas)
         delay = earliest(*delays)
         return Done() if delay is None else Requeue(delay, "machines")
+
+    async def _write_cluster_ready(self, scope: ClusterScope, machines: list[MachineReady], bundle: SecretsBundle,
+                                   cas: BundleCAs) -> None:
+        """The cluster's Ready from its machines (cluster_ready.py), BundleBackupStale following the bundle's
+        standing in the same write; one Warning when the nodes start refusing the bundle."""
+        assert scope.cluster is not None
+        cluster = scope.cluster
+        cond = self._cluster_ready(scope, machines, cas)
+        before = find(cluster.status.get("conditions"), names.READY)
+        mismatch = cond.reason == ReadyReason.BUNDLE_MISMATCH
+        if not await self._writes.set_cluster_ready(cluster.obj, cond, backup_mutation(bundle, mismatch, scope.now())):
+            return
+        reason = before.get("reason") if before is not None else None
+        if mismatch and reason != ReadyReason.BUNDLE_MISMATCH:
+            self.rt.recorder.record(ObjectRef.of(self._writes.written or cluster.obj), "Warning",
+                                    names.EventReason.BUNDLE_MISMATCH, cond.message)
+        if reason in _UNUSABLE_BUNDLE:
+            # The bundle just became usable (it was missing or invalid): publish expiry now, not at its retry.
+            # A cluster's first Ready needs no second pass: this step's expiry phase read the same bundle.
+            self._expiry_due = None
+            await self._expiry(scope, {})
 
     async def _bundle(self, scope: ClusterScope) -> SecretsBundle | None:
         """The full bundle for rendering; a missing or invalid one is reported on the cluster and its machines."""

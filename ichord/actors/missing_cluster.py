@@ -40,7 +40,7 @@ async def report(rt: Runtime, writes: StatusWrites, scope: ClusterScope) -> None
     except IchordError as exc:
         log.warning("cannot let go of the machines of a missing cluster", cluster=scope.key,
                     error=SCRUBBER.exception(exc))
-    await _operations_without_cluster(rt, scope, message)
+    await hold_operations(rt, scope, names.EventReason.CLUSTER_NOT_FOUND, message)
     for m in scope.machines:
         await writes.write_machine(
             m,
@@ -51,23 +51,24 @@ async def report(rt: Runtime, writes: StatusWrites, scope: ClusterScope) -> None
         )
 
 
-async def _operations_without_cluster(rt: Runtime, scope: ClusterScope, message: str) -> None:
-    """Every unfinished TalosOperation naming this missing cluster says so (a typo must not be silent).
+async def hold_operations(rt: Runtime, scope: ClusterScope, reason: str, message: str) -> None:
+    """Every unfinished TalosOperation naming this cluster, which no step may run, says why (a typo must not be
+    silent): ``reason`` ClusterNotFound here, BundleInUse for a cluster another holds the bundle of (one_owner.py).
 
     Not started: phase Pending; started (the cluster was deleted under it): Paused. The condition is the
-    kind's own, reason ClusterNotFound, with one Warning Event when it is first set. The cluster's
-    creation wakes this actor, and the operation's own step then replaces the condition.
+    kind's own, with one Warning Event when it is first set. The cluster's creation (the holder's going) wakes
+    this actor, and the operation's own step then replaces the condition.
     """
     for op in rt.operations_of(scope.namespace, scope.name):
         if op.finished:
             continue
         current = op.condition()
-        if current is not None and current.get("reason") == names.EventReason.CLUSTER_NOT_FOUND:
+        if current is not None and current.get("reason") == reason:
             continue
         # Decided on the object as read for the write, not the informer's copy: a status written in between
         # (the operation finished, or already says so) is never overwritten by a stale view.
-        change = Transition(Condition(op.condition_type, "False", names.EventReason.CLUSTER_NOT_FOUND, message),
-                            phase=_pending_or_paused, event=("Warning", names.EventReason.CLUSTER_NOT_FOUND),
+        change = Transition(Condition(op.condition_type, "False", reason, message),
+                            phase=_pending_or_paused, event=("Warning", reason),
                             generation=True, unfinished_only=True)
         try:
             _, moved = await op_status.transition(rt.kube, rt.recorder, scope.now, op.obj, change, current=op.obj)
@@ -78,9 +79,10 @@ async def _operations_without_cluster(rt: Runtime, scope: ClusterScope, message:
                         error=SCRUBBER.exception(exc))
             continue
         if moved:  # else written meanwhile: finished, or already saying so (and its one Warning posted)
-            log.warning("operation names a cluster that does not exist", cluster=scope.key, operation=op.name)
+            log.warning("operation held: its cluster cannot run it", cluster=scope.key, operation=op.name,
+                        reason=reason)
 
 
 def _pending_or_paused(op: OperationView) -> str:
-    """An operation whose cluster is missing: Paused once started (its stage kept), else Pending."""
+    """An operation whose cluster cannot run it: Paused once started (its stage kept), else Pending."""
     return names.Phase.PAUSED if op.stage else names.Phase.PENDING

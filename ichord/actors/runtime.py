@@ -12,11 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ichord.actors.machine_index import ByCluster
+from ichord.actors.owners import Owners, bundle_owners, machine_owners
 from ichord.api import names
 from ichord.api.views import OperationView, operations_of
 from ichord.kube.client import KubeClient
 from ichord.kube.events import EventRecorder
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS
+from ichord.operations.etcd_snapshot import DirectorySnapshots, SnapshotPort
 from ichord.operations.kinds import default_registry
 from ichord.operations.registry import Registry
 from ichord.operations.scope import Clock, TrustHooks, utcnow
@@ -44,6 +46,8 @@ class Runtime:
     allowed_secret_namespaces: frozenset[str] = frozenset()
     #: The steps' clock (the wall clock; tests inject a faster one to run maintenance windows in seconds).
     clock: Clock = utcnow
+    #: Where an operation's etcd snapshot goes: the daemon's directory (a rehearsal's twin: nowhere).
+    etcd_snapshots: SnapshotPort = field(default_factory=DirectorySnapshots)
     #: Tells a cluster's actor (namespace, name) that ``obj`` changed (the Router's tell; set by whoever runs the
     #: actors): what a step waits on outside ichord's own objects (ClusterScope.watch_nodes).
     wake: Callable[[str, str, tuple[str, str], str], None] = lambda _ns, _name, _obj, _reason: None
@@ -53,11 +57,17 @@ class Runtime:
     operation_index: ByCluster = field(init=False, repr=False)
     #: The operations as this process last wrote them, until the informer has caught up (watchers/written.py).
     operations_written: ReadYourWrites = field(init=False, repr=False)
+    #: The TalosMachines by node address and the TalosClusters by bundle Secret: the first of each holds it
+    #: (actors/owners.py, docs/decisions.md#one-owner).
+    address_owners: Owners = field(init=False, repr=False)
+    bundle_owners: Owners = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.machine_index = ByCluster(self.machines)
         self.operation_index = ByCluster(self.operations)
         self.operations_written = ReadYourWrites(self.operations)
+        self.address_owners = machine_owners(self.machines, lambda: self.wake)
+        self.bundle_owners = bundle_owners(self.clusters, lambda: self.wake)
         self.kube.on_written(names.PLURALS[names.TALOS_OPERATION], self.operations_written.note)
 
     def operations_of(self, namespace: str, cluster: str) -> list[OperationView]:

@@ -27,6 +27,7 @@ from ichord.actors.runtime import Runtime
 from ichord.api import names
 from ichord.kube.client import KubeClient
 from ichord.kube.events import EventRecorder
+from ichord.operations.etcd_snapshot import DirectorySnapshots, SnapshotPort
 from ichord.operations.kinds import default_registry
 from ichord.operations.registry import Registry
 from ichord.operations.scope import Clock, utcnow
@@ -39,16 +40,18 @@ _KINDS = (names.TALOS_CLUSTER, names.TALOS_MACHINE, names.TALOS_OPERATION)
 class StandaloneActor:
     """``async with StandaloneActor(...) as reconciler``: the actor of ``namespace/cluster`` over ``kube``, its
     informers synced; ``instance`` names the Events' reporting instance; ``registry``: the operation kinds (ichord's
-    own when None)."""
+    own when None); ``etcd_snapshots``: where an operation's etcd snapshot goes (the daemon's directory when None)."""
 
     def __init__(self, kube: KubeClient, namespace: str, cluster: str, timing: Timing, *, instance: str,
-                 registry: Registry | None = None, clock: Clock = utcnow, resync: float = 3600.0) -> None:
+                 registry: Registry | None = None, clock: Clock = utcnow, resync: float = 3600.0,
+                 etcd_snapshots: SnapshotPort | None = None) -> None:
         clusters, machines, operations = (
             Informer(kube, Resource(names.GROUP, names.VERSION, names.PLURALS[kind]), timing=timing) for kind in _KINDS)
         self._informers = (clusters, machines, operations)
         self._recorder = EventRecorder(kube, instance=instance)
         self._rt = Runtime(kube, namespace, clusters, machines, operations, self._recorder, timing, resync=resync,
-                           registry=registry if registry is not None else default_registry(), clock=clock)
+                           registry=registry if registry is not None else default_registry(), clock=clock,
+                           etcd_snapshots=etcd_snapshots if etcd_snapshots is not None else DirectorySnapshots())
         self._namespace, self._cluster = namespace, cluster
         self._tg: TaskGroup | None = None
         self._scopes: list[anyio.CancelScope] = []
@@ -100,8 +103,8 @@ class StandaloneActor:
 
 
 def standalone_actor(kube: KubeClient, namespace: str, cluster: str, timing: Timing, *, instance: str,
-                     registry: Registry | None = None, clock: Clock = utcnow,
-                     resync: float = 3600.0) -> StandaloneActor:
+                     registry: Registry | None = None, clock: Clock = utcnow, resync: float = 3600.0,
+                     etcd_snapshots: SnapshotPort | None = None) -> StandaloneActor:
     """``async with standalone_actor(...) as reconciler``: see ``StandaloneActor``."""
     return StandaloneActor(kube, namespace, cluster, timing, instance=instance, registry=registry, clock=clock,
-                           resync=resync)
+                           resync=resync, etcd_snapshots=etcd_snapshots)

@@ -31,7 +31,7 @@ log = structlog.get_logger("ichord.actors.cluster")
 Obj = dict[str, Any]
 
 #: Machine Ready reasons that say the same as the cluster's (the rest of the unusable bundles are BundleInvalid).
-_MACHINE_REASON_AS_CLUSTER = {ReadyReason.FORBIDDEN}
+_MACHINE_REASON_AS_CLUSTER = {ReadyReason.FORBIDDEN, ReadyReason.BUNDLE_IN_USE}
 
 
 def _says(current: Obj | None, cond: Condition) -> bool:
@@ -40,16 +40,19 @@ def _says(current: Obj | None, cond: Condition) -> bool:
         cond.status, cond.reason, SCRUBBER.text(cond.message))
 
 
-def ready_mutation(cluster: Obj, cond: Condition) -> StatusMutation:
+def ready_mutation(cluster: Obj, cond: Condition, also: StatusMutation | None = None) -> StatusMutation:
     """The TalosCluster's Ready set to ``cond`` for the generation of ``cluster`` (the copy it was decided on);
-    a status whose Ready already says the same is left as it is."""
+    a status whose Ready already says the same is left as it is. ``also``: what changes with Ready, applied after
+    it to the same status (BundleBackupStale, which follows the bundle's standing)."""
     generation = ClusterView.of(cluster).generation
 
-    def mutate(status: Obj, _obj: Obj) -> Obj:
+    def mutate(status: Obj, obj: Obj) -> Obj:
         if _says(find(status.get("conditions"), names.READY), cond):
             return status
         status["conditions"] = set_condition(status.get("conditions"), cond, observed_generation=generation)
         status["observedGeneration"] = generation
+        if also is not None:
+            status = also(status, obj) or status
         return status
 
     return mutate
@@ -93,8 +96,8 @@ class StatusWrites:
     def wrote(self, cluster: Obj) -> None:
         self.written = cluster
 
-    async def set_cluster_ready(self, cluster: Obj, cond: Condition) -> bool:
-        """Set the TalosCluster's Ready condition; True when it changed.
+    async def set_cluster_ready(self, cluster: Obj, cond: Condition, also: StatusMutation | None = None) -> bool:
+        """Set the TalosCluster's Ready condition (and ``also``, with it); True when it changed.
 
         The write starts from the object this step wrote last, else from ``cluster`` (the informer's): one
         PATCH, no GET. A copy that is stale by then costs a 409 and a fresh read, never a lost update.
@@ -104,7 +107,7 @@ class StatusWrites:
             return False
         try:
             self.written = await update_status(crds.clusters(self.rt.kube), self.namespace, self.name,
-                                                ready_mutation(cluster, cond), current=cluster)
+                                                ready_mutation(cluster, cond, also), current=cluster)
         except NotFound:
             return False
         except Forbidden as exc:

@@ -22,12 +22,33 @@ def parse_time(value: str) -> dt.datetime:
     return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
 
 
+#: The longest message a condition, an operation's status.message or a gate's verdict carries (an Event's bound,
+#: kube/events.py): a person reads it in `kubectl describe`, and what caused it is in the log.
+MAX_MESSAGE = 1024
+
+
+def bounded_message(text: str) -> str:
+    """``text`` as a status may carry it: within MAX_MESSAGE characters (scrubbed before it is cut, so no secret is
+    cut in a way the scrubber no longer sees), saying how much was left out."""
+    if len(text) <= MAX_MESSAGE:
+        return text
+    clean = scrub_text(text)
+    if len(clean) <= MAX_MESSAGE:
+        return clean
+    room = MAX_MESSAGE - len(f"… ({len(clean)} more characters)")  # the count is never longer than the length
+    return f"{clean[:room]}… ({len(clean) - room} more characters)"
+
+
 @dataclass(frozen=True)
 class Condition:
     type: str
     status: str  # "True" | "False" | "Unknown"
     reason: str
     message: str = ""
+
+    def __post_init__(self) -> None:
+        # Bounded where it is made, so that every comparison with the message as written sees the same text.
+        object.__setattr__(self, "message", bounded_message(self.message))
 
     def as_dict(self, transition_time: str, observed_generation: int | None) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -78,7 +99,7 @@ def set_operation_phase(status: dict[str, Any], phase: str, message: str, *, now
                         observed_generation: int | None = None) -> None:
     """Write a TalosOperation's phase and message, and its Succeeded condition with them (Unknown while running)."""
     status["phase"] = phase
-    status["message"] = scrub_text(message)
+    status["message"] = scrub_text(bounded_message(message))
     value, reason = _SUCCEEDED_BY_PHASE.get(phase, ("Unknown", phase or "Pending"))
     status["conditions"] = set_condition(status.get("conditions"), Condition("Succeeded", value, reason, message),
                                          now=now, observed_generation=observed_generation)

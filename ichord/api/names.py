@@ -17,6 +17,9 @@ PLURALS = {TALOS_CLUSTER: "talosclusters", TALOS_MACHINE: "talosmachines", TALOS
 # Annotations and finalizers.
 BUNDLE_EXPORTED_ANNOTATION = f"{GROUP}/bundle-exported"
 CREDENTIALS_HANDOFF_ANNOTATION = f"{GROUP}/credentials-handoff"
+#: Set with the hand-off's acknowledgement: where ``ichord cluster credentials`` wrote the kubeconfig (``-d``), so
+#: the commands the rotation names later carry that path, not the default one (docs/decisions.md#cli-files).
+CREDENTIALS_KUBECONFIG_ANNOTATION = f"{GROUP}/credentials-kubeconfig"
 CA_ROTATION_FINALIZER = f"{GROUP}/ca-rotation"
 CA_ROTATION_TEMPLATE_ANNOTATION = f"{GROUP}/ca-rotation"
 #: On a bundle Secret: ichord watches Secrets with this label (set by ``ichord sim``, by the user, or by ichord when
@@ -63,6 +66,10 @@ MAINTENANCE_WINDOWS = "MaintenanceWindows"
 #: An operation's condition reason outside every maintenance window of its cluster: the next disruptive step waits
 #: for the opening its message names (operations/windows.py; phase InProgress, a Normal Event of the same name).
 WAITING_FOR_WINDOW = "WaitingForWindow"
+#: A node runs a Talos version of another contract than the TalosCluster's spec.talosVersion: nothing is applied to
+#: it. The TalosMachine's Ready reason (False, with a Warning of this reason) and an operation's condition reason
+#: (phase Paused) when it would apply to such a node (docs/decisions.md#contract-match).
+CONTRACT_MISMATCH = "ContractMismatch"
 #: On a TalosOperation the renewal policy created (``kubectl get top -l ichor.maesh.dev/planned-by=renew-before``).
 PLANNED_BY_LABEL = f"{GROUP}/planned-by"
 PLANNED_BY_RENEWAL = "renew-before"
@@ -108,8 +115,21 @@ class ReadyReason:
     #: An operation rebooting the machine, or restarting its kube-apiserver, within its bound (a planned loss).
     REBOOTING = "Rebooting"
     API_SERVER_RESTARTING = "APIServerRestarting"
+    CONTRACT_MISMATCH = "ContractMismatch"  # the node runs another Talos contract than spec.talosVersion
     #: The management API answered 403 to a request the object needs (ichord.kube.forbidden names the chart value).
     FORBIDDEN = "Forbidden"
+    #: The bundle's CAs are not among those the node trusts (another cluster's bundle): nothing is applied to it. On
+    #: the TalosCluster too, naming both fingerprints (docs/decisions.md#bundle-belongs).
+    BUNDLE_MISMATCH = "BundleMismatch"
+    #: The TalosCluster's: approved machines are not Ready (their count, names and reasons in the message).
+    MACHINES_NOT_READY = "MachinesNotReady"
+    #: spec.address is no <ip or host>[:port] (empty, a URL, a bad port): nothing is dialled until it is corrected.
+    INVALID_ADDRESS = "InvalidAddress"
+    #: Another TalosMachine, created first, names the same node (docs/decisions.md#one-owner): nothing is applied.
+    ADDRESS_IN_USE = "AddressInUse"
+    #: Another TalosCluster, created first, names the same bundle Secret (docs/decisions.md#one-owner): nothing of
+    #: this cluster is managed (its machines applied, its operations started). Also its operations' condition.
+    BUNDLE_IN_USE = "BundleInUse"
 
 
 class LockRefusal:
@@ -157,6 +177,8 @@ class EventReason:
     ETCD_SNAPSHOT_TAKEN = "EtcdSnapshotTaken"  # before the first control-plane reboot, to spec.etcdSnapshots.path
     ROTATION_PLANNED = "RotationPlanned"  # Normal: the renewal policy created a ca-rotation (operations/renewal.py)
     WAITING_FOR_WINDOW = "WaitingForWindow"  # Normal: outside every maintenance window (operations/windows.py)
+    CONTRACT_MISMATCH = "ContractMismatch"  # a machine's node runs another Talos contract: nothing applied to it
+    BUNDLE_MISMATCH = "BundleMismatch"  # Warning on the cluster: its bundle is not the one its nodes trust
 
 
 class CertificatesExpiringReason:
@@ -200,6 +222,10 @@ class BundleBackupStaleReason:
 
     CA_ROTATED = "CARotated"
     BUNDLE_EXPORTED = "BundleExported"
+    #: Unknown while the cluster's bundle is not the one its nodes trust: no saved copy is said to match it.
+    BUNDLE_MISMATCH = "BundleMismatch"
+    #: True after a BundleMismatch ended with the export annotation naming another bundle than the live one.
+    NOT_EXPORTED = "BundleNotExported"
 
 
 

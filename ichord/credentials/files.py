@@ -1,58 +1,37 @@
-"""Private files: written atomically with mode 0600, missing parent directories created 0700.
+"""What ``ichord cluster credentials`` may replace in its directory (docs/decisions.md#cli-files).
 
-Shared by ``ichord cluster bundle-export`` (the secrets bundle) and ``ichord cluster credentials``
-(talosconfig and kubeconfig): each file holds a private key.
+An existing talosconfig or kubeconfig is replaced without ``--force`` only when the pair is an earlier hand-off's
+for the same TalosCluster (the kubeconfig names its API server, its namespace and ``admin@<cluster>``; the
+talosconfig's context is the cluster): running the command again (say with ``--acknowledge`` after checking the
+files, or at the next rotation) renews them. Anything else is refused (exit 2) and kept.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from pathlib import Path
+from typing import Any
 
-from ichord.errors import IchordError
-
-
-class PrivateFileError(IchordError):
-    """A private file or its directory cannot be written; the message names the path and the OS error."""
+from ichord import yamlio
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` with mode 0600, atomically; missing parents are created 0700."""
-    make_private_dirs(path.parent)
-    # A temporary file in the same directory, renamed over the target: a reader never sees half a
-    # file, and the content is never in a file with looser permissions.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+def _load(path: Path) -> Any:
     try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise PrivateFileError(f"cannot write {path} ({exc.strerror}); choose another path with -o") from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        return yamlio.load(path.read_text())
+    except Exception:  # whatever is there (unreadable, not YAML), it is not an earlier hand-off's
+        return None
 
 
-def make_private_dirs(directory: Path) -> None:
-    """Create the missing directories of ``directory`` with mode 0700 (existing ones are left alone)."""
-    missing: list[Path] = []
-    d = directory
-    while not d.exists():
-        missing.append(d)
-        d = d.parent
-    for d in reversed(missing):
-        try:
-            d.mkdir(mode=0o700)
-            os.chmod(d, 0o700)  # mkdir's mode is masked by the umask
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise PrivateFileError(f"cannot create {d} ({exc.strerror}); choose another path with -o") from None
+def earlier_hand_off(talosconfig: Path, kubeconfig: Path, *, cluster: str, server: str, namespace: str) -> bool:
+    """True when both files exist and are what a hand-off wrote for this cluster (see the module docstring)."""
+    talos, kube = _load(talosconfig), _load(kubeconfig)
+    if not isinstance(talos, dict) or not isinstance(kube, dict):
+        return False
+    user = f"admin@{cluster}"
+    try:
+        servers = {str(c["cluster"]["server"]) for c in kube["clusters"]}
+        contexts = {str(c["name"]): c["context"] for c in kube["contexts"]}
+        context = contexts[str(kube["current-context"])]
+    except (KeyError, TypeError):
+        return False
+    return (talos.get("context") == cluster and kube.get("current-context") == user and servers == {server}
+            and str(context.get("namespace")) == namespace)

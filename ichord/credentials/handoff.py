@@ -23,7 +23,7 @@ import anyio
 from ichord.api import names
 from ichord.api.carotation import Stage
 from ichord.api.views import ClusterView, MachineSpecError, MachineView, OperationView
-from ichord.credentials.files import make_private_dirs, write_private
+from ichord.credentials.files import earlier_hand_off
 from ichord.credentials.mint import Minted, mint, talosconfig_dial
 from ichord.credentials.retry import DEFAULT_DELAYS, Retrier
 from ichord.errors import IchordError, RuntimeFailure
@@ -37,6 +37,7 @@ from ichord.pki.ca import CertificateAuthority
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.pki.rotation import Rotation, RotationError, Target, parse_targets
 from ichord.pki.scrub import SCRUBBER
+from ichord.safefile import check_destination, make_private_dirs, write_file
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 from ichord.talos.errors import TalosError
@@ -155,12 +156,37 @@ async def _find_operation(kube: KubeClient, retry: Retrier, namespace: str, clus
     return op
 
 
+def _held_by_a_person(op: Obj, cluster: str) -> str | None:
+    """Why the rotation cannot reach the stage until a person acts (the command exits 1 at once), or None."""
+    ns, name = str(op["metadata"]["namespace"]), str(op["metadata"]["name"])
+    if (op.get("spec") or {}).get("paused"):
+        return (f"TalosOperation {ns}/{name} is paused (spec.paused: true) and goes on only when that is set to "
+                f"false: `kubectl -n {ns} patch talosoperation {name} --type merge -p "
+                "'{\"spec\":{\"paused\":false}}'`, then run this command again. Nothing was written.")
+    cond = OperationView.of(op).condition(names.CA_ROTATION) or {}
+    if cond.get("reason") == names.CARotationReason.BUNDLE_RESTORE_REQUIRED:
+        return (f"TalosOperation {ns}/{name} waits for its bundle Secret to be restored: run `ichord cluster "
+                f"restore-bundle {cluster} -n {ns}` first, then this command again. Nothing was written.")
+    return None
+
+
+def _blocked(op: Obj) -> str | None:
+    """The Blocked condition's message while the rotation is Blocked (the daemon retries its step), else None."""
+    cond = OperationView.of(op).condition(names.CA_ROTATION) or {}
+    if cond.get("reason") == names.CARotationReason.BLOCKED:
+        return SCRUBBER.text(str(cond.get("message") or "no message"))
+    return None
+
+
 async def _await_stage(kube: KubeClient, retry: Retrier, op: Obj, *, wait: float, poll: float,
                        say: Callable[[str], None]) -> Obj:
-    """Poll the operation until it is in AwaitingCredentials or later; say once that it waits."""
+    """Poll the operation until it is in AwaitingCredentials or later, saying what it waits for: once, and again
+    when the rotation turns Blocked (with the reason). A rotation only a person can move on (paused, its bundle
+    Secret to restore) is not waited for: StageNotReached at once, naming the command (exit 1)."""
     ns, name = str(op["metadata"]["namespace"]), str(op["metadata"]["name"])
+    cluster = OperationView.of(op).cluster or ""
     deadline = time.monotonic() + wait
-    said = False
+    said: str | None = None
     while True:
         status = op.get("status") or {}
         stage = _stage(op)
@@ -172,16 +198,20 @@ async def _await_stage(kube: KubeClient, retry: Retrier, op: Obj, *, wait: float
                                      "left to make. Nothing was written.")
         if stage is Stage.AWAITING_CREDENTIALS or stage in _PAST:
             return op
-        if not said:
-            said = True
-            held = " (spec.paused: it starts when paused is set to false)" if (op.get("spec") or {}).get(
-                "paused") else ""
-            say(f"waiting for {name} to reach {Stage.AWAITING_CREDENTIALS.value} "
-                f"(now {stage.value if stage else 'not started'}){held}")
+        held = _held_by_a_person(op, cluster)
+        if held is not None:
+            raise StageNotReached(held)
+        blocked = _blocked(op)
+        if said is None or (blocked or "") != said:  # once, and again when it turns Blocked or the cause changes
+            said = blocked or ""
+            now = stage.value if stage else "not started"
+            say(f"waiting for {name} to reach {Stage.AWAITING_CREDENTIALS.value} (now {now}; up to {wait:g} s)"
+                + (f"; it is Blocked, the daemon retries it: {blocked}" if blocked else ""))
         if time.monotonic() >= deadline:
+            why = f" It is Blocked: {blocked}; fix the cause it names." if blocked else ""
             raise StageNotReached(
-                f"TalosOperation {ns}/{name} is still in {stage.value if stage else 'no stage'} after {wait:.0f} s; "
-                f"run the command again later (or with a longer --wait). Nothing was written.")
+                f"TalosOperation {ns}/{name} is still in {stage.value if stage else 'no stage'} after {wait:.0f} s."
+                f"{why} Run the command again later (or with a longer --wait). Nothing was written.")
         await anyio.sleep(max(0.0, min(poll, deadline - time.monotonic())))
         op = await _api(retry, f"reading TalosOperation {ns}/{name}", lambda: crds.operations(kube).get(ns, name))
 
@@ -265,32 +295,70 @@ async def _verified(retry: Retrier, minted: Minted, server: str, signing_os: Cer
     """Both files, used exactly as written, from a private scratch directory."""
     with tempfile.TemporaryDirectory(prefix="ichord-credentials-") as tmp:
         os.chmod(tmp, 0o700)
-        scratch = Path(tmp) / KUBECONFIG
-        write_private(scratch, minted.kubeconfig)
+        scratch = write_file(Path(tmp) / KUBECONFIG, minted.kubeconfig)
         await _verify_talos(retry, factory, minted.talosconfig, signing_os)
         await _verify_kube(retry, scratch, server)
 
 
-def _write(out_dir: Path, minted: Minted) -> tuple[Path, Path]:
-    out_dir = out_dir.expanduser()
-    make_private_dirs(out_dir)
-    paths = (out_dir / TALOSCONFIG, out_dir / KUBECONFIG)
-    for path, data in zip(paths, (minted.talosconfig, minted.kubeconfig), strict=True):
-        write_private(path, data)
-        if path.read_bytes() != data:
-            raise CredentialsError(f"{path} does not hold what was written (another writer?); the operation was "
-                                   "not acknowledged. Run the command again.")
-    return paths
+def home_relative(path: Path) -> str:
+    """``path`` as the operator's shell names it: ``~/...`` under their home, else absolute."""
+    try:
+        return f"~/{path.relative_to(Path.home())}"
+    except ValueError:
+        return str(path)
 
 
-async def hand_off(kube: KubeClient, namespace: str, cluster: str, out_dir: Path, *, wait: float = 600.0,
+@dataclass(frozen=True)
+class Destination:
+    """Where the files go and whether existing ones are replaced (docs/decisions.md#cli-files)."""
+
+    directory: Path
+    #: ichord's default directory (created 0700 when missing); a directory the user names must exist.
+    default: bool = False
+    force: bool = False
+
+    @property
+    def paths(self) -> tuple[Path, Path]:
+        d = self.directory.expanduser().absolute()
+        return d / TALOSCONFIG, d / KUBECONFIG
+
+    def check(self, *, cluster: str, server: str, namespace: str) -> bool:
+        """Refuse what cannot be written (exit 2, before anything is waited for); True to replace the files."""
+        d = self.directory.expanduser()
+        if d.exists() and not d.is_dir():
+            raise CredentialsError(f"{d} is not a directory; name a directory with -d. Nothing was written.")
+        if not d.exists():
+            if self.default:
+                return self.force
+            raise CredentialsError(f"the directory {d} does not exist; create it first (mkdir -p {d}) or name "
+                                   "another with -d. Nothing was written.")
+        replace = self.force or earlier_hand_off(*self.paths, cluster=cluster, server=server, namespace=namespace)
+        for path in self.paths:
+            check_destination(path, force=replace)
+        return replace
+
+    def write(self, minted: Minted, *, replace: bool) -> tuple[Path, Path]:
+        if self.default:
+            make_private_dirs(self.directory)
+        for path, data in zip(self.paths, (minted.talosconfig, minted.kubeconfig), strict=True):
+            write_file(path, data, force=replace)
+            if path.read_bytes() != data:
+                raise CredentialsError(f"{path} does not hold what was written (another writer?); the operation "
+                                       "was not acknowledged. Run the command again.")
+        return self.paths
+
+
+async def hand_off(kube: KubeClient, namespace: str, cluster: str, out: Destination | Path, *,
+                   wait: float = 600.0,
                    say: Callable[[str], None] = print,
                    talos_factory: Callable[[DialBundle], TalosClient] | None = None,
                    acknowledge: bool = True, secret_namespace: str | None = None, poll: float = 2.0,
                    retry_delays: tuple[float, float] = DEFAULT_DELAYS) -> HandOff:
     """The whole hand-off for TalosCluster ``namespace/cluster``; see the module docstring.
 
-    ``secret_namespace``: where the bundle Secret lives (default: where the daemon resolves spec.secretsRef).
+    ``out``: where the files go (a bare path: the caller's own place, created when missing, earlier files of
+    this cluster replaced). ``secret_namespace``: where the bundle Secret lives (default: where the daemon
+    resolves spec.secretsRef).
     ``acknowledge``: False writes the verified files but leaves the annotation alone.
     ``wait`` bounds both the wait for the stage and each call's run of transient errors; ``poll`` is the
     interval between reads of the operation, ``retry_delays`` the backoff (first, longest); tests shorten both.
@@ -304,6 +372,8 @@ async def hand_off(kube: KubeClient, namespace: str, cluster: str, out_dir: Path
     if not server or not secret_name:
         raise CredentialsError(f"TalosCluster {namespace}/{cluster} lacks spec.endpoint or spec.secretsRef.name; "
                                "fix the object. Nothing was written.")
+    out = out if isinstance(out, Destination) else Destination(out, default=True)  # a caller's own place
+    replace = out.check(cluster=view.cluster_name, server=server, namespace=namespace)
     op = await _find_operation(kube, retry, namespace, cluster)
     op = await _await_stage(kube, retry, op, wait=wait, poll=poll, say=say)
     op_name = str(op["metadata"]["name"])
@@ -339,14 +409,15 @@ async def hand_off(kube: KubeClient, namespace: str, cluster: str, out_dir: Path
                   os_signing=os_new, os_trusted=os_trusted, k8s_signing=k8s_new, k8s_trusted=k8s_trusted,
                   namespace=namespace)
     await _verified(retry, minted, server, os_new, talos_factory or _talos_client)
-    talos_path, kube_path = _write(out_dir, minted)
+    talos_path, kube_path = out.write(minted, replace=replace)
 
     acknowledged = False
     if stage is not Stage.AWAITING_CREDENTIALS:
         say(f"{op_name} is already in {stage.value}: the credentials stay valid and were written, but there is "
             "nothing to acknowledge (the rotation no longer waits for them)")
     elif acknowledge:
-        patch = {"metadata": {"annotations": {names.CREDENTIALS_HANDOFF_ANNOTATION: token}}}
+        patch = {"metadata": {"annotations": {names.CREDENTIALS_HANDOFF_ANNOTATION: token,
+                                              names.CREDENTIALS_KUBECONFIG_ANNOTATION: home_relative(kube_path)}}}
         await _api(retry, f"annotating TalosOperation {namespace}/{op_name}",
                    lambda: crds.operations(kube).patch(namespace, op_name, patch))
         acknowledged = True

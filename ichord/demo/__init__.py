@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from ichord import operation_cli
 from ichord.contract import parse_contract
 from ichord.demo.observe import DemoFailed, Observer, Row, _expect_applies
 from ichord.demo.view import Lines, LiveTable, View
@@ -56,7 +57,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--bundle", type=Path, help="secrets bundle to use (default: a new one, in memory)")
     p.add_argument("--workdir", type=Path, help="where the daemon's log and the operator's credentials go (default: "
                    "a new temporary directory)")
-    p.add_argument("--log-level", default="info", help="the daemon's log level (default %(default)s)")
+    p.add_argument("--log-level", type=operation_cli.log_level, default="info",
+                   help="the daemon's log level (default %(default)s)")
     p.set_defaults(func=run)
 
 
@@ -67,6 +69,11 @@ class DemoArgumentError(IchordError):
 def run(args: argparse.Namespace) -> int:
     if args.control_planes < 1 or args.workers < 0:
         raise DemoArgumentError("--control-planes must be at least 1 and --workers at least 0")
+    if args.control_planes % 2 == 0 and args.only != "config":
+        raise DemoArgumentError(
+            f"--control-planes {args.control_planes}: the demo's CA rotation needs an odd number of control planes "
+            "(1, 3, 5, ...): ichord refuses to restart etcd members of an even-sized cluster (its quorum would not "
+            "survive one member's restart); pass an odd number, or --only config")
     if args.time_scale <= 0 or args.timeout <= 0:
         raise DemoArgumentError("--time-scale and --timeout must be positive")
     contract = parse_contract(args.talos_version)

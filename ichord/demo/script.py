@@ -119,10 +119,11 @@ class Demo:
                     with script:
                         try:
                             await self._script(env, bundle, observer, client, initial)
-                        except (DemoFailed, RotationFailed) as exc:
-                            failure.append(str(exc))
-                        except IchordError as exc:  # the demo's own request to the API server failed
-                            failure.append(f"a request of the demo's own failed: {SCRUBBER.text(str(exc))}")
+                        # except*: a step's own task group (the rotation's) raises its failure in a group.
+                        except* (DemoFailed, RotationFailed) as group:
+                            failure.append(str(_first(group)))
+                        except* IchordError as group:  # the demo's own request to the API server failed
+                            failure.append(f"a request of the demo's own failed: {SCRUBBER.text(str(_first(group)))}")
                     requests = Counter(env.management.requests.counts()) - before
                     managed = Counter(env.kube.requests.counts()) - managed_before
                     watches = int(env.management.open_watches)
@@ -282,3 +283,11 @@ def _log_to(stream: TextIO, level: str) -> None:
     from ichord import log  # noqa: PLC0415
 
     log.configure(level, json=True, stream=stream)
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first exception a group holds, however deeply nested."""
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first

@@ -30,6 +30,7 @@ from ichord.etcd_snapshot.take import BACKUP_ROLE, ControlPlane, NoHealthyContro
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.errors import NotFound
+from ichord.operation_cli import namespace_name
 from ichord.operations.bundle_source import read_cluster_bundle
 from ichord.pki.rotation import Target
 from ichord.pki.scrub import SCRUBBER
@@ -54,8 +55,9 @@ def register(sub: Any, cluster_args: Callable[[argparse.ArgumentParser], None]) 
     )
     cluster_args(p)
     p.add_argument("-f", "--file", type=Path, required=True, help="the snapshot file to write (must not exist)")
-    p.add_argument("--secret-namespace", help="where the bundle Secret is (default: as the TalosCluster resolves "
-                                              "it, its spec.secretsRef.namespace or its own namespace)")
+    p.add_argument("--secret-namespace", type=namespace_name,
+                   help="where the bundle Secret is (default: as the TalosCluster resolves it, its "
+                        "spec.secretsRef.namespace or its own namespace)")
     p.set_defaults(func=main)
 
 
@@ -77,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> Taken:
-    path = check_destination(args.file)
+    path = check_destination(args.file, flag=None)
     kube = await from_kubeconfig(args.kubeconfig, context=args.context, namespace=args.namespace)
     async with kube:
         return await snapshot(kube, args.namespace or kube.namespace, args.name, path,

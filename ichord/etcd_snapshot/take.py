@@ -8,14 +8,14 @@ client certificate is minted with the role ``os:etcd:backup`` (enough for these 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 
 from ichord.errors import IchordError
-from ichord.etcd_snapshot.file import AtomicSnapshot, SnapshotFile
+from ichord.etcd_snapshot.file import AtomicSnapshot, SnapshotFile, SnapshotSink
 from ichord.talos.client import TalosClient
 from ichord.talos.errors import TalosCertificateError, TalosError
 from ichord.talos.proto.gen.machine import machine_pb2 as m
@@ -67,8 +67,10 @@ async def _health(talos: TalosClient, cp: ControlPlane,
     return status, "", alarms
 
 
-async def take(talos: TalosClient, control_planes: Sequence[ControlPlane], path: Path) -> Taken:
-    """The snapshot at ``path`` (never overwriting; nothing left there on failure) from the first healthy one."""
+async def take(talos: TalosClient, control_planes: Sequence[ControlPlane], path: Path, *,
+               sink: Callable[[Path], SnapshotSink] = AtomicSnapshot) -> Taken:
+    """The snapshot at ``path`` (never overwriting; nothing left there on failure) from the first healthy one.
+    ``sink``: where the bytes go (a file, atomically; a rehearsal's sink checks them and keeps nothing)."""
     healthy: list[tuple[ControlPlane, m.EtcdMemberStatus]] = []
     why: list[str] = []
     refused = 0
@@ -82,7 +84,7 @@ async def take(talos: TalosClient, control_planes: Sequence[ControlPlane], path:
             healthy.append((cp, status))
     healthy.sort(key=lambda h: h[1].leader == h[1].member_id)  # followers first
     for cp, status in healthy:
-        with AtomicSnapshot(path) as out:
+        with sink(path) as out:
             try:
                 await talos.etcd_snapshot(cp.endpoint, out.write)
             except TalosError as exc:

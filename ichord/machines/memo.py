@@ -28,6 +28,7 @@ from ichord.pki.bundle import SecretsBundle
 from ichord.pki.ca import CertificateAuthority
 from ichord.render.fieldmeta import Classification
 from ichord.render.inputs import ClusterInputs, MachineInputs
+from ichord.render.trusted_cas import NodeTrust
 
 
 class ConfigMemo:
@@ -36,7 +37,8 @@ class ConfigMemo:
         # machine inputs -> (bundle digest, cluster inputs, hash of the render); keyed by the part that is hashable.
         # The bundle itself is not kept: its parsed keys and certificates would stay alive per cluster.
         self._renders: dict[MachineInputs, tuple[bytes, ClusterInputs, str]] = {}
-        self._running: dict[bytes, str] = {}  # SHA-256 of a node's configuration -> hash of its plain form
+        # SHA-256 of a node's configuration -> (hash of its plain form, the CAs it trusts)
+        self._running: dict[bytes, tuple[str, NodeTrust]] = {}
         # (SHA-256 of the node's configuration, hash of the render, contract, role) -> the difference classified.
         self._classified: dict[tuple[bytes, str, str, str], Classification] = {}
 
@@ -58,18 +60,19 @@ class ConfigMemo:
         self._renders[machine] = (bundle_digest(bundle), cluster, config_hash)
         _trim(self._renders, self.limit)
 
-    def running_hash(self, running: bytes) -> str | None:
-        """The hash of the plain form of the node configuration ``running``, when these bytes were read before."""
+    def running(self, running: bytes) -> tuple[str, NodeTrust] | None:
+        """The hash of the plain form of the node configuration ``running`` and the CAs it trusts, when these bytes
+        were read before."""
         digest = _digest(running)
         found = self._running.pop(digest, None)
         if found is not None:
             self._running[digest] = found
         return found
 
-    def remember_running(self, running: bytes, config_hash: str) -> None:
+    def remember_running(self, running: bytes, config_hash: str, trust: NodeTrust) -> None:
         digest = _digest(running)
         self._running.pop(digest, None)
-        self._running[digest] = config_hash
+        self._running[digest] = (config_hash, trust)
         _trim(self._running, self.limit)
 
     def classification(self, running: bytes, rendered_hash: str, contract: str, role: str) -> Classification | None:

@@ -12,8 +12,15 @@
     an operation's planned reboot / kube-apiserver restart under way, within its bound
                                            -> Ready=False/Rebooting (APIServerRestarting), a Normal Event;
                                               the node is not dialled (the operation watches it)
+    the node runs another Talos contract   -> never applied (its Version's major.minor is not spec.talosVersion)
+                                                                             -> Ready=False/ContractMismatch
+    spec.address no <host>[:port]          -> Ready=False/InvalidAddress, a Warning; nothing dialled
     unreachable / render failure           -> Ready=False with the cause (a Warning MachineUnreachable: nobody
                                               planned it, or a planned one outlasted its bound)
+    the bundle's CAs not among those the   -> never applied, whatever the difference -> Ready=False/BundleMismatch
+      node trusts (its running config, or,    (no Event: the TalosCluster's Warning says it once;
+      when it refuses the bundle's TLS       docs/decisions.md#bundle-belongs)
+      credentials, status.trustedCAs)
     an operation holding the machines      -> Ready=Unknown, nothing else (docs/decisions.md#rotation-state):
       under way (its kind's holds_machines)   CARotationInProgress when its kind rotates the cluster's CAs,
                                               OperationUnderWay (its kind's title in the message) for any other
@@ -31,11 +38,12 @@ from typing import Any
 
 import structlog
 
-from ichord.api import names
+from ichord.api import contract_match, names
 from ichord.api.conditions import Condition
 from ichord.api.disruptions import Disruption, PlannedDisruption
 from ichord.api.names import ReadyReason
 from ichord.api.views import MachineView, OperationView
+from ichord.contract import ContractMismatchError, runs_contract
 from ichord.machines.memo import ConfigMemo
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.scrub import SCRUBBER
@@ -45,18 +53,20 @@ from ichord.render.fieldmeta import Classification, classify, summarize_paths
 from ichord.render.generate import render
 from ichord.render.inputs import ClusterInputs, MachineInputs
 from ichord.render.strict import InvalidConfigError
+from ichord.render.trusted_cas import BundleCAs, NodeTrust, Refusal, refusals
 from ichord.talos.client import ApplyMode, TalosClient
 from ichord.talos.errors import (
     TalosCertificateError,
     TalosError,
     TalosFailedPreconditionError,
+    TalosInvalidEndpointError,
     TalosUnreachableError,
 )
 
 log = structlog.get_logger("ichord.machines")
 
 # Status fields this reconciler owns on a TalosMachine (everything else is left alone).
-OWNED_FIELDS = ("rebootPaths", "apiServerRestartPaths", "nodeName", "configHash", "talosVersion")
+OWNED_FIELDS = ("rebootPaths", "apiServerRestartPaths", "nodeName", "configHash", "talosVersion", "trustedCAs")
 
 
 @dataclass
@@ -106,12 +116,14 @@ async def reconcile_machine(
     memo: ConfigMemo | None = None,
     planned: PlannedDisruption | None = None,
     now: dt.datetime | None = None,
+    bundle_cas: BundleCAs | None = None,
 ) -> MachineResult:
     """One step of one machine; ``memo`` (the caller's, per cluster) spares re-deriving unchanged content.
 
     ``planned``: the reboot or kube-apiserver restart an operation has under way on this machine (from its markers
     in the API), judged against its bound at ``now``. ``held_by``: the operation under way whose kind holds the
-    machine reconciler off the cluster's nodes, if any."""
+    machine reconciler off the cluster's nodes, if any. ``bundle_cas``: the bundle Secret's CAs, rotation.yaml's new
+    ones included (None: ``bundle``'s alone); a node that trusts none of them is never applied to."""
     now = now if now is not None else dt.datetime.now(dt.UTC)
     if planned is not None and not planned.overdue(now):
         return _planned(planned, retry_after)
@@ -119,6 +131,7 @@ async def reconcile_machine(
         # Standing aside: no render, no dial, no apply (docs/decisions.md#rotation-state).
         return MachineResult(_held(held_by))
     memo = memo if memo is not None else ConfigMemo()  # none given: everything is derived afresh
+    bundle_cas = bundle_cas if bundle_cas is not None else BundleCAs.of_bundle(bundle)
     try:
         inputs = MachineInputs.from_spec(machine.spec)
         rendered_hash = memo.rendered_hash(bundle, cluster, inputs)  # the same inputs render the same configuration
@@ -131,13 +144,27 @@ async def reconcile_machine(
     endpoint = machine.address
     try:
         running_bytes = await talos.machine_config(endpoint)
-        running_hash = memo.running_hash(running_bytes)  # the same bytes read the same
-        if running_hash is None:
-            running_hash = plain_hash(MachineConfig.plain_of(running_bytes))
-            memo.remember_running(running_bytes, running_hash)
+        known_bytes = memo.running(running_bytes)  # the same bytes read the same
+        if known_bytes is None:
+            plain = MachineConfig.plain_of(running_bytes)
+            known_bytes = (plain_hash(plain), NodeTrust.of_config(plain))
+            memo.remember_running(running_bytes, *known_bytes)
+        running_hash, trust = known_bytes
         node_name = machine.hostname or await talos.nodename(endpoint)
         version = await talos.version(endpoint)
+    except TalosInvalidEndpointError as exc:
+        msg = (f"spec.address cannot be dialled, {exc.detail}; nothing was sent. Correct it: "
+               f"`kubectl -n {machine.namespace} edit talosmachine {machine.name}`")
+        return MachineResult(_ready("False", ReadyReason.INVALID_ADDRESS, msg),
+                             event=("Warning", ReadyReason.INVALID_ADDRESS, msg))  # only an edit can fix it
     except (TalosUnreachableError, TalosCertificateError) as exc:
+        recorded = NodeTrust.from_status(machine.status.get("trustedCAs"))
+        refused = refusals(bundle_cas, recorded) if recorded is not None else ()
+        if isinstance(exc, TalosCertificateError) and refused:
+            # The node refuses the bundle's credentials and, as last read, trusts other CAs: not a fault of the
+            # node, the bundle is not its own.
+            return _mismatch(refused, "the node (as last read)", retry_after,
+                             prefix=f"the node refused the bundle's TLS credentials ({_error_message(exc)}); ")
         msg = f"the Talos API at {endpoint} cannot be reached: {_error_message(exc)}"
         if planned is not None:  # planned, and past its bound: now it needs a person
             msg = (f"{planned.describe()} has not ended within {planned.bound:g} s; {msg}. The operation pauses "
@@ -152,7 +179,16 @@ async def reconcile_machine(
         msg = f"cannot read the node's configuration: {_error_message(exc)}"
         return MachineResult(_ready("False", ReadyReason.UNREACHABLE, msg), requeue_after=retry_after)
 
-    base = {"nodeName": node_name, "talosVersion": version.tag, "configHash": rendered_hash}
+    base = {"nodeName": node_name, "talosVersion": version.tag, "configHash": rendered_hash,
+            "trustedCAs": trust.as_status()}
+    if not runs_contract(version.tag, cluster.contract):
+        # Rendered for another Talos than the node runs: neither compared nor classified, nothing applied
+        # (docs/decisions.md#contract-match).
+        return _contract_mismatch(version.tag, cluster, machine, base, retry_after)
+    refused = refusals(bundle_cas, trust)
+    if refused:  # before any classification or apply: another cluster's CAs would lock the node out
+        return _mismatch(refused, "its running configuration", retry_after, fields={
+            "nodeName": node_name, "talosVersion": version.tag, "trustedCAs": trust.as_status()})
     converged = running_hash == rendered_hash  # the common case, converged, needs no more
     rendered: MachineConfig | None = None
     contract, role = str(cluster.contract), machine.role
@@ -194,8 +230,12 @@ async def reconcile_machine(
         return decided
 
     try:
-        await talos.apply_configuration(endpoint, rendered.wire_bytes(), ApplyMode.NO_REBOOT, dry_run=True)
-        applied = await talos.apply_configuration(endpoint, rendered.wire_bytes(), ApplyMode.NO_REBOOT)
+        await talos.apply_configuration(endpoint, rendered.wire_bytes(), ApplyMode.NO_REBOOT, dry_run=True,
+                                        contract=cluster.contract)
+        applied = await talos.apply_configuration(endpoint, rendered.wire_bytes(), ApplyMode.NO_REBOOT,
+                                                  contract=cluster.contract)
+    except ContractMismatchError as exc:  # the node changed under the read above (a new connection, a new boot)
+        return _contract_mismatch(exc.running, cluster, machine, base, retry_after)
     except TalosFailedPreconditionError:
         # another apply is running on the node (talosctl, or a rotation's): look again shortly
         return MachineResult(
@@ -227,6 +267,22 @@ async def reconcile_machine(
     )
 
 
+def describe_refusals(refused: tuple[Refusal, ...], where: str) -> str:
+    """``the bundle's Talos API CA <fp> is not among the CAs <where> trusts (<fp>, ...)``, for each refused CA."""
+    return "; ".join(f"the bundle's {r.title} {r.bundle} is not among the CAs {where} trusts ({', '.join(r.node)})"
+                     for r in refused)
+
+
+def _mismatch(refused: tuple[Refusal, ...], where: str, retry_after: float, *, prefix: str = "",
+              fields: dict[str, Any] | None = None) -> MachineResult:
+    msg = (f"{prefix}{describe_refusals(refused, where)}: the bundle Secret holds CAs this node does not trust "
+           "(another cluster's?); nothing was applied. See the TalosCluster's Ready")
+    # No reboot or restart paths stay behind for a config rollout to plan: it would roll the bundle out.
+    return MachineResult(_ready("False", ReadyReason.BUNDLE_MISMATCH, msg),
+                         fields={"rebootPaths": [], "apiServerRestartPaths": [], **(fields or {})},
+                         requeue_after=retry_after)
+
+
 def _planned(planned: PlannedDisruption, retry_after: float) -> MachineResult:
     """A disruption ichord asked for: said as such, with a Normal Event; the node is left to the operation."""
     if planned.what is Disruption.REBOOT:
@@ -238,6 +294,20 @@ def _planned(planned: PlannedDisruption, retry_after: float) -> MachineResult:
         msg = (f"kube-apiserver restarting: {planned.describe()}; the machine is reconciled again once the operation "
                f"has seen it Ready (a Warning only if it is not within {planned.bound:g} s)")
     return MachineResult(_ready("False", reason, msg), event=("Normal", event, msg), requeue_after=retry_after)
+
+
+def _contract_mismatch(running: str, cluster: ClusterInputs, machine: MachineView, base: dict[str, Any],
+                       retry_after: float) -> MachineResult:
+    """Ready=False naming both versions and the way out, a Warning (a person must choose); no paths reported: they
+    would be of a render for another Talos. Read again at the retry: an upgrade of the node sends no event."""
+    msg = contract_match.machine_message(running, cluster.contract, cluster=machine.cluster,
+                                         namespace=machine.namespace)
+    return MachineResult(
+        _ready("False", ReadyReason.CONTRACT_MISMATCH, msg),
+        fields={**base, "rebootPaths": [], "apiServerRestartPaths": []},
+        event=("Warning", names.EventReason.CONTRACT_MISMATCH, msg),
+        requeue_after=retry_after,
+    )
 
 
 def _render_failed(exc: RenderError) -> MachineResult:

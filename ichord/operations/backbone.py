@@ -29,11 +29,12 @@ from typing import Any, Protocol
 
 import structlog
 
-from ichord.api import names
+from ichord.api import contract_match, names
 from ichord.api.conditions import Condition, find, now_rfc3339, parse_time
 from ichord.api.names import Phase
 from ichord.api.operation_kinds import KindDescription, describe, sections
 from ichord.api.views import MachineView, OperationView
+from ichord.contract import ContractMismatchError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient
 from ichord.kube.errors import Conflict, Forbidden, KubeError, NotFound
@@ -367,6 +368,23 @@ async def forbidden(ctx: Context, kind: OperationKind, op: Obj, exc: Forbidden) 
                     error=SCRUBBER.text(message))
         return Blocked(FORBIDDEN, message, ctx.timing.retry)
     return await blocked_before_read(ctx, kind, op, message, reason=FORBIDDEN)
+
+
+async def contract_mismatch(ctx: Context, kind: OperationKind, op: Obj, exc: ContractMismatchError,
+                            machines: list[MachineView]) -> Blocked:
+    """A step would have applied to a node of another Talos contract than the cluster's (the Talos client refused
+    before sending: docs/decisions.md#contract-match): Paused, the kind's condition False/ContractMismatch naming the
+    machine and both versions, one Warning per cause; retried every Timing.retry, so the operation goes on by itself
+    once the node is upgraded or spec.talosVersion names what it runs. A finished operation is left as it is."""
+    view = OperationView.of(op)
+    machine = next((m.name for m in machines if m.address == exc.endpoint), "a machine")
+    message = contract_match.operation_message(machine, exc.endpoint, exc.running, exc.contract,
+                                               cluster=view.cluster or "", namespace=view.namespace)
+    if view.finished:
+        log.warning("a finished operation's step met a contract mismatch", operation=f"{view.namespace}/{view.name}",
+                    error=message)
+        return Blocked(names.CONTRACT_MISMATCH, message, ctx.timing.retry)
+    return await blocked_before_read(ctx, kind, op, message, reason=names.CONTRACT_MISMATCH)
 
 
 async def fail(ctx: Context, kind: OperationKind, op: Obj, reason: str, message: str, *,

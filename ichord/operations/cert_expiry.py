@@ -25,9 +25,11 @@ from ichord.api.names import (
     BUNDLE_BACKUP_STALE,
     BUNDLE_EXPORTED_ANNOTATION,
     CERTIFICATES_EXPIRING,
+    READY,
     BundleBackupStaleReason,
     CertificatesExpiringReason,
     EventReason,
+    ReadyReason,
 )
 from ichord.errors import IchordError
 from ichord.kube.client import KubeClient
@@ -142,6 +144,55 @@ def backup_current_condition(bundle: SecretsBundle) -> Condition:
         f"copy matches the CAs in the cluster's Secret.")
 
 
+def bundle_mismatched(status: Obj) -> bool:
+    """Whether the cluster's Ready says its bundle is not the one its nodes trust (docs/decisions.md#bundle-belongs):
+    then no saved copy is said to match the Secret."""
+    ready = find(status.get("conditions"), READY)
+    return ready is not None and ready.get("reason") == ReadyReason.BUNDLE_MISMATCH
+
+
+def backup_condition(obj: Obj, bundle: SecretsBundle, mismatch: bool) -> Condition | None:
+    """BundleBackupStale as a change of the bundle's standing makes it (None: leave it as it is).
+
+    ``mismatch``: the nodes do not trust the bundle (Ready BundleMismatch). While it holds, an existing condition
+    is Unknown, since the saved copy is compared with what the nodes run, not only with the
+    Secret; once it ends, a condition it had set says again whether the export names the live bundle. A cluster
+    that never had the condition gets none."""
+    stale = find(((obj.get("status") or {}).get("conditions")), BUNDLE_BACKUP_STALE)
+    if stale is None:
+        return None
+    meta = obj.get("metadata") or {}
+    namespace, name = meta.get("namespace") or "NS", meta.get("name") or "NAME"
+    if mismatch:
+        return Condition(
+            BUNDLE_BACKUP_STALE, "Unknown", BundleBackupStaleReason.BUNDLE_MISMATCH,
+            f"The cluster's Secret holds a bundle its nodes do not trust (Ready BundleMismatch names the CAs' "
+            f"fingerprints); no saved copy is compared with it. Keep the copy you saved and put it back in the "
+            f"Secret (the TalosCluster's Ready says how); `ichord cluster bundle-export {name} -n {namespace}` "
+            f"refuses to export until then.")
+    if stale.get("reason") != BundleBackupStaleReason.BUNDLE_MISMATCH:
+        return None
+    if backup_stale_lowered(obj, bundle):
+        return backup_current_condition(bundle)
+    return Condition(
+        BUNDLE_BACKUP_STALE, "True", BundleBackupStaleReason.NOT_EXPORTED,
+        f"The bundle in the cluster's Secret is the one its nodes trust again, and the export annotation "
+        f"({BUNDLE_EXPORTED_ANNOTATION}) names another bundle: save this one with "
+        f"`ichord cluster bundle-export {name} -n {namespace}`.")
+
+
+def backup_mutation(bundle: SecretsBundle, mismatch: bool, now: dt.datetime) -> StatusMutation:
+    """``backup_condition`` as a change of the status being written (None: nothing to change)."""
+    def mutate(status: Obj, obj: Obj) -> Obj | None:
+        cond = backup_condition({**obj, "status": status}, bundle, mismatch)
+        if cond is None or _same(find(status.get("conditions"), BUNDLE_BACKUP_STALE), cond):
+            return None
+        status["conditions"] = set_condition(status.get("conditions"), cond, now=now)
+        return status
+
+    return mutate
+
+
 def wants_expiry_pass(old: Obj | None, new: Obj) -> bool:
     """Whether a TalosCluster change should run a pass now rather than at the hourly re-read.
 
@@ -206,8 +257,10 @@ def _mutation(result: ExpiryResult, bundle: SecretsBundle, now: dt.datetime,
             changed = True
             written.turned_true = result.condition.status == "True" and (old is None or old.get("status") != "True")
         stale = find(conditions, BUNDLE_BACKUP_STALE)
-        # Raised only by the rotation; lowered here, against the annotation of the object being written.
-        if stale is not None and stale.get("status") == "True" and backup_stale_lowered(obj, bundle):
+        # Raised only by the rotation; lowered here, against the annotation of the object being written, and never
+        # while the nodes do not trust the Secret's bundle (an export of that bundle is no backup of the cluster).
+        if (stale is not None and stale.get("status") == "True" and backup_stale_lowered(obj, bundle)
+                and not bundle_mismatched(status)):
             conditions = set_condition(conditions, backup_current_condition(bundle), now=now)
             changed = written.lowered = True
         if not changed:

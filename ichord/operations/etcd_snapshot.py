@@ -22,6 +22,11 @@ written, nothing asked), ``etcd-snapshot.taken.before`` (the file there, not rec
 
 No healthy control plane, an unwritable directory or a damaged stream block the operation (condition, one
 Warning) before anything else happens; it retries.
+
+Everything that touches the directory (its check, a killed step's file, the snapshot's bytes, the retention) is
+behind one port, ``SnapshotPort``, which the step's context carries: the daemon's is ``DirectorySnapshots``; a
+rehearsal's twin hands in one that plays the snapshot from the twin's control plane and writes nothing
+(rehearsal/snapshots.py, docs/architecture.md#rehearsal).
 """
 
 from __future__ import annotations
@@ -42,12 +47,13 @@ from ichord.api.conditions import now_rfc3339
 from ichord.errors import IchordError
 from ichord.etcd_snapshot.file import (
     SnapshotDestinationError,
+    SnapshotFile,
     SnapshotIntegrityError,
     SnapshotWriteError,
     describe,
     partial_files,
 )
-from ichord.etcd_snapshot.take import BACKUP_ROLE, ControlPlane, NoHealthyControlPlane, take
+from ichord.etcd_snapshot.take import BACKUP_ROLE, ControlPlane, NoHealthyControlPlane, Taken, take
 from ichord.failpoints import failpoint
 from ichord.operations import backbone
 from ichord.operations.backbone import OperationKind
@@ -62,6 +68,8 @@ STATUS_KEY = "etcdSnapshot"
 TAKING = "Taking"
 TAKEN = "Taken"
 DEFAULT_RETAIN = 5
+#: The most snapshots of a cluster kept (the CRD's maximum; one written before it is refused here, naming it).
+MAX_RETAIN = 1000
 SUFFIX = ".db"
 #: What follows "<namespace>_<cluster>_" in a snapshot's name: its UTC time and the operation.
 _STAMPED = re.compile(r"\d{8}T\d{6}Z_[^_/]+\.db")
@@ -90,6 +98,9 @@ class Destination:
 
     def problem(self) -> str | None:
         """Why the daemon cannot write snapshots there, or None."""
+        if self.retain > MAX_RETAIN:
+            return (f"spec.etcdSnapshots.retain {self.retain} is above {MAX_RETAIN}, the most snapshots of a cluster "
+                    "ichord keeps: lower it")
         where = f"spec.etcdSnapshots.path {self.directory}"
         if not self.directory.is_absolute():
             return f"{where} is not an absolute path"
@@ -110,6 +121,52 @@ class Destination:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         return gone
+
+
+class SnapshotPort(Protocol):
+    """Where an operation's snapshot goes: the one seam between ``ensure_taken`` and the filesystem."""
+
+    def problem(self, destination: Destination) -> str | None:
+        """Why a snapshot cannot go to ``destination``, or None."""
+        ...
+
+    async def found(self, path: Path) -> SnapshotFile | None:
+        """A killed step's snapshot at ``path``, complete (recorded, never taken again), or None (a killed
+        writer's partial file cleared first)."""
+        ...
+
+    async def take(self, talos: TalosClient, control_planes: list[ControlPlane], path: Path) -> Taken:
+        """The snapshot of the first healthy control plane, as ``path``."""
+        ...
+
+    async def prune(self, destination: Destination, namespace: str, cluster: str) -> list[Path]:
+        """The retention after a snapshot: the cluster's snapshots removed."""
+        ...
+
+
+def _found(path: Path) -> SnapshotFile | None:
+    if path.exists():  # it appears only whole
+        return describe(path)
+    for leftover in partial_files(path):
+        leftover.unlink(missing_ok=True)
+    return None
+
+
+class DirectorySnapshots:
+    """The daemon's: each snapshot a file in the destination directory, written atomically, its retention applied
+    after each."""
+
+    def problem(self, destination: Destination) -> str | None:
+        return destination.problem()
+
+    async def found(self, path: Path) -> SnapshotFile | None:
+        return await anyio.to_thread.run_sync(_found, path)  # reads a file whole: off the event loop
+
+    async def take(self, talos: TalosClient, control_planes: list[ControlPlane], path: Path) -> Taken:
+        return await take(talos, control_planes, path)
+
+    async def prune(self, destination: Destination, namespace: str, cluster: str) -> list[Path]:
+        return await anyio.to_thread.run_sync(destination.prune, namespace, cluster)
 
 
 def plan_entry(destination: Destination | None, status: Obj) -> Obj | None:
@@ -165,6 +222,8 @@ class _Subject(backbone.Subject, Protocol):
 class _Context(backbone.Context, Protocol):
     @property
     def talos_factory(self) -> Callable[[DialBundle], TalosClient]: ...
+    @property
+    def etcd_snapshots(self) -> SnapshotPort: ...
 
 
 async def take_before_reboots(ctx: _Context, kind: OperationKind, subject: _Subject,
@@ -179,14 +238,16 @@ async def take_before_reboots(ctx: _Context, kind: OperationKind, subject: _Subj
         talos.close()
 
 
-async def ensure_taken(ctx: backbone.Context, kind: OperationKind, subject: backbone.Subject,
+async def ensure_taken(ctx: _Context, kind: OperationKind, subject: backbone.Subject,
                        destination: Destination, talos: TalosClient, control_planes: list[ControlPlane],
                        *, namespace: str) -> Blocked | None:
-    """One snapshot for this operation, in ``destination``, exactly once across kills; Blocked when it cannot."""
+    """One snapshot for this operation, in ``destination``, exactly once across kills; Blocked when it cannot.
+    The directory is touched only through ``ctx.etcd_snapshots``."""
     record = subject.status.get(STATUS_KEY) or {}
     if record.get("state") == TAKEN:
         return None
-    why = destination.problem()
+    port = ctx.etcd_snapshots
+    why = port.problem(destination)
     if why is not None:
         return await backbone.blocked(ctx, kind, subject, f"etcd snapshot before the first reboot: {why}")
     started = str(record.get("startedAt") or "")
@@ -200,12 +261,11 @@ async def ensure_taken(ctx: backbone.Context, kind: OperationKind, subject: back
         failpoint("etcd-snapshot.marker.after")
     machine = ""
     try:
-        if path.exists():  # a killed step's snapshot, complete (it appears only whole): recorded, not taken again
-            file = await anyio.to_thread.run_sync(describe, path)  # reads it whole: off the event loop
+        found = await port.found(path)  # a killed step's snapshot, complete: recorded, not taken again
+        if found is not None:
+            file = found
         else:
-            for leftover in partial_files(path):
-                leftover.unlink(missing_ok=True)
-            taken = await take(talos, control_planes, path)
+            taken = await port.take(talos, control_planes, path)
             file, machine = taken.file, taken.machine
             failpoint("etcd-snapshot.taken.before")
     except (NoHealthyControlPlane, SnapshotIntegrityError, SnapshotDestinationError, SnapshotWriteError,
@@ -218,7 +278,7 @@ async def ensure_taken(ctx: backbone.Context, kind: OperationKind, subject: back
     backbone.event(ctx, subject, "Normal", names.EventReason.ETCD_SNAPSHOT_TAKEN,
                    f"etcd snapshot {file.path} ({file.size} bytes, sha256 {file.sha256}){source}, taken before the "
                    "first control-plane reboot")
-    removed = await anyio.to_thread.run_sync(destination.prune, namespace, subject.cluster_name)
+    removed = await port.prune(destination, namespace, subject.cluster_name)
     if removed:
         backbone.log_transition(kind, subject, "old etcd snapshots removed", kept=destination.retain,
                                 removed=[p.name for p in removed])

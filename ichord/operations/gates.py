@@ -60,7 +60,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import aiohttp
-import celpy
 import structlog
 from celpy.adapter import json_to_cel
 from celpy.celtypes import BoolType
@@ -68,12 +67,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from ichord.api import names
-from ichord.api.conditions import Condition, now_rfc3339, parse_time
+from ichord.api.conditions import Condition, bounded_message, now_rfc3339, parse_time
 from ichord.api.names import Phase
 from ichord.errors import IchordError
 from ichord.kube import errors as kube_errors
 from ichord.kube.client import KubeClient
-from ichord.operations import backbone
+from ichord.operations import backbone, gate_cel
 from ichord.operations.op_status import Transition
 from ichord.operations.outcome import Blocked, Requeue
 from ichord.operations.renewal import RenewalPolicyError, parse_duration
@@ -324,15 +323,14 @@ async def _read_bundle(kube: KubeClient, namespace: str, gate: Gate) -> str:
 
 
 def compile_cel(expression: str, name: str) -> Any:
-    """The compiled program of a CEL gate (cel-python); GateSpecError names the gate and the parse error."""
+    """The compiled program of a CEL gate; GateSpecError names the gate and the expression's problem (a parse error,
+    a variable that is not declared: gate_cel.py)."""
     if not expression.strip():
         raise GateSpecError(f"health gate {name!r}: cel.expression is empty")
-    env = celpy.Environment()
     try:
-        return env.program(env.compile(expression))
-    except Exception as exc:  # celpy raises its own parse errors (CELParseError, lark's)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise GateSpecError(f"health gate {name!r}: cel.expression does not compile: {first}") from None
+        return gate_cel.compile_expression(expression)
+    except gate_cel.CelSpecError as exc:
+        raise GateSpecError(f"health gate {name!r}: cel.expression does not compile: {exc}") from None
 
 
 # ---- asking the gates ---------------------------------------------------------------------------
@@ -387,7 +385,7 @@ async def evaluate(gate: Gate, probe: Probe, *, target: str) -> Verdict:
         passing, message = await _ask(gate, probe, target)
     except (IchordError, aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
         passing, message = False, f"cannot be asked: {SCRUBBER.exception(exc) if isinstance(exc, IchordError) else exc}"
-    return Verdict(gate.name, gate.type, passing, SCRUBBER.text(message))
+    return Verdict(gate.name, gate.type, passing, bounded_message(SCRUBBER.text(message)))
 
 
 async def _ask(gate: Gate, probe: Probe, target: str) -> tuple[bool, str]:
@@ -406,9 +404,9 @@ async def _cel(gate: Gate, probe: Probe, target: str) -> tuple[bool, str]:
     try:
         result = gate.program.evaluate(activation)
     except Exception as exc:  # celpy raises CELEvalError and others for a missing field, a bad index
-        return False, f"expression failed: {exc}"
+        return False, f"expression failed: {gate_cel.problem(exc)}"
     if isinstance(result, Exception):
-        return False, f"expression failed: {result}"
+        return False, f"expression failed: {gate_cel.problem(result)}"
     if not isinstance(result, BoolType | bool):
         return False, f"expression gave {type(result).__name__} {result!r}, not a bool"
     return (True, "expression is true") if result else (False, "expression is false")

@@ -21,10 +21,11 @@ from ichord.api.conditions import Condition
 from ichord.api.disruptions import PlannedDisruption, by_machine
 from ichord.api.names import Phase
 from ichord.api.views import OperationView
+from ichord.contract import ContractMismatchError
 from ichord.errors import IchordError
 from ichord.kube.errors import Forbidden
 from ichord.operations import intent
-from ichord.operations.backbone import OperationKind, forbidden
+from ichord.operations.backbone import OperationKind, contract_mismatch, forbidden
 from ichord.operations.op_status import Transition
 from ichord.operations.outcome import Done, Outcome, soonest
 from ichord.operations.scope import ClusterScope
@@ -123,6 +124,10 @@ class Registry:
                 op = fresh
             # Past Pending a kind runs on the spec it accepted (a changed one is reported, never followed).
             outcome = await impl.advance(scope, await intent.keep(scope, op))
+        except ContractMismatchError as exc:
+            # Not transient either: the node runs another Talos than the contract, and nothing was sent to it; it
+            # waits for a person (an upgrade, or spec.talosVersion), asked again every Timing.retry.
+            return await contract_mismatch(scope, impl.spec, _current(scope, op).obj, exc, scope.machines)
         except Forbidden as exc:
             # Not transient: the grant stays missing until someone adds it. Said at once on the operation (its
             # kind's condition False/Forbidden naming the chart value, one Warning), not as StepsFailing after the

@@ -87,6 +87,7 @@ from typing import Protocol
 
 import structlog
 
+from ichord.contract import ContractMismatchError
 from ichord.errors import IchordError
 from ichord.failpoints import failpoint
 from ichord.kube.errors import Conflict, NotFound
@@ -306,6 +307,8 @@ async def _first_closed(gates: Sequence[Gate], target: RollTarget) -> GateResult
     for gate in gates:
         try:
             result = await gate(target)
+        except ContractMismatchError:
+            raise  # no check a wait clears: the operation blocks naming it (docs/decisions.md#contract-match)
         except IchordError as exc:
             result = GateResult(f"a check failed: {exc}")
         if not result.ok:

@@ -26,6 +26,7 @@ from ichord.kube.errors import NotFound
 from ichord.kube.events import EventRecorder
 from ichord.operations import op_status
 from ichord.operations.bundle_source import BundleRead, BundleSourceError, read_cluster_bundle
+from ichord.operations.etcd_snapshot import DirectorySnapshots, SnapshotPort
 from ichord.operations.lock import LockMemo
 from ichord.operations.managed.clients import NodeWatcher
 from ichord.pki.scrub import SCRUBBER
@@ -81,6 +82,12 @@ class ClusterScope:
     #: The cluster lock as this process last wrote it, kept by the cluster's actor across steps (operations/lock.py:
     #: a holder renews it with one PUT).
     lock_memo: LockMemo | None = None
+    #: Where an operation's etcd snapshot goes (operations/etcd_snapshot.py): the daemon's directory; a rehearsal's
+    #: twin hands in one that writes nothing.
+    etcd_snapshots: SnapshotPort = field(default_factory=DirectorySnapshots)
+    #: The TalosMachine (namespace, name) created first that names the same node as a machine, or None: a machine
+    #: another holds is in no operation's inputs (actors/one_owner.py, docs/decisions.md#one-owner).
+    address_holder: Callable[[MachineView], tuple[str, str] | None] = lambda _m: None
     _bundle: BundleRead | BundleSourceError | None = field(default=None, repr=False)
 
     @property

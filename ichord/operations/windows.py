@@ -28,9 +28,10 @@ rules for daylight saving time, which a library's iterator would have to be wrap
 - a start in a repeated hour (fall back) opens once, at its first occurrence;
 - a duration is elapsed time: a 4h window across a change is open four real hours.
 
-Invalid windows (a cron field out of range, a zone not in the IANA database, a duration that is not one) are a
-spec a person must fix: nothing disruptive starts; the operation says which field is wrong (a Warning, since it
-needs a person), as a spec the CRD schema could not catch.
+Invalid windows (a cron field out of range, a zone not in the IANA database, a duration that is not one or lasts
+more than 7 days, two windows of one name) are a spec a person must fix: nothing disruptive starts; the operation
+says which field is wrong (a Warning, since it needs a person), as a spec the CRD schema could not catch (or a
+cluster stored before the schema caught it).
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _MONTHS = {m: i + 1 for i, m in enumerate(("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT",
                                            "NOV", "DEC"))}
 _DAYS = {d: i for i, d in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))}
+#: The longest a recurring window lasts (the CRD's rule): a weekly window closes before it opens again.
+MAX_DURATION = dt.timedelta(days=7)
 
 
 class WindowSpecError(IchordError):
@@ -242,11 +245,16 @@ class Windows:
             raise WindowSpecError("spec.maintenance.windows must be a list")
         recurring: list[Recurring] = []
         one_off: list[OneOff] = []
+        named: dict[str, int] = {}
         for i, entry in enumerate(entries):
             where = f"spec.maintenance.windows[{i}]"
             if not isinstance(entry, dict):
                 raise WindowSpecError(f"{where} must be an object")
             name = str(entry.get("name") or f"#{i}")
+            if name in named:  # messages and Events name a window by its name
+                raise WindowSpecError(f"{where}.name: {name!r} is the name of spec.maintenance.windows[{named[name]}] "
+                                      "too; give each window a name of its own")
+            named[name] = i
             if entry.get("schedule") is not None:
                 if entry.get("start") is not None or entry.get("end") is not None:
                     raise WindowSpecError(f"{where} ({name}) has both a schedule and a start/end; give one")
@@ -255,6 +263,10 @@ class Windows:
                 except WindowSpecError as exc:
                     raise WindowSpecError(f"{where}.schedule ({name}): {exc}") from None
                 duration = parse_duration(str(entry.get("duration") or ""), f"{where}.duration ({name})")
+                if duration > MAX_DURATION:
+                    raise WindowSpecError(f"{where}.duration ({name}): {entry['duration']!r} is longer than 7 days "
+                                          "(168h), the longest a window lasts; for disruption at any time, remove "
+                                          "spec.maintenance")
                 zone_name = str(entry.get("timeZone") or "UTC")
                 try:
                     zone = zoneinfo.ZoneInfo(zone_name)

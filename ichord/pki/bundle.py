@@ -31,6 +31,7 @@ from ichord.errors import IchordError
 from ichord.pki import pem as _pem
 from ichord.pki import targets as ca_targets
 from ichord.pki.ca import CAKind, CAProfile, CertificateAuthority, KeyAlgorithm, generate_ca, generate_key
+from ichord.safefile import DestinationError, write_file
 
 
 class BundleError(IchordError):
@@ -45,8 +46,8 @@ class BundleError(IchordError):
         )
 
 
-class BundleExistsError(IchordError):
-    pass
+#: ``save`` refused the destination (it exists without ``force``, its directory does not): ichord.safefile's error.
+BundleExistsError = DestinationError
 
 
 _TOKEN_ALPHABET = string.ascii_lowercase + string.digits
@@ -172,18 +173,10 @@ class SecretsBundle:
             raise BundleError([f"it cannot be read ({exc.strerror})"], str(p)) from None
         return cls.from_yaml(data, str(p))
 
-    def save(self, path: str | _os.PathLike[str], *, force: bool = False) -> None:
-        """Write with mode 0600 (as talosctl does); refuse to overwrite unless ``force``."""
-        p = Path(path)
-        data = self.to_yaml().encode()
-        flags = _os.O_WRONLY | _os.O_CREAT | (_os.O_TRUNC if force else _os.O_EXCL)
-        try:
-            fd = _os.open(p, flags, 0o600)
-        except FileExistsError:
-            raise BundleExistsError(f"{p} exists; pass --force to overwrite it") from None
-        with _os.fdopen(fd, "wb") as f:
-            f.write(data)
-        _os.chmod(p, 0o600)
+    def save(self, path: str | _os.PathLike[str], *, force: bool = False) -> Path:
+        """Write with mode 0600 (as talosctl does), atomically; refuse an existing file unless ``force``, and a
+        directory that does not exist (ichord.safefile). The absolute path written."""
+        return write_file(Path(path), self.to_yaml().encode(), force=force)
 
 
 def generate_bundle(contract: VersionContract = DEFAULT_CONTRACT, *, now: dt.datetime | None = None) -> SecretsBundle:

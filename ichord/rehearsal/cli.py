@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +45,7 @@ def register(sub: Any, cluster_args: Callable[[argparse.ArgumentParser], None]) 
                         "(repeatable)")
     p.add_argument("--budget", type=float, default=240.0, metavar="SECONDS",
                    help="how long the rehearsal itself may run (default 240)")
-    p.add_argument("--log-level", default="warning",
+    p.add_argument("--log-level", type=operation_cli.log_level, default="warning",
                    help="the twin's daemon log on stderr (default %(default)s: what went wrong only)")
     operation_cli.add_output_format(p)
     p.set_defaults(func=_main)
@@ -58,7 +59,7 @@ def _read(path: Path) -> Any:
     try:
         docs = [d for d in yamlio.load_all(text) if d is not None]
     except Exception as exc:
-        raise RehearsalFileError(f"{path} is not YAML: {exc}") from None
+        raise RehearsalFileError(f"{path} is not YAML: {' '.join(str(exc).split())}") from None
     if len(docs) != 1:
         raise RehearsalFileError(f"{path} holds {len(docs)} documents; give one TalosOperation")
     return docs[0]
@@ -87,7 +88,7 @@ def rehearse_object(args: argparse.Namespace, doc: Any) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     Durations.parse(args.duration)  # refused before anything is read
-    if args.budget <= 0:
+    if not (math.isfinite(args.budget) and args.budget > 0):  # argparse's float() takes nan and inf
         raise RehearsalFileError("--budget must be a positive number of seconds")
     return rehearse_object(args, _read(args.file))
 

@@ -14,6 +14,7 @@ finishes; everything else is one after the other. Each node's step also costs th
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,8 @@ class Durations:
                 high = float(high_s) if high_s else low
             except ValueError:
                 raise DurationError(f"--duration {item!r}: {value!r} is not SECONDS or LOW-HIGH") from None
+            if not (math.isfinite(low) and math.isfinite(high)):  # float() takes nan and inf: no duration
+                raise DurationError(f"--duration {item!r}: {value!r} is not a number of seconds")
             if low < 0 or high < low:
                 raise DurationError(f"--duration {item!r}: need 0 <= LOW <= HIGH")
             ranges[kind] = (low, high)

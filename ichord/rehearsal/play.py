@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ichord.api import names
@@ -19,6 +20,8 @@ from ichord.settings import Timing
 from ichord.talos.client import TalosClient
 
 Obj = dict[str, Any]
+#: A Kubernetes object name (an RFC 1123 subdomain), as the live API server checks it on create.
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def check_operation(doc: Any, namespace: str, cluster: str) -> Obj:
@@ -40,6 +43,9 @@ def check_operation(doc: Any, namespace: str, cluster: str) -> Obj:
     if describe(str(spec.get("kind") or "")) is None:
         raise RehearsalInputError(f"spec.kind {spec.get('kind')!r} is not an operation kind ichord runs")
     name = str(meta.get("name") or f"{cluster}-rehearsal")
+    if len(name) > 253 or not _OBJECT_NAME.fullmatch(name):  # the twin's API server does not check names
+        raise RehearsalInputError(f"metadata.name {name!r} is not a name the API server accepts (lower-case "
+                                  "letters, digits, '-' and '.', starting and ending with a letter or digit)")
     return {**doc, "apiVersion": names.API_VERSION, "metadata": {"name": name}}
 
 

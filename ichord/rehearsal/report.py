@@ -18,6 +18,7 @@ WORDS = {
     "boot": "node booted", "apiserver_restart": "kube-apiserver restart", "apiserver_ready": "kube-apiserver ready",
     "cordon": "drain (cordon)", "uncordon": "uncordon", "evict": "pod evicted", "blocked": "waits",
     "act": "a person acts", "pdb": "drain blocked by", "stop": "STOPS", "settle": "the daemon waits",
+    "snapshot": "etcd snapshot (played)",
 }
 #: Rows a text timeline leaves out (they are in -o json): the simulator's own detail of a reboot.
 QUIET = frozenset({"down", "boot", "apiserver_ready"})

@@ -21,9 +21,11 @@ from ichord.api import names
 from ichord.api.conditions import find
 from ichord.api.views import OperationView
 from ichord.kube import crds
-from ichord.kube.client import from_kubeconfig
+from ichord.kube.client import from_kubeconfig_data
 from ichord.kube.errors import BadRequest, Invalid
 from ichord.operations.ca_rotation.plan import handoff_token
+from ichord.operations.etcd_snapshot import STATUS_KEY as SNAPSHOT_KEY
+from ichord.operations.etcd_snapshot import TAKEN as SNAPSHOT_TAKEN
 from ichord.operations.outcome import next_delay
 from ichord.pki.scrub import SCRUBBER
 from ichord.rehearsal.live import RehearsalInputError
@@ -57,7 +59,7 @@ class Event:
 
     t: float
     kind: str  # stage, apply, reboot, boot, apiserver_restart, apiserver_ready, cordon, uncordon, evict, settle, act,
-    # stop
+    # snapshot, stop
     node: str = ""
     detail: str = ""
 
@@ -103,6 +105,7 @@ class Player:
         self._blocked: set[tuple[str, str, str]] = set()
         self._repeated: tuple[str, str, str] | None = None
         self._nodenames: dict[str, str] = {}
+        self._snapshot_played = False
 
     def _now(self) -> float:
         return anyio.current_time() - self._t0
@@ -136,6 +139,7 @@ class Player:
         if rt.plural != "talosoperations" or change.new["metadata"]["name"] != self.name:
             return
         view = OperationView.of(change.new)
+        self._snapshot(change.new)
         if view.stage and view.stage != self._stage:
             self._stage = view.stage
             self._add("stage", detail=view.stage)
@@ -153,6 +157,19 @@ class Player:
                 self._add("blocked", detail=f"{seen[1]}: {seen[2]}")
                 for pdb in self._blocking_budgets(seen[2]):
                     self._add("pdb", detail=f"PodDisruptionBudget {pdb} allows no disruption")
+
+    def _snapshot(self, op: Obj) -> None:
+        """The etcd snapshot the real run takes before its first reboot, once the twin played it (its port wrote
+        nothing: rehearsal/snapshots.py)."""
+        status = op.get("status") or {}
+        record = status.get(SNAPSHOT_KEY) or {}
+        if self._snapshot_played or record.get("state") != SNAPSHOT_TAKEN:
+            return
+        self._snapshot_played = True
+        retain = ((status.get("plan") or {}).get(SNAPSHOT_KEY) or {}).get("retain")
+        kept = f", then keeps the cluster's newest {retain} there" if retain else ""
+        self._add("snapshot", str(record.get("machine") or ""),
+                  f"{record.get('path')}: the real run writes it{kept}; played here, nothing written")
 
     def _blocking_budgets(self, message: str) -> list[str]:
         """The twin's PodDisruptionBudgets that select a pod a drain's message says is refused eviction."""
@@ -188,7 +205,8 @@ class Player:
         twin.kube.store.listeners.append(self._on_managed)
         twin.management.store.listeners.append(self._on_management)
         try:
-            async with await from_kubeconfig(twin.kubeconfig, timing=tm) as kube:
+            async with await from_kubeconfig_data(twin.kubeconfig_data(), what="the twin's kubeconfig",
+                                                  timing=tm) as kube:
                 await self._run(kube, body, tm)
         finally:
             twin.talos.history.listeners.remove(self._on_talos)
@@ -200,7 +218,8 @@ class Player:
         twin = self.twin
         ops = twin.management.store.resolve(names.GROUP, names.VERSION, names.PLURALS[names.TALOS_OPERATION])
         refused: RehearsalInputError | None = None
-        async with standalone_actor(kube, twin.namespace, twin.cluster_name, tm, instance="rehearsal") as reconciler:
+        async with standalone_actor(kube, twin.namespace, twin.cluster_name, tm, instance="rehearsal",
+                                    etcd_snapshots=twin.etcd_snapshots) as reconciler:
             await self._settle(reconciler)
             self._t0 = anyio.current_time()
             try:

@@ -11,6 +11,10 @@ Two kinds of pod the simulator has no controller for are taken closest to what a
   elsewhere (its name and the order of the ordinals are not reproduced), so its PodDisruptionBudget counts alike;
 - a pod no controller owns (outside kube-system, not a mirror pod, not finished) is created on its live node:
   ichord's drain refuses it as it would on the live cluster, so that stop is predicted.
+
+The twin writes nothing outside itself: ichord's kubeconfig for it stays in memory (``kubeconfig_data``), and the
+operation's steps take their etcd snapshot through the twin's port (``etcd_snapshots``, snapshots.py), which plays
+it from the twin's control planes and writes no file, so the live directory is never touched.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ichord.contract import VersionContract
 from ichord.operations.managed.drain import skipped, unowned
 from ichord.pki.bundle import SecretsBundle
 from ichord.rehearsal.live import LiveCluster
+from ichord.rehearsal.snapshots import PlayedSnapshots
 from ichord.render.config import MachineConfig
 from ichord.sim.combined import SimEnvironment, objects
 from ichord.sim.kube.podrules import CLIENT_NAMESPACE
@@ -43,6 +48,8 @@ def _approved(live: LiveCluster) -> list[MachineView]:
 class Twin(SimEnvironment):
     """A SimEnvironment whose objects, bundle and node configurations are the live cluster's."""
 
+    writes_kubeconfig = False
+
     def __init__(self, live: LiveCluster, contract: VersionContract, *, time_scale: float, timings: Timings) -> None:
         approved = _approved(live)
         cps = sum(1 for m in approved if m.is_control_plane)
@@ -56,6 +63,8 @@ class Twin(SimEnvironment):
         self.live = live
         self._approved = approved
         self.secret_name = live.secret_name
+        #: Where the operation's etcd snapshot goes in the twin: played, never written (the actor's port).
+        self.etcd_snapshots = PlayedSnapshots()
 
     def _plan_machines(self, prefix: str) -> list[objects.MachinePlan]:
         return [objects.MachinePlan(m.name, m.role, f"{prefix}{self._first + i}", self._talos_port)

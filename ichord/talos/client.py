@@ -22,6 +22,7 @@ from grpclib.config import Configuration
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
+from ichord.contract import ContractMismatchError, VersionContract, runs_contract
 from ichord.errors import network_cause, verify_reason
 from ichord.metrics import TALOS_RPC_DURATION
 from ichord.talos import errors as e
@@ -81,6 +82,26 @@ def split_endpoint(endpoint: str, default_port: int = APID_PORT) -> tuple[str, i
     return endpoint, default_port
 
 
+def endpoint_problem(endpoint: str) -> str | None:
+    """Why ``endpoint`` cannot be dialled as it is written, or None: checked before a dial, so a bad address is said
+    as such (TalosInvalidEndpointError) rather than failing deep in the socket layer with an untyped error."""
+    if not endpoint.strip():
+        return "the address is empty"
+    if endpoint.startswith("[") and "]" not in endpoint:
+        return f"{endpoint!r} opens a bracket it does not close"
+    if "/" in endpoint or any(c.isspace() for c in endpoint):
+        return f"{endpoint!r} is not a host: no scheme, path or spaces"
+    try:
+        host, port = split_endpoint(endpoint)
+    except ValueError:
+        return f"the port of {endpoint!r} is not a number"
+    if not host:
+        return f"{endpoint!r} names no host"
+    if not 0 < port < 65536:
+        return f"the port of {endpoint!r} is outside 1-65535"
+    return None
+
+
 @dataclass(frozen=True)
 class ApplyResult:
     mode: int  # machine_pb2.ApplyConfigurationRequest.Mode actually used
@@ -105,6 +126,15 @@ class _CachedChannel:
         self.channel = channel
         self.fingerprint = fingerprint
         self.answered = False
+        #: The connection (grpclib's protocol) the channel last connected on, and the node's Version read on it.
+        #: An apply sent on a connection reaches the boot that connection was made to (a rebooted or upgraded
+        #: node's new kernel resets the old connection), so a Version read on it is that boot's.
+        self.connection: object | None = None
+        self.version: VersionInfo | None = None
+
+    def connected(self, connection: object) -> None:
+        if connection is not self.connection:
+            self.connection, self.version = connection, None
 
 
 class TalosClient(ResourceReads):
@@ -176,11 +206,14 @@ class TalosClient(ResourceReads):
             cached.channel.close()
 
     async def _connect(self, endpoint: str, method: str, node: str | None) -> Channel:
+        problem = endpoint_problem(endpoint)
+        if problem is not None:
+            raise e.TalosInvalidEndpointError(endpoint, method, problem, node=node)
         cached = self._channel(endpoint)
         try:
             # asyncio.timeout, not wait_for: this runs before every call, and wait_for costs a task each time.
             async with asyncio.timeout(self._dial_timeout):
-                await cached.channel.__connect__()
+                cached.connected(await cached.channel.__connect__())
         except BaseException as exc:
             self._drop(endpoint)
             raise self._translate(exc, endpoint, method, node, dialing=True) from None
@@ -276,11 +309,33 @@ class TalosClient(ResourceReads):
 
     async def version(self, endpoint: str, *, node: str | None = None) -> VersionInfo:
         msg = await self._unary(endpoint, "Version", node, empty_pb2.Empty())
-        return VersionInfo(msg.version.tag, msg.version.sha, msg.version.arch, msg.platform.name)
+        info = VersionInfo(msg.version.tag, msg.version.sha, msg.version.arch, msg.platform.name)
+        cached = self._channels.get(split_endpoint(endpoint, self._port))
+        if cached is not None and node is None:  # a proxied node may reboot under the endpoint's connection
+            cached.version = info
+        return info
 
-    async def apply_configuration(self, endpoint: str, data: bytes, mode: int, *, dry_run: bool = False,
-                                  node: str | None = None) -> ApplyResult:
-        """Apply a whole configuration. ``mode`` is always explicit (the proto default 0 means REBOOT)."""
+    async def running_version(self, endpoint: str, *, node: str | None = None) -> VersionInfo:
+        """The node's Version as read on the connection now open to it: read once per connection (so once per boot
+        at most), or again when proxied to ``node``."""
+        await self._connect(endpoint, "Version", node)
+        cached = self._channels.get(split_endpoint(endpoint, self._port))
+        if node is None and cached is not None and cached.version is not None:
+            return cached.version
+        return await self.version(endpoint, node=node)
+
+    async def check_contract(self, endpoint: str, contract: VersionContract, *, node: str | None = None) -> None:
+        """ContractMismatchError unless the node runs ``contract`` (docs/decisions.md#contract-match)."""
+        tag = (await self.running_version(endpoint, node=node)).tag
+        if not runs_contract(tag, contract):
+            raise ContractMismatchError(endpoint, contract, tag, node=node)
+
+    async def apply_configuration(self, endpoint: str, data: bytes, mode: int, *, contract: VersionContract,
+                                  dry_run: bool = False, node: str | None = None) -> ApplyResult:
+        """Apply a whole configuration rendered for ``contract``, and only to a node that runs it: the node's
+        running version is checked first (ContractMismatchError, nothing sent). ``mode`` is always explicit (the
+        proto default 0 means REBOOT)."""
+        await self.check_contract(endpoint, contract, node=node)
         request = m.ApplyConfigurationRequest(data=data, mode=mode, dry_run=dry_run)  # type: ignore[arg-type]
         msg = await self._unary(endpoint, "ApplyConfiguration", node, request)
         return ApplyResult(int(msg.mode), msg.mode_details, tuple(msg.warnings))

@@ -31,6 +31,13 @@ class TalosUnreachableError(TalosError):
     hint = "Check that the node is up and that port 50000 is reachable from here"
 
 
+class TalosInvalidEndpointError(TalosError):
+    """The endpoint is no ``<ip or host>[:port]`` (an empty address, a URL, a port that is no number or out of range):
+    nothing was dialled, and nothing will be until it is corrected."""
+
+    hint = "A TalosMachine's spec.address is <ip or host>[:port], the port 1-65535 (default 50000)"
+
+
 class TalosDeadlineError(TalosUnreachableError):
     hint = "The node did not answer within the deadline; it may be rebooting or overloaded"
 

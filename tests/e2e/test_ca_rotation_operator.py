@@ -117,6 +117,7 @@ async def test_the_operators_path_through_a_rotation(env: SimEnvironment, kube: 
 
         # The hand-off, as the operator runs it.
         out_dir = tmp_path / "creds"
+        out_dir.mkdir()  # a directory the operator names must exist
         code, out = await _ichord(env, "cluster", "credentials", env.cluster_name, "--acknowledge",
                                   "-o", str(out_dir), "--wait", "120")
         assert code == 0, out

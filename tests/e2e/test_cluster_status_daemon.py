@@ -115,6 +115,7 @@ async def test_status_leads_the_operator_through_a_rotation(
         command = shlex.split(_next(out))
         assert command == ["ichord", "cluster", "credentials", env.cluster_name, "-n", env.namespace,
                            "--kubeconfig", str(env.kubeconfig), "--acknowledge"]
+        (tmp_path / "creds").mkdir()  # a directory the operator names must exist
         code, _, err = await _ichord(env, *command[1:], "-d", str(tmp_path / "creds"), "--wait", "120")
         assert code == 0, err
 

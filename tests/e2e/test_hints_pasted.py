@@ -11,9 +11,10 @@ moment it is shown. Each must exit 0. The commands run, in order:
 - CertificatesExpiring (the daemon's warning window is longer than the CAs' life): ``ichord cluster rotate
   demo -n NS --targets ...`` creates a plan-only rotation (deleted again; the test then creates the default one);
 - ``ichord cluster rotate demo -n NS``'s "start it with: kubectl ... patch ..." starts it;
-- AwaitingCredentials (Event and condition): ``ichord cluster credentials demo -n NS --acknowledge``;
+- AwaitingCredentials (Event and condition): ``ichord cluster credentials demo -n NS --acknowledge``, pasted with
+  ``-d ~/creds`` added (an operator's own directory);
 - RotationCompleted, BundleBackupStale: ``ichord cluster bundle-export demo -n NS --kubeconfig
-  ~/.ichord/clusters/demo/kubeconfig``, which then lowers BundleBackupStale;
+  ~/creds/kubeconfig`` (the path the hand-off wrote), which then lowers BundleBackupStale;
 - ``ichord cluster status`` with that kubeconfig: its Next lines, if any.
 """
 
@@ -150,11 +151,14 @@ async def test_every_hint_works_pasted_as_printed(env: SimEnvironment, kube: Kub
         assert len(starts) == 1 and "patch talosoperation" in starts[0], printed
         await op.paste(starts[0])
 
-        # 3. Every command the daemon names while it rotates, run when it appears.
+        # 3. Every command the daemon names while it rotates, run when it appears; the hand-off with `-d DIR` (a
+        # directory of the operator's own), so the export the rotation names later must carry that kubeconfig.
+        (op.home / "creds").mkdir(mode=0o700)
         with anyio.fail_after(240):
             while True:
                 for command in await new_commands(kube, env, seen):
-                    await op.paste(command)
+                    hand_off = command.startswith("ichord cluster credentials")
+                    await op.paste(command + " -d ~/creds" if hand_off else command)
                 try:
                     ops = (await crds.operations(kube).list_objects(ns))[0]
                 except KubeError:
@@ -166,7 +170,8 @@ async def test_every_hint_works_pasted_as_printed(env: SimEnvironment, kube: Kub
         for command in await new_commands(kube, env, seen):  # RotationCompleted, BundleBackupStale
             await op.paste(command)
 
-        kubeconfig = f"~/.ichord/clusters/{name}/kubeconfig"
+        kubeconfig = "~/creds/kubeconfig"  # where -d wrote it, not the default place
+        assert not (op.home / ".ichord" / "clusters" / name / "kubeconfig").exists()
         exports = [c for c in op.ran if c.startswith("ichord cluster bundle-export")]
         assert f"ichord cluster bundle-export {name} -n {ns} --kubeconfig {kubeconfig}" in exports, list(op.ran)
         assert any(c.startswith(f"ichord cluster credentials {name} -n {ns}") for c in op.ran), list(op.ran)

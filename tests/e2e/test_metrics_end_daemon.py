@@ -2,7 +2,8 @@
 
 TalosOperations in every phase (Pending, InProgress, Paused, Failed, Completed) show as ``ichord_operation_info``
 on both replicas' /metrics; once they are deleted no series of theirs remains on either, and once the TalosCluster
-is deleted none of its ``ichord_cluster_condition`` or certificate-expiry series does. (Before, the leader's gauges
+is deleted none of its ``ichord_cluster_condition``, certificate-expiry or actor mailbox series does, though its
+machines go after it. (Before, the leader's gauges
 outlived the objects and the chart's IchordOperationFailed/Paused fired until a restart.)
 
 The operations' status is written here, so each phase holds still while the replicas are scraped: the finished ones
@@ -99,6 +100,9 @@ async def test_deleted_objects_leave_no_series_on_the_leader_or_the_follower(
         leader = next(d for d in replicas if _leading(_scrape(d)))
         await eventually(lambda: any(s.startswith("ichord_certificate_expiry") for s in
                                      _series(_scrape(leader), cluster)), within=30, what="the expiry series")
+        actor = f'cluster="{env.namespace}/{env.cluster_name}"'
+        await eventually(lambda: any(s.startswith("ichord_actor_mailbox_depth") for s in
+                                     _series(_scrape(leader), actor)), within=30, what="the actor's mailbox series")
 
         for phase in PHASES:
             await crds.operations(kube).delete(env.namespace, f"op-{phase.lower()}")
@@ -116,8 +120,10 @@ async def test_deleted_objects_leave_no_series_on_the_leader_or_the_follower(
             await crds.machines(kube).delete(env.namespace, m)
 
         def cluster_gone() -> list[str]:
-            return [s for d in replicas for s in _series(_scrape(d), cluster)
-                    if not s.startswith(("ichord_reconcile", "ichord_actor"))]
+            # The actor's series too (ichord_actor_mailbox_depth): the machines go after the cluster here, so its
+            # actor is stopped by the last machine's deletion, not the cluster's.
+            return [s for d in replicas for text in [_scrape(d)] for s in _series(text, cluster) + _series(text, actor)
+                    if not s.startswith("ichord_reconcile")]
 
         with anyio.move_on_after(15):
             while cluster_gone():  # noqa: ASYNC110

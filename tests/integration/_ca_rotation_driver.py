@@ -13,6 +13,7 @@ import anyio
 
 from ichord.api import names
 from ichord.api.conditions import find
+from ichord.contract import VersionContract
 from ichord.errors import IchordError
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
@@ -79,11 +80,12 @@ class Driver:
         driver = self
 
         class Watched(TalosClient):
-            async def apply_configuration(self, endpoint: str, data: bytes, mode: int, *, dry_run: bool = False,
-                                          node: str | None = None) -> Any:
+            async def apply_configuration(self, endpoint: str, data: bytes, mode: int, *, contract: VersionContract,
+                                          dry_run: bool = False, node: str | None = None) -> Any:
                 if not dry_run:
                     driver.applies.append((endpoint, names.ROTATION_KEY in secret_data(driver.env)))
-                out = await super().apply_configuration(endpoint, data, mode, dry_run=dry_run, node=node)
+                out = await super().apply_configuration(endpoint, data, mode, contract=contract, dry_run=dry_run,
+                                                       node=node)
                 if (not dry_run and driver.crash_after_applies is not None
                         and len(driver.applies) >= driver.crash_after_applies):
                     driver.crash_after_applies = None

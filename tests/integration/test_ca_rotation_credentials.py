@@ -193,6 +193,7 @@ async def test_waits_for_the_stage_hands_off_and_the_files_work_through_to_done(
 
 async def test_the_command_line(env: SimEnvironment, driver: Driver, tmp_path: Path) -> None:
     out = tmp_path / "cli"
+    out.mkdir()  # a directory the operator names must exist
 
     async def cli(*args: str) -> tuple[int, str, str]:
         proc = await anyio.run_process(
@@ -203,7 +204,7 @@ async def test_the_command_line(env: SimEnvironment, driver: Driver, tmp_path: P
     # No rotation: exit 2, a message saying so, nothing written.
     rc, stdout, stderr = await cli("--acknowledge")
     assert rc == 2 and "no ca-rotation" in stderr and "Nothing was written" in stderr, (stdout, stderr)
-    assert not out.exists()
+    assert list(out.iterdir()) == []
 
     await driver.create()
     await driver.run(until=at("AwaitingCredentials"))

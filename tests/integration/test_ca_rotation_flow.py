@@ -226,6 +226,10 @@ async def test_a_machine_not_converged_blocks_the_start_and_writes_nothing(
     cond = find(op["status"]["conditions"], names.CA_ROTATION)
     assert cond is not None and cond["reason"] == "Blocked"
     assert "does not run the configuration ichord renders" in cond["message"]
+    # The way out is named, in the order that works: config-apply is refused while this rotation exists.
+    ns, name = env.namespace, op["metadata"]["name"]
+    assert (f"`ichord cluster config-apply {env.cluster_name} -n {ns}`, which is refused while this rotation exists: "
+            f"delete it first (`kubectl -n {ns} delete talosoperation {name}`; it has not started") in cond["message"]
     assert secret_data(env) == before and "caRotation" not in op["status"]
     assert driver.applies == [] and all(env.applies(m) == [] for m in env.machine_names)
 

@@ -129,8 +129,9 @@ def _rpcs(env: SimEnvironment) -> dict[str, Counter[str]]:
 @pytest.mark.anyio
 async def test_a_pass_costs_a_worker_three_talos_rpcs(bundle: SecretsBundle) -> None:
     """Issue 19's floor, counted by the Talos simulators per pass: a worker gets its dry run (which also tells
-    whether it differs), its apply and one read with the stage's credentials (its Talos CA view); a control plane
-    the same plus its Kubernetes CA view, and the kube-apiserver container read before its apply (one restart at
+    whether it differs), its apply, one read with the stage's credentials (its Talos CA view), and the Version read
+    the contract check makes once per connection before the first apply (docs/decisions.md#contract-match); a control
+    plane the same plus its Kubernetes CA view, and the kube-apiserver container read before its apply (one restart at
     a time). Nothing is read again in the steps between, and the gates after a verified pass read no node.
 
     The managed cluster's admin kubeconfig is asked for once per stage and use (the verification, a gate, the
@@ -163,12 +164,12 @@ async def test_a_pass_costs_a_worker_three_talos_rpcs(bundle: SecretsBundle) -> 
                 continue
             for m, c in counts.items():
                 if "-worker-" in m:
-                    assert c == Counter({"ApplyConfiguration(dry run)": 1, "ApplyConfiguration": 1, "Get": 1}), \
-                        (stage, m, c)
+                    assert c == Counter({"ApplyConfiguration(dry run)": 1, "ApplyConfiguration": 1, "Get": 1,
+                                         "Version": 1}), (stage, m, c)
                 else:
-                    core = {k: c[k] for k in ("ApplyConfiguration(dry run)", "ApplyConfiguration", "Get")}
-                    assert core == {"ApplyConfiguration(dry run)": 1, "ApplyConfiguration": 1, "Get": 2}, \
-                        (stage, m, c)
+                    core = {k: c[k] for k in ("ApplyConfiguration(dry run)", "ApplyConfiguration", "Get", "Version")}
+                    assert core == {"ApplyConfiguration(dry run)": 1, "ApplyConfiguration": 1, "Get": 2,
+                                    "Version": 1}, (stage, m, c)
                     assert c["List"] >= 1 and set(c) <= {*core, "List", "Kubeconfig"}, (stage, m, c)
 
 

@@ -85,16 +85,18 @@ def rotation_yaml(bundle: SecretsBundle) -> bytes:
 async def test_export_is_refused_while_a_rotation_is_under_way(env: Env, bundle: SecretsBundle,
                                                                tmp_path: Path) -> None:
     await env.make_cluster("rot", {"secrets.yaml": bundle.to_yaml().encode(), "rotation.yaml": rotation_yaml(bundle)})
-    out = tmp_path / "home" / "rot" / "secrets.yaml"
+    out = tmp_path / "exports" / "secrets.yaml"
+    out.parent.mkdir()
     env.sim.requests.clear()
     with pytest.raises(RotationUnderWay, match=r"rotation .* under way.*rotation.yaml.*Finalizing.*after the rotation"):
         await bundle_export(env.kube, "rot", namespace=NS, output=out)
-    assert not out.exists() and not out.parent.exists()
+    assert not out.exists()
     assert BUNDLE_EXPORTED_ANNOTATION not in await env.annotations("rot")
     assert env.sim.requests.count(verb="patch") == 0
 
 
-async def test_export_writes_0600_reads_back_and_annotates(env: Env, bundle: SecretsBundle, tmp_path: Path) -> None:
+async def test_export_writes_0600_reads_back_and_annotates(env: Env, bundle: SecretsBundle, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     live = bundle.with_cas({CAKind.ETCD: generate_ca(CAKind.ETCD)})
     raw = live.to_yaml().encode()
     await env.make_cluster("ok", {"secrets.yaml": raw})
@@ -105,8 +107,10 @@ async def test_export_writes_0600_reads_back_and_annotates(env: Env, bundle: Sec
     await update_status(clusters(env.kube), NS, "ok",
                         lambda s, _o: {**s, "conditions": set_condition(s.get("conditions"), stale)})
 
-    out = tmp_path / "new" / "dir" / "secrets.yaml"
-    report = await bundle_export(env.kube, "ok", namespace=NS, output=out)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    out = tmp_path / "home" / ".ichord" / "clusters" / "ok" / "secrets.yaml"  # ichord's own place: created 0700
+    report = await bundle_export(env.kube, "ok", namespace=NS)
     assert report.fingerprint == export_fingerprint(live) != export_fingerprint(bundle)
     assert out.read_bytes() == raw
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
@@ -149,7 +153,12 @@ async def test_the_command_line(env: Env, bundle: SecretsBundle, tmp_path: Path)
     await env.make_cluster("c1", {"secrets.yaml": bundle.to_yaml().encode()})
     target = home / ".ichord" / "clusters" / "c1" / "secrets.yaml"
     target.parent.mkdir(parents=True)
-    target.write_text("an older export\n")
+    target.write_text("not a bundle\n")  # not an earlier export of c1: kept, the export refused
+    code, out, err = await run_cli(env, home, "cluster", "bundle-export", "c1")
+    assert code == 2 and "is not an earlier export of TalosCluster clusters/c1" in err and "--force" in err, err
+    assert target.read_text() == "not a bundle\n"
+    # An earlier export of the same cluster (its CAs since rotated: the same id and secret) is replaced.
+    target.write_bytes(bundle.with_cas({CAKind.OS: generate_ca(CAKind.OS)}).to_yaml().encode())
     target.chmod(0o644)
     code, out, err = await run_cli(env, home, "cluster", "bundle-export", "c1")  # namespace from the context
     assert code == 0, err

@@ -12,9 +12,16 @@ kubeconfig, as an operator runs it, in a world of four clusters in namespace ``c
     busy      a ca-rotation of it is under way (stage Issuing, paused)
     rotating  its bundle Secret holds rotation.yaml
     early     a ca-rotation of it is in Accepting (the operator's hand-off comes later)
+    held      a plan-only ca-rotation of it (spec.paused, not started): only a person moves it on
+    stuck     a ca-rotation of it is Blocked in its preflight (the daemon retries it)
+    gone      being deleted (deletionTimestamp set, a finalizer holding it), a worker waiting for a reboot
+
+and in the test's directory an unrelated ``precious.yaml`` (another cluster's bundle), ``foreign/kubeconfig`` and the
+empty ``creds/`` and ``export/``.
 
 A refusal (exit 2) or a failure (exit 1) must leave the API exactly as it was: no create, update, patch or delete
-reached the simulator, and no file was written.
+reached the simulator, and no file was written or changed; what it says is one line, ``ichord: ...``, last (a
+progress note such as "waiting for ..." may come before it), and never a traceback.
 """
 
 from __future__ import annotations
@@ -107,8 +114,13 @@ async def _machine(kube: KubeClient, cluster: str, name: str, role: str, reboot_
                             lambda s, _o: {**s, "rebootPaths": reboot_paths})
 
 
+@pytest.fixture(scope="module")
+def other_bundle() -> SecretsBundle:
+    return generate_bundle()
+
+
 @pytest.fixture
-async def world(bundle: SecretsBundle, tmp_path: Path) -> AsyncIterator[World]:
+async def world(bundle: SecretsBundle, other_bundle: SecretsBundle, tmp_path: Path) -> AsyncIterator[World]:
     async with KubeSimulator() as sim:
         kc = sim.write_kubeconfig(tmp_path / "kubeconfig", namespace=NS)
         dead = tmp_path / "dead-kubeconfig"
@@ -136,9 +148,29 @@ async def world(bundle: SecretsBundle, tmp_path: Path) -> AsyncIterator[World]:
                 "clusterRef": {"name": "early"}, "kind": "ca-rotation"}})
             await update_status(crds.operations(kube), NS, "early-rotation", lambda s, _o: {
                 **s, "phase": "InProgress", "caRotation": {"stage": "Accepting"}})
+            await _cluster(kube, "held", "v1.14", {"secrets.yaml": raw})
+            await crds.operations(kube).create(NS, {"metadata": {"name": "held-rotation", "namespace": NS}, "spec": {
+                "clusterRef": {"name": "held"}, "kind": "ca-rotation", "paused": True}})
+            await _cluster(kube, "stuck", "v1.14", {"secrets.yaml": raw})
+            await crds.operations(kube).create(NS, {"metadata": {"name": "stuck-rotation", "namespace": NS}, "spec": {
+                "clusterRef": {"name": "stuck"}, "kind": "ca-rotation"}})
+            await update_status(crds.operations(kube), NS, "stuck-rotation", lambda s, _o: {
+                **s, "phase": "Paused", "conditions": [{
+                    "type": "CARotation", "status": "False", "reason": "Blocked",
+                    "message": "preflight: machine stuck-cp-1 (10.0.0.9) does not answer: connection refused",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+            await _cluster(kube, "gone", "v1.14", {"secrets.yaml": raw})
+            await _machine(kube, "gone", "worker-1", "worker", ["machine.env"])
+            await crds.clusters(kube).patch(NS, "gone", {"metadata": {"finalizers": ["example.com/hold"]}})
+            await kube.raw("DELETE", f"/apis/ichor.maesh.dev/v1alpha1/namespaces/{NS}/talosclusters/gone")
             bundle_file = tmp_path / "secrets.yaml"
             bundle_file.write_bytes(raw)
             bundle_file.chmod(0o600)
+            (tmp_path / "precious.yaml").write_bytes(other_bundle.to_yaml().encode())
+            (tmp_path / "creds").mkdir()
+            (tmp_path / "export").mkdir()
+            (tmp_path / "foreign").mkdir()
+            (tmp_path / "foreign" / "kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
             yield World(sim, kube, kc, dead, tmp_path, bundle_file)
         finally:
             await kube.close()
@@ -202,6 +234,10 @@ async def _exported(w: World, out: str) -> None:
     assert path.stat().st_mode & 0o777 == 0o600 and path.read_bytes() == w.bundle_file.read_bytes()
     cluster = await crds.clusters(w.kube).get(NS, "demo")
     assert BUNDLE_EXPORTED_ANNOTATION in cluster["metadata"]["annotations"]
+
+
+async def _forced(w: World, out: str) -> None:
+    assert (w.tmp / "precious.yaml").read_bytes() == w.bundle_file.read_bytes()
 
 
 async def _generated(w: World, out: str) -> None:
@@ -290,12 +326,76 @@ CASES = [
     Case("credentials-too-early", f"cluster credentials early {K} -d {{tmp}}/creds --wait 1", 1,
          err="TalosOperation clusters/early-rotation is still in Accepting after 1 s"),
     Case("credentials-missing", f"cluster credentials nope {K} -d {{tmp}}/creds --wait 2", 2, err="nope"),
+    # -- names: an empty or non-DNS-1123 name is bad input, said in one line, for every command taking one
+    Case("status-empty-name", f"cluster status {{empty}} {K}", 2, err="'' is not a Kubernetes object name"),
+    Case("status-upper-name", f"cluster status Demo {K}", 2, err="'Demo' is not a Kubernetes object name"),
+    Case("status-empty-namespace", "cluster status demo -n {empty} --kubeconfig {kc}", 2,
+         err="'' is not a namespace name"),
+    Case("rotate-bad-namespace", "cluster rotate demo -n Clusters --kubeconfig {kc} --wait 0", 2,
+         err="'Clusters' is not a namespace name"),
+    Case("config-apply-bad-name", f"cluster config-apply demo_1 {K} --wait 0", 2, err="'demo_1' is not"),
+    Case("export-empty-name", f"cluster bundle-export {{empty}} {K} -f {{tmp}}/e.yaml", 2, err="'' is not"),
+    Case("export-bad-secret-namespace", f"cluster bundle-export demo {K} -f {{tmp}}/e.yaml --secret-namespace "
+         "a.b", 2, err="'a.b' is not a namespace name"),
+    Case("credentials-bad-name", f"cluster credentials demo_x {K} --wait 1", 2, err="argument NAME: 'demo_x'"),
+    Case("restore-bundle-bad-name", f"cluster restore-bundle {{empty}} {K}", 2, err="'' is not"),
+    Case("etcd-snapshot-bad-name", f"cluster etcd-snapshot demo. {K} -f {{tmp}}/s.db", 2, err="'demo.' is not"),
+    Case("rehearse-bad-name", f"cluster rehearse {{empty}} {K} -f {{tmp}}/op.yaml", 2, err="'' is not"),
+    Case("status-no-name", f"cluster status {K}", 2, err="the following arguments are required: NAME"),
+    # -- a cluster being deleted gets no operation
+    Case("rotate-deleting", f"cluster rotate gone {K} --start --wait 0", 2,
+         err="TalosCluster clusters/gone is being deleted"),
+    Case("config-apply-deleting", f"cluster config-apply gone {K} --wait 0", 2,
+         err="TalosCluster clusters/gone is being deleted"),
+    # -- a refusal names its way out: a rotation that has not started may be deleted to give way
+    Case("config-apply-behind-a-plan", f"cluster config-apply held {K} --wait 0", 2,
+         err="delete it (`kubectl -n clusters delete talosoperation held-rotation`; it has not started"),
+    # -- files: never over an existing one without --force, never into a missing directory
+    Case("generate-missing-dir", "bundle generate -f {tmp}/nodir/x.yaml", 2, err="nodir is not a directory"),
+    Case("generate-dir-force", "bundle generate -f {tmp} --force", 2, err="is a directory"),
+    Case("generate-force", "bundle generate -f {tmp}/precious.yaml --force", 0, out="wrote {tmp}/precious.yaml"),
+    Case("export-over-another-bundle", f"cluster bundle-export demo {K} -f {{tmp}}/precious.yaml", 2,
+         err="precious.yaml exists and is not an earlier export of TalosCluster clusters/demo (it holds another "
+             "cluster's secrets bundle); it is kept"),
+    Case("export-missing-dir", f"cluster bundle-export demo {K} -f {{tmp}}/nodir/x.yaml", 2,
+         err="nodir is not a directory; create it first"),
+    Case("export-to-a-directory", f"cluster bundle-export demo {K} -f {{tmp}}/foreign", 2, err="is a directory"),
+    Case("export-force", f"cluster bundle-export demo {K} -f {{tmp}}/precious.yaml --force", 0,
+         out="export fingerprint", then=_forced),
+    Case("export-again-same-cluster", f"cluster bundle-export demo {K} -f {{bundle}}", 0, out="export fingerprint"),
+    Case("credentials-missing-dir", f"cluster credentials busy {K} -d {{tmp}}/nodir --wait 1", 2,
+         err="the directory {tmp}/nodir does not exist"),
+    Case("credentials-foreign-files", f"cluster credentials busy {K} -d {{tmp}}/foreign --wait 1", 2,
+         err="kubeconfig exists; it is not overwritten"),
+    # -- the hand-off says what it waits for, and does not wait for what only a person can do
+    Case("credentials-paused", f"cluster credentials held {K} -d {{tmp}}/creds --wait 30", 1,
+         err="is paused (spec.paused: true) and goes on only when that is set to false: `kubectl -n clusters "
+             "patch talosoperation held-rotation --type merge"),
+    Case("credentials-blocked", f"cluster credentials stuck {K} -d {{tmp}}/creds --wait 1", 1,
+         err="It is Blocked: preflight: machine stuck-cp-1 (10.0.0.9) does not answer: connection refused"),
     # -- run: settings refused before anything starts
     Case("run-bad-addr", "run --kubeconfig {kc} --metrics-addr nowhere", 2, err="--metrics-addr must be host:port"),
     Case("run-bad-bound", "run --kubeconfig {kc} --max-unavailable 0%", 2, err="--max-unavailable must be"),
     Case("run-no-kubeconfig", "run --kubeconfig {tmp}/none --metrics-addr 127.0.0.1:0", 2, err="does not exist"),
     Case("run-ca-file-alone", "run --ca-file {bundle}", 2, err="--ca-file applies with --kubeconfig only"),
+    Case("run-bad-log-level", "run --kubeconfig {kc} --metrics-addr 127.0.0.1:0 --log-level bogus", 2,
+         err="'bogus' is not a log level"),
+    Case("run-port-out-of-range", "run --kubeconfig {kc} --metrics-addr 127.0.0.1:99999", 2,
+         err="a port from 0 to 65535"),
+    Case("run-bad-watch-namespace", "run --kubeconfig {kc} --watch-namespace {empty}", 2,
+         err="'' is not a namespace name"),
+    Case("run-bad-resync", "run --kubeconfig {kc} --metrics-addr 127.0.0.1:0 --resync 0", 2,
+         err="--resync must be a positive"),
+    # -- demo: refused up front (an even number of control planes cannot rotate)
+    Case("demo-even-control-planes", "demo --control-planes 2", 2, err="an odd number of control planes"),
+    Case("demo-bad-log-level", "demo --log-level loud", 2, err="'loud' is not a log level"),
 ]
+
+
+def _files(root: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file and directory under ``root``: its mode and content."""
+    return {str(p.relative_to(root)): (p.stat().st_mode, b"" if p.is_dir() else p.read_bytes())
+            for p in sorted(root.rglob("*"))}
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
@@ -311,9 +411,9 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 async def test_cli_contract(world: World, case: Case) -> None:
     before = await world.inventory()
-    files_before = sorted(p.relative_to(world.tmp) for p in world.tmp.rglob("*"))
+    files_before = _files(world.tmp)
     world.sim.requests.clear()
-    argv = world.fill(case.argv).split()
+    argv = ["" if a == "{empty}" else a for a in world.fill(case.argv).split()]
     rc, out, err = await anyio.to_thread.run_sync(run_cli, argv)
     assert rc == case.rc, (out, err)
     assert world.fill(case.out) in out, out
@@ -323,13 +423,15 @@ async def test_cli_contract(world: World, case: Case) -> None:
         assert "BEGIN" not in out + err and "PRIVATE KEY" not in out + err
     if rc != 0:
         assert out == "", "a failed command prints no output"
-        # The failure is one `ichord:` line, last (progress notes, like "waiting for ...", may come before it).
-        assert err.strip().splitlines()[-1].startswith("ichord: ") or "usage: " in err, err
-        assert sum(line.startswith("ichord: ") for line in err.splitlines()) == 1 or "usage: " in err, err
+        # The failure is one `ichord:` line, last (progress notes, like "waiting for ...", may come before it);
+        # an argument the parser refuses too (no usage block).
+        lines = err.strip().splitlines()
+        assert lines[-1].startswith("ichord: ") and len(lines) <= 3, err
+        assert sum(line.startswith("ichord: ") for line in lines) == 1, err
         writes = {v: world.sim.requests.count(verb=v) for v in WRITES}
         assert sum(writes.values()) == 0, f"a refusal wrote to the API: {writes}"
         assert await world.inventory() == before
-        assert sorted(p.relative_to(world.tmp) for p in world.tmp.rglob("*")) == files_before
+        assert _files(world.tmp) == files_before, "a refusal wrote or changed a file"
     if case.then is not None:
         await case.then(world, out)
 

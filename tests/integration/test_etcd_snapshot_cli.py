@@ -80,7 +80,7 @@ async def test_an_existing_file_is_never_overwritten(env: SimEnvironment, tmp_pa
     target.write_bytes(b"precious")
     rc, out, err = await etcd_snapshot(env, "-f", str(target))
     assert rc == 2 and out == ""
-    assert f"{target} exists; an etcd snapshot never overwrites a file" in err and "nothing was written" in err
+    assert f"{target} exists; it is not overwritten: choose a new name" in err and "nothing was written" in err
     assert target.read_bytes() == b"precious" and served(env) == []
 
 

@@ -155,8 +155,10 @@ async def test_a_soak_asks_the_gates_again_after_its_time_before_each_node(world
 
 async def test_an_invalid_gate_holds_the_rollout_and_nothing_reboots(world: World) -> None:
     env = world.env
-    # The CRD's schema refuses most bad gates; an expression that does not compile is found by ichord.
-    await _set_health(world, {"gates": [{"name": "broken", "cel": {"expression": "nodes.all(n, "}}]})
+    # The CRD's schema refuses most bad gates; an expression that does not compile is found by ichord. One that reads
+    # a variable a gate does not have used to compile, then fail at each evaluation with cel-python's whole
+    # activation in the condition (14.7 KB of Python reprs).
+    await _set_health(world, {"gates": [{"name": "broken", "cel": {"expression": "nodes.all(n, n.spec.x) && foo"}}]})
     since = len(env.talos.history.events)
     await _start(world, "bad")
 
@@ -168,7 +170,10 @@ async def test_an_invalid_gate_holds_the_rollout_and_nothing_reboots(world: Worl
         await world.step()
     op = await world.op("bad")
     assert op["status"]["phase"] == "Paused"
-    assert "health gate 'broken': cel.expression does not compile" in _cond(op)["message"]
+    message = _cond(op)["message"]
+    assert "health gate 'broken': cel.expression does not compile: undeclared reference to 'foo'; the declared " \
+           "variables are nodes (the managed cluster's Nodes, a list of objects) and target" in message, message
+    assert len(message) < 1024 and "Referent" not in message and "<class" not in message, message
     assert sum(reboots(env, since).values()) == 0
     assert len(_events(world, names.HealthGateReason.INVALID)) == 1
 

@@ -202,3 +202,17 @@ async def test_kubectl_wait_ends_on_the_succeeded_condition(kubeconfig: tuple[Ku
             assert proc.returncode == 0
             assert proc.stdout is not None
             assert "condition met" in (await proc.stdout.receive()).decode()
+
+
+async def test_kubectl_shows_the_servers_warning_for_an_unknown_field(kubeconfig: tuple[KubeSimulator, Path]) -> None:
+    """kubectl patch sends no fieldValidation: the server's default (Warn) drops an unknown field and says so in a
+    Warning header, which kubectl prints (the same on the real server: tests/real/test_sim_differential.py)."""
+    _sim, kc = kubeconfig
+    await kubectl(kc, "apply", "-f", str(DEFAULT_CRD_DIR))
+    await kubectl(kc, "apply", "-f", "-", stdin=OBJECTS.split("---", maxsplit=1)[0])
+    out = await kubectl(kc, "patch", "taloscluster", "c1", "--type", "merge", "-p", '{"spec":{"x":1}}')
+    assert 'Warning: unknown field "spec.x"' in out, out
+    assert "x" not in json.loads(await kubectl(kc, "get", "taloscluster", "c1", "-o", "json"))["spec"]
+    out = await kubectl(kc, "patch", "taloscluster", "c1", "--type", "json",
+                        "-p", '[{"op":"add","path":"/spec/maintenance","value":{"windows":[],"y":2}}]')
+    assert 'Warning: unknown field "spec.maintenance.y"' in out, out

@@ -197,7 +197,8 @@ async def test_a_memo_spares_the_unchanged_and_never_hides_a_change(
         assert await step(changed) == ("Converged", 0, 1)  # the node's bytes changed (the apply): parsed again
         applies = len(env.applies(name))
         drifted = real_render(bundle, base, MachineInputs.from_spec(spec))
-        await talos.apply_configuration(env.endpoints[name], drifted.to_bytes(), ApplyMode.NO_REBOOT)
+        await talos.apply_configuration(env.endpoints[name], drifted.to_bytes(), ApplyMode.NO_REBOOT,
+                                        contract=env.contract)
         # Drift behind ichord's back, same inputs: the node's bytes are the first step's again, so their hash is
         # known (content, not time), and it differs from the render's: rendered again and compared (one parse).
         assert await step(changed) == ("Applied", 1, 1)

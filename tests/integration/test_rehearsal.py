@@ -9,23 +9,17 @@ rehearsal's, event by event; a refused operation exits 1 with the reason the rea
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import logging
-from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-import structlog
 
 from ichord import yamlio
 from ichord.api import names
 from ichord.api.conditions import find
-from ichord.cli import main
 from ichord.contract import V1_13
 from ichord.kube import crds
 from ichord.kube.client import from_kubeconfig
@@ -36,15 +30,12 @@ from ichord.rehearsal.play import rehearse
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from tests.integration._config_world import API_SERVER_PATCH, REBOOT_PATCH, World, world_on
+from tests.integration._rehearsal import Writes, cli, logging_restored  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 Obj = dict[str, Any]
 TIMING = Timing().scaled(0.01)
-READ_VERBS = frozenset({"get", "list", "watch"})
-#: The Talos calls a rehearsal may make: reads (Kubeconfig signs a client certificate in memory, changes nothing).
-REHEARSAL_USER, REHEARSAL_TOKEN = "rehearsal", "rehearsal-token-0123456789"
-READ_RPCS = frozenset({"Version", "Get", "EtcdMemberList", "Kubeconfig"})
 
 
 @pytest.fixture(scope="module")
@@ -55,42 +46,6 @@ def bundle() -> SecretsBundle:
 def _op(cluster: str, kind: str, **spec: Any) -> Obj:
     return {"apiVersion": names.API_VERSION, "kind": names.TALOS_OPERATION, "metadata": {"name": f"try-{kind}"},
             "spec": {"clusterRef": {"name": cluster}, "kind": kind, **spec}}
-
-
-class Writes:
-    """Every request the live simulators served the rehearsal (its own user on the live API) that is not a read."""
-
-    def __init__(self, env: SimEnvironment, tmp: Path) -> None:
-        self.env = env
-        env.management.add_user(REHEARSAL_TOKEN, REHEARSAL_USER)
-        self.kubeconfig = env.management.write_kubeconfig(tmp / "rehearsal", namespace=env.namespace,
-                                                          token=REHEARSAL_TOKEN)
-        self.rpcs = {name: Counter(node.rpcs) for name, node in env.talos.nodes.items()}
-        self.since = len(env.kube.requests.access)
-
-    def kube(self) -> list[tuple[str, str, str]]:
-        """Writes by the rehearsal's token (the management API) and by any client certificate (the managed API,
-        through the admin kubeconfig a node issues): the live world's own informers use the environment's token."""
-        mine = self.env.management.requests.by_user(REHEARSAL_USER)
-        assert mine  # it did read the management API
-        entries = self.env.kube.requests.access[self.since:]
-        managed = [a for a in entries if a.user not in (REHEARSAL_USER, self.env.kube.settings.token_user)]
-        assert any(a.resource == "poddisruptionbudgets" for a in managed)  # it did read the managed API
-        return [(a.user, a.verb, a.resource) for a in [*mine, *managed] if a.verb not in READ_VERBS]
-
-    def talos(self) -> dict[str, Counter[str]]:
-        out = {}
-        for name, node in self.env.talos.nodes.items():
-            new = Counter(node.rpcs)
-            new.subtract(self.rpcs[name])
-            out[name] = +new
-        return out
-
-    def assert_none(self) -> None:
-        assert self.kube() == []
-        calls = self.talos()
-        assert all(set(c) <= READ_RPCS for c in calls.values()), calls
-        assert any(calls.values())  # it did read the nodes
 
 
 async def _rehearse(writes: Writes, op: Obj, *durations: str) -> Any:
@@ -232,27 +187,6 @@ async def test_a_default_ca_rotation_is_rehearsed_with_its_hand_off(live: SimEnv
     assert f"predicted duration: {clock(low)} to {clock(high)}" in report.text()
 
 
-def _cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as exc:  # argparse
-            rc = int(exc.code or 0)
-    return rc, out.getvalue(), err.getvalue()
-
-
-@pytest.fixture
-def logging_restored() -> Iterator[None]:
-    """The command configures logging for its process; the test process gets its own back."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.reset_defaults()
-
-
 @pytest.mark.usefixtures("logging_restored")
 async def test_the_command_exit_codes_and_bad_input(tmp_path: Path) -> None:
     async with SimEnvironment(bundle=generate_bundle(V1_13), contract=V1_13, time_scale=0.01, control_planes=1,
@@ -266,7 +200,7 @@ async def test_the_command_exit_codes_and_bad_input(tmp_path: Path) -> None:
             return str(path)
 
         rotation = op_file("rotation.yaml", _op(env.cluster_name, "ca-rotation", caRotation={"targets": ["talos"]}))
-        rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", rotation, "-o", "json"])
+        rc, out, err = await anyio.to_thread.run_sync(cli, [*base, "-f", rotation, "-o", "json"])
         assert rc == 0, (out, err)
         assert out.startswith("{"), out[:3000]
         data = json.loads(out)
@@ -275,7 +209,7 @@ async def test_the_command_exit_codes_and_bad_input(tmp_path: Path) -> None:
 
         aggregator = op_file("agg.yaml", _op(env.cluster_name, "ca-rotation",
                                              caRotation={"targets": ["kubernetes-aggregator"]}))
-        rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", aggregator])
+        rc, out, err = await anyio.to_thread.run_sync(cli, [*base, "-f", aggregator])
         assert rc == 1, (out, err)
         assert "the real run would stop:" in out and f"{names.CARotationReason.UNSUPPORTED_TARGET}:" in out
 
@@ -286,23 +220,28 @@ async def test_the_command_exit_codes_and_bad_input(tmp_path: Path) -> None:
             "schema": (op_file("schema.yaml", _op(env.cluster_name, "config", maxUnavailable="lots")),
                        "not one the API server accepts"),
             "two-docs": (op_file("two.yaml", "a: 1\n---\nb: 2\n"), "holds 2 documents"),
+            "name": (op_file("name.yaml", {**_op(env.cluster_name, "config"), "metadata": {"name": "Bad_Name"}}),
+                     "metadata.name 'Bad_Name' is not a name the API server accepts"),
             "missing": (str(tmp_path / "nope.yaml"), "cannot read"),
         }
         for what, (path, says) in bad.items():
-            rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", path])
+            rc, out, err = await anyio.to_thread.run_sync(cli, [*base, "-f", path])
             assert (rc, out) == (2, ""), (what, out, err)
             assert says in err, (what, err)
         # --rehearse on the commands that create an operation: the same rehearsal, nothing created.
         flags = [env.cluster_name, "-n", env.namespace, "--kubeconfig", str(writes.kubeconfig)]
         rc, out, err = await anyio.to_thread.run_sync(
-            _cli, ["cluster", "rotate", *flags, "--targets", "talos", "--rehearse", "-o", "json"])
+            cli, ["cluster", "rotate", *flags, "--targets", "talos", "--rehearse", "-o", "json"])
         assert rc == 0 and json.loads(out)["operation"]["kind"] == "ca-rotation", (out, err)
-        rc, out, err = await anyio.to_thread.run_sync(_cli, ["cluster", "config-apply", *flags, "--rehearse"])
+        rc, out, err = await anyio.to_thread.run_sync(cli, ["cluster", "config-apply", *flags, "--rehearse"])
         assert rc == 1 and "NothingToDo:" in out, (out, err)  # nothing waits for a reboot: the daemon's refusal
 
-        rc, out, err = await anyio.to_thread.run_sync(_cli, [*base, "-f", rotation, "--duration", "reboot=soon"])
+        rc, out, err = await anyio.to_thread.run_sync(cli, [*base, "-f", rotation, "--duration", "reboot=soon"])
         assert rc == 2 and "--duration 'reboot=soon'" in err, err
-        rc, out, err = await anyio.to_thread.run_sync(_cli, ["cluster", "rehearse", "nosuch", "-n", env.namespace,
+        for budget in ("0", "nan", "inf"):  # argparse's float() takes nan and inf: refused before anything is read
+            rc, out, err = await anyio.to_thread.run_sync(cli, [*base, "-f", rotation, "--budget", budget])
+            assert (rc, out) == (2, "") and "--budget must be a positive number of seconds" in err, (budget, err)
+        rc, out, err = await anyio.to_thread.run_sync(cli, ["cluster", "rehearse", "nosuch", "-n", env.namespace,
                                                              "--kubeconfig", str(writes.kubeconfig), "-f",
                                                              op_file("nosuch.yaml", _op("nosuch", "config"))])
         assert rc == 2 and "TalosCluster ichord-system/nosuch not found" in err, err

@@ -124,7 +124,8 @@ async def apply_stage(env: SimEnvironment, talos: TalosClient, rotation: Rotatio
     assert env.bundle is not None
     for name in machines:
         cfg = render_stage(env.bundle, rotation, stage, env.cluster_inputs(), env.machine_inputs(name))
-        await talos.apply_configuration(env.endpoints[name], cfg.to_yaml().encode(), ApplyMode.NO_REBOOT)
+        await talos.apply_configuration(env.endpoints[name], cfg.to_yaml().encode(), ApplyMode.NO_REBOOT,
+                                        contract=env.contract)
 
 
 async def test_kubernetes_ca_change_restarts_the_kubelet_and_the_node_goes_not_ready_then_ready(

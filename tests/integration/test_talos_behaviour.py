@@ -41,7 +41,7 @@ async def test_reboot_changes_boot_id_and_loads_the_staged_configuration(cluster
     node = cluster.nodes["worker-1"]
     staged = node.running.copy()
     staged.v1alpha1["machine"]["certSANs"] = ["after-reboot.example"]
-    await client.apply_configuration(node.endpoint, staged.to_bytes(), Mode.STAGED)
+    await client.apply_configuration(node.endpoint, staged.to_bytes(), Mode.STAGED, contract=node.contract)
     before = await client.boot_id(node.endpoint, V1_14)
     assert MachineConfig.parse(await client.machine_config(node.endpoint)).hash() != staged.hash()
     await client.reboot(node.endpoint)
@@ -64,7 +64,7 @@ async def test_kubernetes_ca_change_restarts_the_kubelet(cluster: SimCluster, cl
         first = await anext(watch)
         assert first.resource.metadata.id == "kubelet"  # a watch of one ID starts with it (no BOOTSTRAPPED)
         cfg = with_accepted_k8s_ca(node.running, new_ca.cert_pem)
-        await client.apply_configuration(node.endpoint, cfg.to_bytes(), Mode.NO_REBOOT)
+        await client.apply_configuration(node.endpoint, cfg.to_bytes(), Mode.NO_REBOOT, contract=node.contract)
         down = await anext(watch)
         up = await anext(watch)
         await watch.aclose()
@@ -86,7 +86,7 @@ async def test_apiserver_gets_a_new_container_after_a_delay(cluster: SimCluster,
     # certSANs: nothing kube-apiserver loads; no restart.
     harmless = cp.running.copy()
     harmless.v1alpha1["machine"]["certSANs"] = ["x.example"]
-    await client.apply_configuration(cp.endpoint, harmless.to_bytes(), Mode.NO_REBOOT)
+    await client.apply_configuration(cp.endpoint, harmless.to_bytes(), Mode.NO_REBOOT, contract=cp.contract)
     await asyncio.sleep(0.15)
     assert (await container())[0] == before
     assert not cluster.history.of("apiserver_restart", "cp-1")
@@ -95,7 +95,7 @@ async def test_apiserver_gets_a_new_container_after_a_delay(cluster: SimCluster,
     doc = agg.find("KubeAggregatorCAConfig")
     assert doc is not None
     doc.setdefault("acceptedCAs", []).append(generate_ca(CAKind.AGGREGATOR).cert_pem.decode())
-    await client.apply_configuration(cp.endpoint, agg.to_bytes(), Mode.NO_REBOOT)
+    await client.apply_configuration(cp.endpoint, agg.to_bytes(), Mode.NO_REBOOT, contract=cp.contract)
     assert (await container())[0] == before  # not at once: Talos re-renders the static pod later
     await eventually(lambda: cp.apiserver_container != before)
     assert (await container()) == (cp.apiserver_container, False)  # restarted, not ready yet
@@ -111,14 +111,14 @@ async def test_try_mode_rolls_back_and_a_later_apply_cancels_it(bundle: SecretsB
         original = node.running.hash()
         trial = node.running.copy()
         trial.v1alpha1["machine"]["certSANs"] = ["try.example"]
-        tried = await c.apply_configuration(node.endpoint, trial.to_bytes(), Mode.TRY)
+        tried = await c.apply_configuration(node.endpoint, trial.to_bytes(), Mode.TRY, contract=node.contract)
         assert tried.mode_name == "TRY"
         assert "automatically reverted back in 0.1s" in tried.mode_details
         assert node.running.hash() == trial.hash()
         assert node.persistent.hash() == original
         await eventually(lambda: node.running.hash() == original)
-        await c.apply_configuration(node.endpoint, trial.to_bytes(), Mode.TRY)
-        await c.apply_configuration(node.endpoint, trial.to_bytes(), Mode.NO_REBOOT)
+        await c.apply_configuration(node.endpoint, trial.to_bytes(), Mode.TRY, contract=node.contract)
+        await c.apply_configuration(node.endpoint, trial.to_bytes(), Mode.NO_REBOOT, contract=node.contract)
         await asyncio.sleep(0.2)
         assert node.running.hash() == trial.hash()  # the rollback was cancelled
 
@@ -130,7 +130,7 @@ async def test_v113_reboot_and_auto_modes_reboot(bundle: SecretsBundle) -> None:
         boot = node.boot_id
         changed = node.running.copy()
         changed.v1alpha1["machine"]["token"] = "abcdef.0123456789abcdef"
-        res = await c.apply_configuration(node.endpoint, changed.to_bytes(), Mode.AUTO)
+        res = await c.apply_configuration(node.endpoint, changed.to_bytes(), Mode.AUTO, contract=node.contract)
         assert res.mode_name == "REBOOT"
         assert res.mode_details == ("Applied configuration with a reboot: this config change can't be applied "
                                     "in immediate mode\ndiff: .machine.token")
@@ -138,10 +138,10 @@ async def test_v113_reboot_and_auto_modes_reboot(bundle: SecretsBundle) -> None:
         assert await c.boot_id(node.endpoint, V1_13) == node.boot_id
         assert node.running.hash() == changed.hash()
         boot = node.boot_id
-        res = await c.apply_configuration(node.endpoint, node.running.to_bytes(), Mode.REBOOT)
+        res = await c.apply_configuration(node.endpoint, node.running.to_bytes(), Mode.REBOOT, contract=node.contract)
         assert res.mode_name == "REBOOT"
         await eventually(lambda: node.up and node.boot_id != boot)
-        res = await c.apply_configuration(node.endpoint, node.running.to_bytes(), Mode.AUTO)
+        res = await c.apply_configuration(node.endpoint, node.running.to_bytes(), Mode.AUTO, contract=node.contract)
         assert res.mode_name == "NO_REBOOT"  # nothing that needs a reboot changed
 
 
@@ -154,10 +154,11 @@ async def test_faults(cluster: SimCluster, client: TalosClient, bundle: SecretsB
     assert node.boot_id == boot and node.up
     node.faults.refuse_dry_run = True
     with pytest.raises(TalosRPCError):
-        await client.apply_configuration(node.endpoint, node.running.to_bytes(), Mode.NO_REBOOT, dry_run=True)
+        await client.apply_configuration(node.endpoint, node.running.to_bytes(), Mode.NO_REBOOT,
+                                         contract=node.contract, dry_run=True)
     node.faults.apply_error = "disk full"
     with pytest.raises(TalosRPCError) as err:
-        await client.apply_configuration(node.endpoint, node.running.to_bytes(), Mode.NO_REBOOT)
+        await client.apply_configuration(node.endpoint, node.running.to_bytes(), Mode.NO_REBOOT, contract=node.contract)
     assert err.value.detail == "disk full"
     node.faults.slow = 0.3
     async with TalosClient(DialBundle.from_bundle(bundle), rpc_timeout=0.1) as impatient:

@@ -45,7 +45,8 @@ async def test_apply_no_reboot_changes_running_and_persistent(cluster: SimCluste
     cp = ep(cluster, "cp-1")
     current = MachineConfig.parse(await client.machine_config(cp))
     current.v1alpha1["machine"]["certSANs"] = ["cp-1.example"]
-    result = await client.apply_configuration(cp, current.to_bytes(), m.ApplyConfigurationRequest.NO_REBOOT)
+    result = await client.apply_configuration(cp, current.to_bytes(), m.ApplyConfigurationRequest.NO_REBOOT,
+                                              contract=cluster.contract)
     assert result.mode_name == "NO_REBOOT"
     assert result.mode_details == "Applied configuration without a reboot"
     assert MachineConfig.parse(await client.machine_config(cp)).hash() == current.hash()
@@ -57,11 +58,13 @@ async def test_apply_no_reboot_changes_running_and_persistent(cluster: SimCluste
 async def test_apply_auto_is_no_reboot_and_staged_keeps_running(cluster: SimCluster, client: TalosClient) -> None:
     cp = ep(cluster, "cp-2")
     running = MachineConfig.parse(await client.machine_config(cp))
-    auto = await client.apply_configuration(cp, running.to_bytes(), m.ApplyConfigurationRequest.AUTO)
+    auto = await client.apply_configuration(cp, running.to_bytes(), m.ApplyConfigurationRequest.AUTO,
+                                            contract=cluster.contract)
     assert auto.mode_name == "NO_REBOOT"
     staged = running.copy()
     staged.v1alpha1["machine"]["certSANs"] = ["staged.example"]
-    res = await client.apply_configuration(cp, staged.to_bytes(), m.ApplyConfigurationRequest.STAGED)
+    res = await client.apply_configuration(cp, staged.to_bytes(), m.ApplyConfigurationRequest.STAGED,
+                                           contract=cluster.contract)
     assert res.mode_name == "STAGED"
     assert MachineConfig.parse(await client.machine_config(cp)).hash() == running.hash()
     assert MachineConfig.parse(await client.machine_config(cp, persistent=True)).hash() == staged.hash()
@@ -71,12 +74,14 @@ async def test_dry_run_reports_a_diff_and_changes_nothing(cluster: SimCluster, c
     cp = ep(cluster, "cp-1")
     running = MachineConfig.parse(await client.machine_config(cp))
     same = await client.apply_configuration(cp, running.to_bytes(), m.ApplyConfigurationRequest.NO_REBOOT,
+                                            contract=cluster.contract,
                                             dry_run=True)
     assert same.mode_details == ("Dry run summary:\nApplied configuration without a reboot (skipped in dry-run).\n"
                                  "Config diff:\n\nNo changes.")
     changed = running.copy()
     changed.v1alpha1["machine"]["certSANs"] = ["dry.example"]
     res = await client.apply_configuration(cp, changed.to_bytes(), m.ApplyConfigurationRequest.NO_REBOOT,
+                                           contract=cluster.contract,
                                            dry_run=True)
     assert "+" in res.mode_details
     assert "dry.example" in res.mode_details

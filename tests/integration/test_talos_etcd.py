@@ -40,7 +40,8 @@ def with_etcd_ca(cfg: MachineConfig, certs: list[CertificateAuthority], signer: 
 
 
 async def apply_and_reboot(client: TalosClient, cluster: SimCluster, node: SimNode, cfg: MachineConfig) -> None:
-    await client.apply_configuration(node.endpoint, cfg.to_bytes(), m.ApplyConfigurationRequest.NO_REBOOT)
+    await client.apply_configuration(node.endpoint, cfg.to_bytes(), m.ApplyConfigurationRequest.NO_REBOOT,
+                                     contract=node.contract)
     before = await client.boot_id(node.endpoint, V1_14)
     await client.reboot(node.endpoint)
     await eventually(lambda: node.up and node.boot_id != before)
@@ -64,7 +65,7 @@ async def test_plain_replacement_cannot_rejoin_and_loses_quorum(cluster: SimClus
     assert len(members) == 3  # still a member, just not a healthy one
     # The middle reboot: cp-2 down, cp-1 isolated, cp-3 alone is a minority.
     await client.apply_configuration(cp2.endpoint, with_etcd_ca(cp2.running, [new], new).to_bytes(),
-                                     m.ApplyConfigurationRequest.NO_REBOOT)
+                                     m.ApplyConfigurationRequest.NO_REBOOT, contract=cp2.contract)
     cluster.timings.reboot = 0.5  # long enough to ask the survivor while cp-2 is down
     await client.reboot(cp2.endpoint)
     await eventually(lambda: bool(cluster.history.of("etcd_quorum_lost")))
@@ -87,7 +88,8 @@ async def test_two_certificate_bundle_rolls_with_quorum(cluster: SimCluster, cli
         nodes = sorted(cluster.nodes.values(), key=lambda n: n.name)
         for node in nodes:
             cfg = with_etcd_ca(node.running, certs, signer)
-            await client.apply_configuration(node.endpoint, cfg.to_bytes(), m.ApplyConfigurationRequest.NO_REBOOT)
+            await client.apply_configuration(node.endpoint, cfg.to_bytes(), m.ApplyConfigurationRequest.NO_REBOOT,
+                                             contract=node.contract)
         # The node reports the stage's PKI before any reboot (what docs/decisions.md#ca-rotation-passes checks).
         trust = await client.read(nodes[0].endpoint, "/system/secrets/etcd/ca.crt")
         assert [c.subject for c in load_certificates(trust)] == [c.certificate.subject for c in certs]

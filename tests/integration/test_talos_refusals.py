@@ -105,7 +105,7 @@ async def test_reader_role_is_refused_admin_calls_and_sensitive_resources(cluste
         assert (await reader.version(cp)).tag  # reader calls work
         assert await reader.nodename(cp) == "cp-1"
         calls = [
-            reader.apply_configuration(cp, cfg, NO_REBOOT),
+            reader.apply_configuration(cp, cfg, NO_REBOOT, contract=cluster.contract),
             reader.kubeconfig(cp),
             reader.read(cp, "/proc/sys/kernel/random/boot_id"),
             reader.etcd_forfeit_leadership(cp),
@@ -135,7 +135,8 @@ async def test_etcd_and_kubeconfig_refused_on_a_worker(cluster: SimCluster, admi
 async def test_v114_refuses_mode_reboot(cluster: SimCluster, admin: TalosClient) -> None:
     cp = cluster.nodes["cp-1"]
     with pytest.raises(TalosUnimplementedError) as err:
-        await admin.apply_configuration(cp.endpoint, cp.running.to_bytes(), m.ApplyConfigurationRequest.REBOOT)
+        await admin.apply_configuration(cp.endpoint, cp.running.to_bytes(), m.ApplyConfigurationRequest.REBOOT,
+                                        contract=cp.contract)
     assert err.value.code == "UNIMPLEMENTED"
     assert not cluster.history.of("apply", "cp-1")
 
@@ -145,10 +146,11 @@ async def test_second_concurrent_apply_is_refused(cluster: SimCluster, admin: Ta
     cp = cluster.nodes["cp-1"]
     data = cp.running.to_bytes()
     async with TalosClient(DialBundle.from_bundle(bundle), dial_timeout=2) as second:
-        first = asyncio.ensure_future(admin.apply_configuration(cp.endpoint, data, NO_REBOOT))
+        await admin.version(cp.endpoint)  # the contract check's read made now: the apply is the first's next call
+        first = asyncio.ensure_future(admin.apply_configuration(cp.endpoint, data, NO_REBOOT, contract=cp.contract))
         await asyncio.sleep(0.05)  # the first apply holds the node for 0.2 s
         with pytest.raises(TalosFailedPreconditionError) as err:
-            await second.apply_configuration(cp.endpoint, data, NO_REBOOT)
+            await second.apply_configuration(cp.endpoint, data, NO_REBOOT, contract=cp.contract)
         assert err.value.detail == "another apply configuration is already in progress"
         assert (await first).mode_name == "NO_REBOOT"
 
@@ -159,16 +161,16 @@ async def test_invalid_configurations_are_refused(cluster: SimCluster, admin: Ta
     broken.v1alpha1["machine"]["type"] = "supervisor"
     broken.v1alpha1["machine"]["ca"]["crt"] = "bm90IGEgY2VydA=="
     with pytest.raises(TalosInvalidArgumentError) as err:
-        await admin.apply_configuration(cp.endpoint, broken.to_bytes(), NO_REBOOT)
+        await admin.apply_configuration(cp.endpoint, broken.to_bytes(), NO_REBOOT, contract=cp.contract)
     assert err.value.detail.startswith("2 errors occurred:")
     assert "machine.type" in err.value.detail and "machine.ca.crt" in err.value.detail
     only_docs = MachineConfig([d for d in cp.running.documents if "kind" in d])
     with pytest.raises(TalosInvalidArgumentError) as err2:
-        await admin.apply_configuration(cp.endpoint, only_docs.to_bytes(), NO_REBOOT)
+        await admin.apply_configuration(cp.endpoint, only_docs.to_bytes(), NO_REBOOT, contract=cp.contract)
     assert err2.value.detail == ("the applied machine configuration doesn't contain v1alpha1 config, "
                                  "did you mean to patch the machine config instead?")
     with pytest.raises(TalosInvalidArgumentError):
-        await admin.apply_configuration(cp.endpoint, b"machine: [unclosed", NO_REBOOT)
+        await admin.apply_configuration(cp.endpoint, b"machine: [unclosed", NO_REBOOT, contract=cp.contract)
     assert not cluster.history.of("apply", "cp-1")
 
 
@@ -186,13 +188,14 @@ async def test_v113_refuses_no_reboot_for_a_change_that_needs_a_reboot(bundle: S
         changed = node.running.copy()
         changed.v1alpha1["machine"]["token"] = "abcdef.0123456789abcdef"
         with pytest.raises(TalosInvalidArgumentError) as err:
-            await c.apply_configuration(node.endpoint, changed.to_bytes(), NO_REBOOT)
+            await c.apply_configuration(node.endpoint, changed.to_bytes(), NO_REBOOT, contract=node.contract)
         assert err.value.detail.startswith("this config change can't be applied in immediate mode")
         assert ".machine.token" in err.value.detail
         # A change inside CanApplyImmediate goes through; BootID does not exist before v1.14.
         ok = node.running.copy()
         ok.v1alpha1["machine"]["certSANs"] = ["w.example"]
-        assert (await c.apply_configuration(node.endpoint, ok.to_bytes(), NO_REBOOT)).mode_name == "NO_REBOOT"
+        assert (await c.apply_configuration(node.endpoint, ok.to_bytes(), NO_REBOOT,
+                                            contract=node.contract)).mode_name == "NO_REBOOT"
         with pytest.raises(TalosPermissionDeniedError):
             await c.cosi_get(node.endpoint, "runtime", "BootIDs.runtime.talos.dev", "boot-id")
         assert (await c.boot_id(node.endpoint, V1_13)) == node.boot_id  # through Read

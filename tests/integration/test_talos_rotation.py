@@ -39,7 +39,8 @@ async def patch_all(client: TalosClient, cluster: SimCluster, patch: Patch) -> N
     for node in order:
         cfg = MachineConfig.parse(await client.machine_config(node.endpoint))
         patch(cfg, node.is_control_plane)
-        res = await client.apply_configuration(node.endpoint, cfg.to_bytes(), m.ApplyConfigurationRequest.NO_REBOOT)
+        res = await client.apply_configuration(node.endpoint, cfg.to_bytes(), m.ApplyConfigurationRequest.NO_REBOOT,
+                                               contract=node.contract)
         assert res.mode_name == "NO_REBOOT"
 
 

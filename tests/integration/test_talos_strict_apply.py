@@ -53,7 +53,8 @@ async def test_what_talos_cannot_decode_is_refused_with_invalid_argument(
     spoiled = cp.running.copy()
     spoil(spoiled)
     with pytest.raises(TalosInvalidArgumentError) as err:
-        await client.apply_configuration(cp.endpoint, spoiled.wire_bytes(), NO_REBOOT, dry_run=dry_run)
+        await client.apply_configuration(cp.endpoint, spoiled.wire_bytes(), NO_REBOOT,
+                                         contract=cp.contract, dry_run=dry_run)
     assert err.value.code == "INVALID_ARGUMENT"
     assert "failed to parse config" in err.value.detail and says in err.value.detail, err.value.detail
     assert not cluster.history.of("apply", "cp-1")

@@ -113,6 +113,11 @@ async def test_every_cel_rule_is_enforced(kube: KubeClient) -> None:
                     "clusterRef": {"name": "c"}, "kind": "config", "health": health}})
         return attempt
 
+    async def window_lasts_at_most_a_week() -> None:
+        await clusters(kube).create(NS, {"metadata": {"name": "cel-window"}, "spec": {
+            "secretsRef": {"name": "b"}, "endpoint": "https://10.5.0.2:6443", "kubernetesVersion": "1.34.1",
+            "maintenance": {"windows": [{"name": "w", "schedule": "0 22 * * SAT", "duration": "9999d"}]}}})
+
     cases = {
         **{f"{ca_bundle_rule} ({kind} {gate})": (
             ca_bundle_of(kind, gate), f"spec.health.gates[0].{gate}.caBundle: Invalid value: {ca_bundle_rule}")
@@ -125,6 +130,9 @@ async def test_every_cel_rule_is_enforced(kube: KubeClient) -> None:
                                                      "spec.clusterRef: Invalid value: clusterRef is immutable"),
         "clusterRef is immutable (TalosMachine)": (machine_cluster_ref_is_immutable,
                                                    "spec.clusterRef: Invalid value: clusterRef is immutable"),
+        "a maintenance window lasts at most 7 days: 168h": (
+            window_lasts_at_most_a_week, 'spec.maintenance.windows[0].duration: Invalid value: "9999d": a maintenance '
+            "window lasts at most 7 days: 168h"),
     }
     rules = [m for d in _crd_docs() for v in d["spec"]["versions"] for m in _rules(v["schema"]["openAPIV3Schema"])]
     assert sorted(rules) == sorted(c.split(" (")[0] for c in cases), "every CEL rule of the CRDs needs a case here"

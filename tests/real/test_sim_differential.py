@@ -277,6 +277,85 @@ async def validation_errors(w: Wire, ns: str, _side: Side) -> Observed:
             invalid(cel), cel.field("message")]
 
 
+def cluster(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster", "metadata": {"name": name},
+            "spec": {"secretsRef": {"name": "b"}, "endpoint": "https://10.5.0.2:6443", "kubernetesVersion": "1.34.1",
+                     **spec}}
+
+
+def _patch_refusal(a: Answer) -> tuple[Any, ...]:
+    """A strict refusal of a patch, the patched object it shows (server-assigned fields, managedFields) left out."""
+    def cut(message: Any) -> Any:
+        if not isinstance(message, str) or "Invalid value: " not in message:
+            return message
+        head, _, rest = message.partition("Invalid value: ")
+        return head + "Invalid value: <the patched object>" + rest[rest.rfind('": ') + 1:]
+    causes = [{**c, "message": cut(c.get("message"))} for c in a.field("details", "causes") or []]
+    return (a.code, a.reason, cut(a.field("message")), causes, sorted(a.field("details") or {}))
+
+
+async def field_validation(w: Wire, ns: str, side: Side) -> Observed:
+    """fieldValidation on a custom resource: Warn (the default) drops an unknown field and names it in a Warning
+    header, Ignore drops it in silence, Strict refuses (a create or update 400, a patch 422); server-side apply
+    refuses one whatever the directive; a directive that is none of the three is refused naming the options."""
+    base = f"{GROUP_PATH}/namespaces/{ns}/talosclusters"
+    merge = "application/merge-patch+json"
+    warned = await w.call("POST", base, {**cluster("fv", x=1), "top": 2, "metadata": {"name": "fv", "extra": 1}})
+    ignored = await w.call("POST", base, cluster("fi", x=1), params={"fieldValidation": "Ignore"})
+    refused = await w.call("POST", base, cluster("fs", x=1), params={"fieldValidation": "Strict"})
+    patched = await w.call("PATCH", f"{base}/fv", {"spec": {"x": 1, "maintenance": {"y": 2}}}, content_type=merge)
+    json_warned = await w.call("PATCH", f"{base}/fv", [{"op": "add", "path": "/spec/z", "value": 1}],
+                               content_type="application/json-patch+json")
+    strict_merge = await w.call("PATCH", f"{base}/fv", {"spec": {"x": 1}}, content_type=merge,
+                                params={"fieldValidation": "Strict"})
+    strict_json = await w.call("PATCH", f"{base}/fv", [{"op": "add", "path": "/spec/z", "value": 1}],
+                               content_type="application/json-patch+json", params={"fieldValidation": "Strict"})
+    status = await w.call("PATCH", f"{base}/fv/status", {"status": {"nope": 1}}, content_type=merge)
+    current = (await w.call("GET", f"{base}/fv")).body
+    current["spec"]["q"] = 1
+    put_warned = await w.call("PUT", f"{base}/fv", current)
+    put_refused = await w.call("PUT", f"{base}/fv", current, params={"fieldValidation": "Strict"})
+    applied = [await w.call("PATCH", f"{base}/{name}", json.dumps(cluster(name, z=1)).encode(),
+                            content_type="application/apply-patch+yaml",
+                            params={"fieldManager": "m", **({"fieldValidation": d} if d else {})})
+               for name, d in (("fv", ""), ("fv", "Ignore"), ("new", "Strict"))]
+    bogus = await w.call("PATCH", f"{base}/fv", {"spec": {}}, content_type=merge, params={"fieldValidation": "warn"})
+    final = await w.call("GET", f"{base}/fv")
+    kubectl = await anyio.to_thread.run_sync(functools.partial(
+        run_kubectl, side.kubeconfig, "-n", ns, "patch", "taloscluster", "fv", "--type", "merge",
+        "-p", '{"spec":{"fromKubectl":1}}', check=False))
+    return [(warned.code, warned.warnings, warned.field("metadata", "name")), (ignored.code, ignored.warnings),
+            err(refused), (patched.code, patched.warnings, patched.field("spec", "maintenance")),
+            (json_warned.code, json_warned.warnings), _patch_refusal(strict_merge), _patch_refusal(strict_json),
+            (status.code, status.warnings), (put_warned.code, put_warned.warnings), err(put_refused),
+            [(a.code, a.reason, a.field("message"), a.warnings) for a in applied], err(bogus)[:3],
+            bogus.field("details"), sorted(set(final.field("spec")) & {"x", "y", "z", "q", "top", "fromKubectl"}),
+            "extra" in final.field("metadata"), [line for line in kubectl.splitlines() if "Warning" in line]]
+
+
+async def list_map_keys_and_bounds(w: Wire, ns: str, _side: Side) -> Observed:
+    """The TalosCluster's maintenance windows are a list-type map keyed by name (a second window of one name is
+    refused), a window lasts at most 7 days (a CEL rule), and an etcd snapshot retention is at most 1000."""
+    base = f"{GROUP_PATH}/namespaces/{ns}/talosclusters"
+    weekly = {"name": "w", "schedule": "0 22 * * SAT", "duration": "4h"}
+    one_off = {"name": "w", "start": "2026-12-24T20:00:00Z", "end": "2026-12-24T23:00:00Z"}
+    answers = [await w.call("POST", base, cluster(f"lm-{i}", **spec)) for i, spec in enumerate((
+        {"maintenance": {"windows": [weekly, dict(weekly)]}},
+        {"maintenance": {"windows": [weekly, {**weekly, "name": "v"}, dict(weekly), dict(weekly)]}},
+        {"maintenance": {"windows": [weekly, one_off]}},
+        {"maintenance": {"windows": [{**weekly, "duration": "9999d"}]}},
+        {"maintenance": {"windows": [{**weekly, "duration": "7d1s"}]}},
+        {"maintenance": {"windows": [{**weekly, "duration": "99999999s"}]}},
+        {"maintenance": {"windows": [{**weekly, "duration": "167h60m"}, {**weekly, "name": "v", "duration": "7d"}]}},
+        {"etcdSnapshots": {"path": "/var/lib/ichord/snapshots", "retain": 99999999999}},
+        {"etcdSnapshots": {"path": "/var/lib/ichord/snapshots", "retain": 1000}},
+    ))]
+    added = await w.call("PATCH", f"{base}/lm-6", [{"op": "add", "path": "/spec/maintenance/windows/-",
+                                                    "value": {**one_off, "name": "v"}}],
+                         content_type="application/json-patch+json")
+    return [(a.code, a.reason, a.field("message"), a.field("details", "causes")) for a in (*answers, added)]
+
+
 async def kubectl_bodies(w: Wire, ns: str, side: Side) -> Observed:
     out = []
     for args in (("create", "namespace", f"{ns}-k"),
@@ -305,6 +384,8 @@ SCENARIOS: dict[str, Scenario] = {
     "410 Gone on an expired watch": expired_watch,
     "schema, field-validation and CEL errors": validation_errors,
     "kubectl's protobuf bodies and --sort-by": kubectl_bodies,
+    "field validation of unknown fields: Warn, Ignore, Strict, apply": field_validation,
+    "list-type map keys and bounds of a TalosCluster": list_map_keys_and_bounds,
 }
 
 

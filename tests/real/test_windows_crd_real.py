@@ -35,13 +35,38 @@ def _cluster(name: str, windows: list[dict[str, Any]]) -> dict[str, Any]:
     ({"name": "w", "schedule": "0 22 * * SAT", "duration": "4 hours"}, "should match"),
     ({"schedule": "0 22 * * SAT", "duration": "4h"}, "Required value"),
     ({"name": "w", "start": "christmas", "end": "2026-12-24T23:00:00Z"}, "date-time"),
+    ({"name": "w", "schedule": "0 22 * * SAT", "duration": "9999d"}, "lasts at most 7 days"),
+    ({"name": "w", "schedule": "0 22 * * SAT", "duration": "7d1s"}, "lasts at most 7 days"),
+    # A second window of the first's name (a list-type map keyed by name).
+    ({"name": "weekly", "start": "2026-12-24T20:00:00Z", "end": "2026-12-24T23:00:00Z"},
+     'spec.maintenance.windows[1]: Duplicate value: {"name":"weekly"}'),
 ])
 async def test_what_the_schema_refuses(kube: KubeClient, window: dict[str, Any], says: str) -> None:
     with pytest.raises(errors.Invalid) as refused:
-        await clusters(kube).create(NS, _cluster("windows-bad", [window]))
+        await clusters(kube).create(NS, _cluster("windows-bad", [WEEKLY, window]))
     assert says in str(refused.value), str(refused.value)
     with pytest.raises(errors.NotFound):
         await clusters(kube).get(NS, "windows-bad")
+
+
+async def test_a_second_window_of_one_name_is_refused_by_a_patch_too(kube: KubeClient) -> None:
+    await clusters(kube).create(NS, _cluster("windows-dup", [WEEKLY]))
+    try:
+        with pytest.raises(errors.Invalid, match=r'windows\[1\]: Duplicate value: \{"name":"weekly"\}'):
+            await clusters(kube).patch(NS, "windows-dup", {"spec": {"maintenance": {"windows": [WEEKLY, {
+                **WEEKLY, "schedule": "0 1 * * SUN"}]}}})
+        assert (await clusters(kube).get(NS, "windows-dup"))["spec"]["maintenance"]["windows"] == [WEEKLY]
+    finally:
+        await clusters(kube).delete(NS, "windows-dup")
+
+
+async def test_a_snapshot_retention_above_a_thousand_is_refused(kube: KubeClient) -> None:
+    body = _cluster("retain-bad", [])
+    body["spec"]["etcdSnapshots"] = {"path": "/var/lib/ichord/snapshots", "retain": 99999999999}
+    with pytest.raises(errors.Invalid, match="retain in body should be less than or equal to 1000"):
+        await clusters(kube).create(NS, body)
+    with pytest.raises(errors.NotFound):
+        await clusters(kube).get(NS, "retain-bad")
 
 
 @pytest.mark.parametrize("window", [

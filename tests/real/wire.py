@@ -25,6 +25,7 @@ from ichord import yamlio
 class Answer:
     code: int
     body: Any  # the JSON document, or the text when it is not JSON
+    warnings: tuple[str, ...] = ()  # the Warning headers, as sent
 
     @property
     def reason(self) -> str | None:
@@ -81,10 +82,11 @@ class Wire:
         async with self.session.request(method, self.server + path, data=data, headers=headers, params=params,
                                         timeout=aiohttp.ClientTimeout(total=30)) as resp:
             text = await resp.text()
+            warnings = tuple(resp.headers.getall("Warning", []))
         try:
-            return Answer(resp.status, json.loads(text))
+            return Answer(resp.status, json.loads(text), warnings)
         except ValueError:
-            return Answer(resp.status, text)
+            return Answer(resp.status, text, warnings)
 
     async def watch(self, path: str, params: dict[str, str], *, until: int, within: float = 20.0) -> tuple[
             int, list[dict[str, Any]]]:

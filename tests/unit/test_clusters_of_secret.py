@@ -42,4 +42,4 @@ def test_the_index_follows_every_change_of_the_clusters_cache(monkeypatch: pytes
     assert daemon._clusters_of_secret("ns", "shared") == [("ns", "a")]
     assert daemon._clusters_of_secret("ns", "own") == [("ns", "b")]
     assert daemon._clusters_of_secret("vault", "elsewhere") == []
-    assert daemon._clusters_by_secret.keys() == {("ns", "shared"), ("ns", "own")}  # nothing left of c
+    assert daemon.runtime.bundle_owners._identity_of.keys() == {("ns", "a"), ("ns", "b")}  # nothing left of c

@@ -2,7 +2,15 @@ from __future__ import annotations
 
 import datetime as dt
 
-from ichord.api.conditions import Condition, find, is_true, parse_time, set_condition
+from ichord.api.conditions import (
+    MAX_MESSAGE,
+    Condition,
+    find,
+    is_true,
+    parse_time,
+    set_condition,
+    set_operation_phase,
+)
 from ichord.pki.bundle import generate_bundle
 
 T0 = dt.datetime(2026, 11, 29, 10, 0, tzinfo=dt.UTC)
@@ -28,3 +36,23 @@ def test_conditions_sorted_and_scrubbed() -> None:
     conds = set_condition(conds, Condition("A", "False", "Y"), now=T0)
     assert [c["type"] for c in conds] == ["A", "B"]
     assert "BEGIN" not in conds[1]["message"]
+
+
+def test_a_long_message_is_bounded_where_the_condition_and_the_phase_are_made() -> None:
+    long = "gate failed: " + "Referent(annotation=None) " * 600  # 15 KB, what a CEL gate's error once carried
+    cond = Condition("ConfigRollout", "False", "GateFailing", long)
+    kept, _, tail = cond.message.partition("… (")
+    assert len(cond.message) <= MAX_MESSAGE and long.startswith(kept)
+    assert tail == f"{len(long) - len(kept)} more characters)"
+    written = set_condition([], cond, now=T0)[0]["message"]
+    assert written == cond.message  # what a later step compares with is what was written
+    status: dict[str, object] = {}
+    set_operation_phase(status, "Paused", long, now=T0)
+    assert status["message"] == cond.message
+    assert Condition("A", "True", "X", "short").message == "short"
+
+
+def test_a_message_is_scrubbed_before_it_is_cut() -> None:
+    key = (generate_bundle().os.key_pem or b"").decode()
+    cond = Condition("B", "True", "X", "x" * (MAX_MESSAGE - 40) + key)
+    assert "BEGIN" not in cond.message and "[REDACTED]" in cond.message and len(cond.message) <= MAX_MESSAGE

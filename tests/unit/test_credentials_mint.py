@@ -12,10 +12,10 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ichord import yamlio
-from ichord.credentials.files import PrivateFileError, write_private
 from ichord.credentials.mint import issue_kubernetes_admin_certificate, mint, talosconfig_dial
 from ichord.pki import pem as _pem
 from ichord.pki.ca import CAKind, CertificateAuthority, generate_ca
+from ichord.safefile import DestinationError, make_private_dirs, write_file
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +70,17 @@ def test_both_files(cas: dict[str, CertificateAuthority]) -> None:
 
 def test_private_files_are_0600_in_0700_directories(tmp_path: Path) -> None:
     path = tmp_path / "a" / "b" / "kubeconfig"
-    write_private(path, b"one")
-    write_private(path, b"two")  # replaced atomically, still 0600
+    with pytest.raises(DestinationError, match="is not a directory; create it first"):
+        write_file(path, b"one")  # a directory the user names must exist
+    make_private_dirs(path.parent)  # ichord's own default place is created 0700
+    write_file(path, b"one")
+    with pytest.raises(DestinationError, match="exists; it is not overwritten"):
+        write_file(path, b"two")
+    write_file(path, b"two", force=True)  # replaced atomically, still 0600
     assert path.read_bytes() == b"two" and stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / "a").st_mode) == 0o700
     assert [p.name for p in path.parent.iterdir()] == ["kubeconfig"]  # no temporary file left behind
     (tmp_path / "ro").mkdir(mode=0o500)
     if os.geteuid() != 0:  # root writes anyway
-        with pytest.raises(PrivateFileError, match=r"cannot write .*ro/x"):
-            write_private(tmp_path / "ro" / "x", b"x")
+        with pytest.raises(DestinationError, match=r"ro is not writable"):
+            write_file(tmp_path / "ro" / "x", b"x")

@@ -64,7 +64,13 @@ def test_operation_soak_replaces_the_clusters_and_accepted_spec_wins() -> None:
     ({"name": "two", "delay": {"duration": "1m"}, "cel": {"expression": "true"}}, "exactly one of"),
     ({"name": "none"}, "it sets none"),
     ({"name": "d", "delay": {"duration": "soon"}}, "not a duration"),
-    ({"name": "c", "cel": {"expression": "nodes.all(n, "}}, "does not compile"),
+    ({"name": "c", "cel": {"expression": "nodes.all(n, "}}, r"does not compile: a syntax error at column 12 of "
+                                                            r"'nodes\.all\(n,'"),
+    ({"name": "c", "cel": {"expression": "foo == 1"}}, r"health gate 'c': cel\.expression does not compile: "
+                                                       r"undeclared reference to 'foo'; the declared variables are "
+                                                       r"nodes \(the managed cluster's Nodes"),
+    ({"name": "c", "cel": {"expression": "nodes.all(n, m.ready)"}}, "undeclared reference to 'm'"),
+    ({"name": "c", "cel": {"expression": "[1].map(x, x + y)[0] == 1"}}, "undeclared reference to 'y'"),
     ({"name": "c", "cel": {"expression": "  "}}, "cel.expression is empty"),
     ({"name": "p", "prometheus": {"url": "prometheus:9090", "query": "up"}}, "http:// or https://"),
     ({"name": "p", "prometheus": {"url": "http://p:9090", "query": ""}}, "prometheus.query is empty"),
@@ -100,6 +106,27 @@ def test_two_gates_of_one_name_and_a_bad_soak_are_refused() -> None:
 
 def _gate(raw: dict[str, Any]) -> Gate:
     return policy_of(cluster({"gates": [raw]}), {}).gates[0]
+
+
+@pytest.mark.parametrize("expression", [
+    'nodes.all(n, n.status.conditions.exists(c, c.type == "Ready"))', "nodes.exists(n, n.metadata.name == target)",
+    "type(target) == string", "has(nodes[0].spec) || nodes.map(n, n.spec).filter(s, has(s.x)).size() == 0"])
+def test_a_macro_s_own_variables_and_type_names_are_declared(expression: str) -> None:
+    assert _gate({"name": "c", "cel": {"expression": expression}}).program is not None
+
+
+@pytest.mark.parametrize(("expression", "says"), [
+    ("nodes[0].nosuch == 1", "expression failed: no such member in mapping: 'nosuch'"),
+    ("nodes[5] == 1", "expression failed: invalid_argument: list index out of range"),
+    # Both sides failing: cel-python nests the first error's repr, activation and all, in the second's.
+    ("nodes.all(n, n.spec.x) && nodes[0].spec.y", "expression failed: no such member in mapping: 'spec'"),
+    ("nodes.map(n, n.metadata.name)[0] == 1", "expression failed: found no matching overload for relation_eq "
+     "applied to '(StringType, IntType)': no such overload: IntType(1) IntType != StringType('a') StringType"),
+])
+async def test_an_expression_that_fails_says_why_in_one_short_line(expression: str, says: str) -> None:
+    verdict = await evaluate(_gate({"name": "c", "cel": {"expression": expression}}), FakeProbe([node("a")]),
+                             target="w1")
+    assert (verdict.passing, verdict.message) == (False, says)
 
 
 async def test_cel_over_node_conditions() -> None:

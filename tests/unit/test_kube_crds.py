@@ -148,7 +148,8 @@ def _rules(schema: dict[str, Any]) -> list[str]:
 
 def test_the_simulator_evaluates_every_cel_rule_the_crds_use() -> None:
     rules = [r for crd in crds().values() for r in _rules(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])]
-    assert len(rules) == 8  # the operation lock and intent rules, and caBundle's one-of on two gates of two CRDs
+    # The operation lock and intent rules, caBundle's one-of on two gates of two CRDs, a maintenance window's bound.
+    assert len(rules) == 9
     assert [r for r in rules if not sim_schema.evaluates(r)] == []
 
 
@@ -189,3 +190,34 @@ def test_the_simulator_refuses_a_ca_bundle_of_neither_or_both_references_as_the_
     assert bool(causes) is refused, causes
     if refused:
         assert causes[0][1] == "spec.health.gates[0].prometheus.caBundle"
+
+
+def _cluster_causes(**spec: Any) -> list[sim_schema.Cause]:
+    schema = crds()["TalosCluster"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    obj = {"spec": {"secretsRef": {"name": "b"}, "endpoint": "https://10.5.0.2:6443", "kubernetesVersion": "1.34.1",
+                    **spec}}
+    return sim_schema.validate(obj, schema)
+
+
+WEEKLY = {"name": "w", "schedule": "0 22 * * SAT", "duration": "4h"}
+
+
+@pytest.mark.parametrize(("spec", "causes"), [
+    ({"maintenance": {"windows": [WEEKLY, {**WEEKLY, "name": "v"}]}}, []),
+    ({"maintenance": {"windows": [WEEKLY, {**WEEKLY, "schedule": "0 1 * * SUN"}]}},
+     [("FieldValueDuplicate", "spec.maintenance.windows[1]", 'Duplicate value: {"name":"w"}')]),
+    # Each key's first repetition only, as kube-apiserver names them.
+    ({"maintenance": {"windows": [WEEKLY, {**WEEKLY, "name": "v"}, WEEKLY, WEEKLY]}},
+     [("FieldValueDuplicate", "spec.maintenance.windows[2]", 'Duplicate value: {"name":"w"}')]),
+    ({"maintenance": {"windows": [{**WEEKLY, "duration": "167h60m"}]}}, []),
+    ({"maintenance": {"windows": [{**WEEKLY, "duration": "9999d"}]}},
+     [("FieldValueInvalid", "spec.maintenance.windows[0].duration",
+       'Invalid value: "9999d": a maintenance window lasts at most 7 days: 168h')]),
+    ({"etcdSnapshots": {"path": "/s", "retain": 99999999999}},
+     [("FieldValueInvalid", "spec.etcdSnapshots.retain", "Invalid value: 99999999999: spec.etcdSnapshots.retain in "
+       "body should be less than or equal to 1000")]),
+])
+def test_the_simulator_refuses_duplicate_window_names_and_unbounded_values_as_the_api_server_does(
+        spec: dict[str, Any], causes: list[sim_schema.Cause]) -> None:
+    # The real API server's answers to the same: tests/real/test_sim_differential.py (list-type map keys and bounds).
+    assert _cluster_causes(**spec) == causes

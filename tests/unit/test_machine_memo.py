@@ -7,6 +7,7 @@ from dataclasses import replace
 from ichord.machines.memo import ConfigMemo
 from ichord.pki.bundle import generate_bundle
 from ichord.render.inputs import ClusterInputs, MachineInputs
+from ichord.render.trusted_cas import NodeTrust
 
 SPEC = {"endpoint": "https://demo:6443", "kubernetesVersion": "1.34.1"}
 
@@ -33,23 +34,29 @@ def test_render_hash_only_for_equal_inputs() -> None:
     assert memo.rendered_hash(bundle, cluster, machine) is None
 
 
+def _hash(memo: ConfigMemo, running: bytes) -> str | None:
+    found = memo.running(running)
+    return None if found is None else found[0]
+
+
 def test_running_hash_only_for_the_same_bytes() -> None:
     memo = ConfigMemo()
-    assert memo.running_hash(b"version: v1alpha1\n") is None
-    memo.remember_running(b"version: v1alpha1\n", "h2")
-    assert memo.running_hash(b"version: v1alpha1\n") == "h2"
-    assert memo.running_hash(b"version: v1alpha1\n\n") is None  # one byte differs: parsed again
-    assert memo.running_hash(b"") is None
+    trust = NodeTrust(talos=("aa",), kubernetes=("bb",))
+    assert memo.running(b"version: v1alpha1\n") is None
+    memo.remember_running(b"version: v1alpha1\n", "h2", trust)
+    assert memo.running(b"version: v1alpha1\n") == ("h2", trust)  # the CAs it trusts kept with its hash
+    assert memo.running(b"version: v1alpha1\n\n") is None  # one byte differs: parsed again
+    assert memo.running(b"") is None
 
 
 def test_bounded_least_recently_used_first() -> None:
     memo = ConfigMemo(limit=2)
     for i in range(3):
-        memo.remember_running(f"c{i}".encode(), f"h{i}")
-    assert memo.running_hash(b"c0") is None and memo.running_hash(b"c2") == "h2"
-    assert memo.running_hash(b"c1") == "h1"  # used: now the most recent
-    memo.remember_running(b"c3", "h3")
-    assert memo.running_hash(b"c2") is None and memo.running_hash(b"c1") == "h1"
+        memo.remember_running(f"c{i}".encode(), f"h{i}", NodeTrust())
+    assert _hash(memo, b"c0") is None and _hash(memo, b"c2") == "h2"
+    assert _hash(memo, b"c1") == "h1"  # used: now the most recent
+    memo.remember_running(b"c3", "h3", NodeTrust())
+    assert _hash(memo, b"c2") is None and _hash(memo, b"c1") == "h1"
     bundle = generate_bundle()
     cluster = ClusterInputs.from_spec("demo", SPEC)
     for role in ("worker", "controlplane"):

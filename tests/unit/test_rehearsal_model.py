@@ -16,7 +16,8 @@ def test_durations_are_defaults_unless_given_and_bad_ones_are_refused() -> None:
     assert d.ranges["reboot"] == (90.0, 180.0) and d.ranges["apply"] == (3.0, 3.0)
     assert d.source("reboot") == "given" and d.source("drain") == "default"
     assert d.ranges["drain"] == DEFAULTS["drain"][:2]
-    for bad in ("reboot", "nap=3", "reboot=soon", "reboot=9-3", "reboot=-1"):
+    for bad in ("reboot", "nap=3", "reboot=soon", "reboot=9-3", "reboot=-1", "reboot=nan", "reboot=inf",
+                "reboot=1-inf", "reboot=-inf-3"):
         with pytest.raises(DurationError, match="--duration"):
             Durations.parse([bad])
 

@@ -180,6 +180,10 @@ def test_no_windows_means_always_open() -> None:
     ({"name": "w", "schedule": "0 1 * * *", "duration": "1h", "start": "2026-12-03T10:00:00Z"}, "both a schedule"),
     ({"name": "w", "timeZone": "../../etc/passwd", "schedule": "0 1 * * *", "duration": "1h"},
      "not an IANA time zone"),
+    ({"name": "w", "schedule": "0 22 * * SAT", "duration": "9999d"},
+     r"windows\[0\].duration \(w\): '9999d' is longer than 7 days \(168h\), the longest a window lasts; for "
+     "disruption at any time, remove spec.maintenance"),
+    ({"name": "w", "schedule": "0 22 * * SAT", "duration": "7d1s"}, "longer than 7 days"),
 ])
 def test_a_bad_window_is_named_and_blocks(entry: dict[str, object], says: str) -> None:
     spec = {"maintenance": {"windows": [entry]}}
@@ -188,6 +192,16 @@ def test_a_bad_window_is_named_and_blocks(entry: dict[str, object], says: str) -
     closed = verdict({"metadata": {"name": "c"}, "spec": spec}, at("2026-12-03T10:00:00Z"), what="x", recheck=9)
     assert closed is not None and closed.invalid and closed.after == 9
     assert "spec.maintenance.windows" in closed.message
+
+
+def test_two_windows_of_one_name_are_refused_naming_both() -> None:
+    # The CRD refuses them too (a list-type map keyed by name); a cluster stored before that is held here.
+    weekly = {"name": "w", "schedule": "0 22 * * SAT", "duration": "4h"}
+    one_off = {"name": "w", "start": "2026-12-03T10:00:00Z", "end": "2026-12-03T11:00:00Z"}
+    with pytest.raises(WindowSpecError, match=r"^spec\.maintenance\.windows\[2\]\.name: 'w' is the name of "
+                       r"spec\.maintenance\.windows\[0\] too; give each window a name of its own$"):
+        Windows.from_cluster_spec({"maintenance": {"windows": [weekly, {**weekly, "name": "v"}, one_off]}})
+    assert Windows.from_cluster_spec({"maintenance": {"windows": [{**weekly, "duration": "7d"}]}}) is not None
 
 
 def test_the_verdict_names_the_next_opening_and_requeues_at_it_or_for_the_lock() -> None:

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from ichord.api import names
 from ichord.api.conditions import Condition, find, set_condition
 from ichord.api.names import BundleBackupStaleReason, CAClientsNotRestartedReason
@@ -24,6 +26,18 @@ from ichord.pki.scrub import SCRUBBER
 MINTED_KUBECONFIG = "~/.ichord/clusters/{name}/kubeconfig"
 
 
+def minted_kubeconfig(op: Obj, cluster: str) -> str:
+    """The kubeconfig the hand-off wrote, as a shell takes it: the path ``ichord cluster credentials`` recorded
+    with its acknowledgement (quoted: an annotation is input), else its default place."""
+    recorded = str(((op.get("metadata") or {}).get("annotations") or {}).get(
+        names.CREDENTIALS_KUBECONFIG_ANNOTATION) or "")
+    if not recorded:
+        return MINTED_KUBECONFIG.format(name=cluster)
+    if recorded.startswith("~/"):
+        return "~/" + shlex.quote(recorded[2:])
+    return shlex.quote(recorded)
+
+
 def export_command(ctx: StepContext, inputs: Inputs) -> str:
     """The export command as it works pasted: with the cluster's namespace and, when the Kubernetes CA of the API
     server ichord (and so the operator) talks to was rotated, the kubeconfig ``ichord cluster credentials`` minted:
@@ -38,7 +52,7 @@ def export_command(ctx: StepContext, inputs: Inputs) -> str:
         if rotation is not None and Target.KUBERNETES in rotation.new:
             cas.append(rotation.new[Target.KUBERNETES].cert_pem)
         if any(ctx.own_cluster(ca) for ca in cas):
-            command += f" --kubeconfig {MINTED_KUBECONFIG.format(name=name)}"
+            command += f" --kubeconfig {minted_kubeconfig(inputs.op, name)}"
     return command
 
 

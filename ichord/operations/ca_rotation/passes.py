@@ -129,7 +129,8 @@ async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: 
         return _Visit({**seen, "message": f"runs {stage.value}"} if seen.get("state") == stage.value else {**seen})
     data = desired.wire_bytes()
     try:
-        dry = await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT, dry_run=True)
+        dry = await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT, dry_run=True,
+                                              contract=inputs.cluster_inputs.contract)
     except (TalosUnreachableError, TalosCertificateError) as exc:
         problem = f"machine {m.name} ({m.address}) does not answer: {SCRUBBER.exception(exc)}"
         return _Visit({"name": m.name, "state": UNREACHABLE, "message": problem, **carried}, problem)
@@ -143,7 +144,7 @@ async def _visit(talos: TalosClient, inputs: Inputs, rotation: Rotation, stage: 
         if before_apply is not None:
             await before_apply()
         failpoint(f"ca-rotation.apply.before.{stage.value.lower()}")
-        await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT)
+        await talos.apply_configuration(m.address, data, ApplyMode.NO_REBOOT, contract=inputs.cluster_inputs.contract)
     except TalosError as exc:
         problem = f"machine {m.name} refused the {stage.value} configuration: {SCRUBBER.exception(exc)}"
         return _Visit({"name": m.name, "state": ReadyReason.APPLY_FAILED, "message": problem, **carried}, problem)

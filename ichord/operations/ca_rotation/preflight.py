@@ -23,6 +23,18 @@ from ichord.pki.rotation import Target
 from ichord.talos.client import TalosClient
 from ichord.talos.dial import DialBundle
 
+CONVERGE = "let it converge before rotating"
+
+
+def way_out(inputs: Inputs) -> str:
+    """What to do when a machine's difference waits for a reboot: ``config-apply`` is refused while this rotation
+    exists, so the order is named (a rotation that has not started is abandoned with nothing to undo)."""
+    ns, cluster, name = inputs.op_namespace, inputs.cluster_name, inputs.name
+    return (f"a change that waits for a reboot or a kube-apiserver restart (the machine's status.rebootPaths) is "
+            f"rolled out by `ichord cluster config-apply {cluster} -n {ns}`, which is refused while this rotation "
+            f"exists: delete it first (`kubectl -n {ns} delete talosoperation {name}`; it has not started, nothing "
+            "is undone), roll the change out, then rotate again")
+
 
 async def _machine_problem(talos: TalosClient, inputs: Inputs, m: MachineView) -> str | None:
     found = await divergence(talos, inputs, m)
@@ -31,8 +43,7 @@ async def _machine_problem(talos: TalosClient, inputs: Inputs, m: MachineView) -
     if found.mismatch is Mismatch.UNRENDERABLE:
         return f"machine {m.name} cannot be rendered: {found.detail}"
     if found.mismatch is Mismatch.DIFFERENT:
-        return (f"machine {m.name} does not run the configuration ichord renders for it; let it converge "
-                "(or roll out its pending change) before rotating")
+        return f"machine {m.name} does not run the configuration ichord renders for it; {CONVERGE}"
     return f"machine {m.name} ({m.address}) does not answer: {found.detail}"
 
 
@@ -52,6 +63,8 @@ async def preflight(ctx: StepContext, inputs: Inputs, targets: Iterable[Target] 
             problem = await _machine_problem(talos, inputs, m)
             if problem:
                 problems.append(problem)
+        if any(p.endswith(CONVERGE) for p in problems):
+            problems.append(way_out(inputs))
         if problems:
             return problems
         try:

@@ -85,6 +85,7 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
     timing = world.ctx.timing
     marker = RestartMarker.of(world.inputs.status)
     rendered = world.rendered(m)
+    contract = world.inputs.cluster_inputs.contract
     now = world.now()
     if marker.machine != m.name:
         try:
@@ -93,7 +94,8 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
                 await _write(world, RestartMarker(done=(*marker.done, m.name)))
                 return RestartOutcome(Requeue(0.0, "converged"), ReadyReason.CONVERGED,
                                       f"{m.name} already runs the rendered configuration; nothing done")
-            await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.NO_REBOOT, dry_run=True)
+            await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.NO_REBOOT, dry_run=True,
+                                                  contract=contract)
             container = (await apiserver_restart.running_apiserver(world.talos, m.address)).container_id
         except TalosError as exc:
             message = f"cannot prepare {m.name}'s API server restart: {SCRUBBER.exception(exc)}"
@@ -102,7 +104,8 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
         await _write(world, RestartMarker(m.name, container, now, marker.done))
         failpoint("config.apiserver.marker.after")
         try:
-            await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.NO_REBOOT)
+            await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.NO_REBOOT,
+                                                  contract=contract)
         except TalosError as exc:
             # The marker stays: the next step applies again (or waits, if it did land).
             message = f"applying {m.name}'s configuration: {SCRUBBER.exception(exc)}; trying again"
@@ -118,7 +121,8 @@ async def advance_restart(world: World, m: MachineView) -> RestartOutcome:
     waiting = ""
     try:
         if not await runs_render(world.talos, m.address, rendered):
-            await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.NO_REBOOT)
+            await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.NO_REBOOT,
+                                                  contract=contract)
             waiting = "applied again (the last apply did not land)"
         else:
             running = await apiserver_restart.running_apiserver(world.talos, m.address)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ichord.api.views import MachineView
+from ichord.contract import VersionContract
 from ichord.errors import IchordError
 from ichord.operations.managed.etcd_health import etcd_problems
 from ichord.operations.managed.rendered import runs_render
@@ -45,9 +46,13 @@ def not_held(machine: str, annotations: dict[str, str], hold_annotation: str) ->
     return OPEN
 
 
-async def dry_run(talos: TalosClient, endpoint: str, rendered: MachineConfig, machine: str) -> GateResult:
+async def dry_run(talos: TalosClient, endpoint: str, rendered: MachineConfig, machine: str,
+                  contract: VersionContract) -> GateResult:
+    """Refused by Talos: the gate stays closed. A node of another contract than ``contract`` is no refusal to wait
+    out: its ContractMismatchError blocks the operation (docs/decisions.md#contract-match)."""
     try:
-        await talos.apply_configuration(endpoint, rendered.wire_bytes(), ApplyMode.STAGED, dry_run=True)
+        await talos.apply_configuration(endpoint, rendered.wire_bytes(), ApplyMode.STAGED, dry_run=True,
+                                        contract=contract)
     except TalosError as exc:
         return closed(f"the dry run of {machine}'s configuration was refused: {SCRUBBER.exception(exc)}")
     return OPEN

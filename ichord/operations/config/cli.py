@@ -89,7 +89,9 @@ async def config_apply(kube: KubeClient, cluster: str, namespace: str, *, max_un
                        start: bool = False, wait: float = 60.0, now: dt.datetime | None = None) -> Obj:
     """Refuse what the daemon would refuse (nothing written), else create the operation and wait (up to ``wait``
     s) for the daemon's plan; the object as read. Raises operation_cli.Refused."""
-    await operation_cli.read_cluster(kube, namespace, cluster)
+    in_use = operation_cli.bundle_in_use_refusal(await operation_cli.read_cluster(kube, namespace, cluster))
+    if in_use:
+        raise operation_cli.Refused(in_use)
     busy = await operation_cli.unfinished_refusal(kube, namespace, cluster)
     if busy:
         raise operation_cli.Refused(busy)

@@ -87,7 +87,7 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
         return await checks.node_is_ready(nodes, t.node)
 
     async def dry(_t: RollTarget) -> GateResult:
-        return await checks.dry_run(world.talos, m.address, rendered, m.name)
+        return await checks.dry_run(world.talos, m.address, rendered, m.name, world.inputs.cluster_inputs.contract)
 
     async def etcd(_t: RollTarget) -> GateResult:
         return await checks.etcd_whole(world.talos, world.control_planes)
@@ -116,7 +116,8 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
             staged = False  # the apply says whether the node answers
         try:
             if not staged:
-                await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.STAGED)
+                await world.talos.apply_configuration(m.address, rendered.wire_bytes(), ApplyMode.STAGED,
+                                                      contract=world.inputs.cluster_inputs.contract)
         except TalosUnreachableError as exc:
             return HookResult(HookVerdict.WAIT, f"cannot stage {m.name}'s configuration yet: {exc}",
                               world.ctx.timing.reboot_poll)

@@ -1,5 +1,6 @@
 """The handles a step of any operation kind works with: the management API, Events, timing, the step's clock, the
-trust pool's hooks, the Talos client factory and the managed-cluster clients the kind keeps across steps.
+trust pool's hooks, the Talos client factory, where an etcd snapshot goes and the managed-cluster clients the kind
+keeps across steps.
 
 Built from the cluster actor's ``ClusterScope`` for every step (``context_of``); only the managed-cluster clients
 are kept between steps (a connection, no state).
@@ -12,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ichord.api.views import OperationView
+from ichord.api.views import MachineView, OperationView
 from ichord.kube.client import KubeClient
 from ichord.kube.events import EventRecorder
+from ichord.operations.etcd_snapshot import DirectorySnapshots, SnapshotPort
 from ichord.operations.lock import LockMemo
 from ichord.operations.managed.clients import ManagedClients
 from ichord.operations.scope import ClusterScope
@@ -65,6 +67,11 @@ class StepContext:
     managed: ManagedClients | None = None
     #: The cluster lock as this process last wrote it (operations/lock.py LockMemo; None: read before each renewal).
     lock_memo: LockMemo | None = None
+    #: Where an operation's etcd snapshot goes (operations/etcd_snapshot.py; ClusterScope.etcd_snapshots).
+    etcd_snapshots: SnapshotPort = field(default_factory=DirectorySnapshots)
+    #: The TalosMachine created first that names the same node as a machine, or None (ClusterScope.address_holder):
+    #: a machine another holds is left out of the step's inputs.
+    address_holder: Callable[[MachineView], tuple[str, str] | None] = lambda _m: None
 
 
 def context_of(scope: ClusterScope, managed: ManagedClients | None = None) -> StepContext:
@@ -73,7 +80,8 @@ def context_of(scope: ClusterScope, managed: ManagedClients | None = None) -> St
                        trust_hook=scope.trust.trust, trust_refusal=scope.trust.refusal,
                        own_cluster=scope.trust.own_cluster, observe=scope.observe,
                        operations=scope.operations, allowed_secret_namespaces=scope.allowed_secret_namespaces,
-                       managed=managed, lock_memo=scope.lock_memo)
+                       managed=managed, lock_memo=scope.lock_memo, etcd_snapshots=scope.etcd_snapshots,
+                       address_holder=scope.address_holder)
 
 
 class OperationObject:

@@ -58,6 +58,10 @@ def scaled_behaviours(scale: float) -> BehaviourSettings:
 
 
 class SimEnvironment(Started):
+    #: Whether ``start`` writes ichord's kubeconfig to a file (``kubeconfig``); one that writes nothing (a
+    #: rehearsal's twin) hands it out in memory (``kubeconfig_data``).
+    writes_kubeconfig = True
+
     def __init__(self, *, control_planes: int = 3, workers: int = 1, contract: VersionContract = V1_14,
                  bundle: SecretsBundle | None = None, namespace: str = "ichord-system", cluster_name: str = "demo",
                  cni: str = "flannel", time_scale: float = 1.0, timings: Timings | None = None,
@@ -183,7 +187,8 @@ class SimEnvironment(Started):
         await self.readyz.start()
         if self._addons:
             await self._start_addons()
-        self.kubeconfig = self._write_kubeconfig()
+        if self.writes_kubeconfig:
+            self.kubeconfig = self._write_kubeconfig()
         await self._serve_state()
         self.started_in = time.perf_counter() - t0
 
@@ -276,6 +281,10 @@ class SimEnvironment(Started):
     def clients(self) -> PodModel:
         """The managed cluster's pods and in-cluster clients: x509 failures, DNS, outages (clientpods.py)."""
         return self.kube.behaviours.pods
+
+    def kubeconfig_data(self) -> bytes:
+        """ichord's kubeconfig for the environment's management API, in memory."""
+        return self.management.kubeconfig_data(namespace=self.namespace)
 
     def _write_kubeconfig(self) -> Path:
         path = self._kubeconfig_out

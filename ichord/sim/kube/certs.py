@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 import ssl
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
@@ -18,6 +15,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ichord.pki import pem as _pem
 from ichord.pki.ca import CertificateAuthority
+from ichord.pki.memfile import load_cert_chain_from_memory
 
 #: Names a kube-apiserver certificate carries (Talos adds the node IPs and the endpoint host).
 DEFAULT_DNS = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
@@ -67,13 +65,7 @@ def issue_serving_certificate(ca: CertificateAuthority, hosts: Sequence[str],
 
 
 def server_ssl_context(serving: ServingCertificate) -> ssl.SSLContext:
-    """An SSLContext for the server; the key only touches a private temporary file for the load."""
+    """An SSLContext for the server; the key is loaded from memory (pki/memfile.py), never written to disk."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    with tempfile.TemporaryDirectory(prefix="ichord-sim-") as tmp:
-        cert_path, key_path = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
-        cert_path.write_bytes(serving.cert_pem)
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(serving.key_pem)
-        ctx.load_cert_chain(cert_path, key_path)
+    load_cert_chain_from_memory(ctx, serving.cert_pem, serving.key_pem)
     return ctx

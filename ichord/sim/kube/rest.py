@@ -15,6 +15,7 @@ from ruamel.yaml.error import YAMLError
 from ichord import yamlio
 from ichord.sim.kube import paging, protobuf, selectors, tables
 from ichord.sim.kube.eviction import evict
+from ichord.sim.kube.fieldvalidation import FieldValidation
 from ichord.sim.kube.patch import APPLY_PATCH
 from ichord.sim.kube.resources import JSON, ResourceType
 from ichord.sim.kube.routes import Route
@@ -30,8 +31,11 @@ class WatchSettings:
     default_timeout: float = 1800.0
 
 
-def json_response(body: JSON, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=json.dumps(body).encode(), content_type="application/json")
+def json_response(body: JSON, status: int = 200, validation: FieldValidation | None = None) -> web.Response:
+    resp = web.Response(status=status, body=json.dumps(body).encode(), content_type="application/json")
+    for name, value in validation.headers() if validation is not None else ():
+        resp.headers.add(name, value)
+    return resp
 
 
 class Rest:
@@ -66,7 +70,7 @@ class Rest:
             # Refused rather than silently persisted: the simulator has no dry-run path.
             raise bad_request("dryRun is not supported by the ichord simulator")
         body = await self._body(request)
-        strict = q.get("fieldValidation") == "Strict"
+        fv = FieldValidation.of(q.get("fieldValidation"), route.verb)
         if route.verb == "create":
             if route.subresource == "eviction":
                 return json_response(evict(self.store, route.namespace or "", route.name or "", body), 201)
@@ -78,21 +82,21 @@ class Rest:
             if rt.namespaced and ns and route.namespace and ns != route.namespace:
                 raise bad_request("the namespace of the provided object does not match the namespace sent on "
                                   "the request")
-            return json_response(self.store.create(rt, route.namespace, body, strict=strict), 201)
+            return json_response(self.store.create(rt, route.namespace, body, validation=fv), 201, fv)
         if route.verb == "update":
             if not isinstance(body, dict):
                 raise bad_request("the body of the request must be an object")
             return json_response(self.store.update(rt, route.namespace, route.name or "", body, route.subresource,
-                                                   strict=strict))
+                                                   validation=fv), 200, fv)
         if route.verb == "patch":
             ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
             if ctype == APPLY_PATCH:
                 obj, created = self.store.server_side_apply(rt, route.namespace, route.name or "", body,
                                                             q.get("fieldManager"), q.get("force") == "true",
-                                                            route.subresource, strict=strict)
-                return json_response(obj, 201 if created else 200)
+                                                            route.subresource, validation=fv)
+                return json_response(obj, 201 if created else 200, fv)
             return json_response(self.store.patch(rt, route.namespace, route.name or "", ctype, body,
-                                                  route.subresource, strict=strict))
+                                                  route.subresource, validation=fv), 200, fv)
         if route.verb == "delete":
             pre = body.get("preconditions") if isinstance(body, dict) else None
             obj, gone_now = self.store.delete(rt, route.namespace, route.name or "", pre)

@@ -1,9 +1,11 @@
 """Structural OpenAPI v3 schemas of CRDs: pruning, defaulting and validation like the API server.
 
 Messages follow k8s.io/apimachinery's field errors (``spec.role: Unsupported value: "x": supported
-values: "controlplane", "worker"``). Of ``x-kubernetes-validations`` only the two CEL shapes the chart
-uses are evaluated (``self == oldSelf`` and ``!has(self.a) || self.b == 'v'``); other rules are
-accepted and ignored (a documented limitation of the simulator).
+values: "controlplane", "worker"``). Of ``x-kubernetes-validations`` only the CEL shapes the chart uses are
+evaluated (``self == oldSelf``, ``!has(self.a) || self.b == 'v'``, ``has(self.a) != has(self.b)`` and a
+maintenance window's duration bound); other rules are accepted and ignored (a documented limitation of the
+simulator, which tests/unit/test_kube_crds.py keeps from mattering: every rule of the CRDs must be one of them).
+A list-type map refuses two items of one key, as the real server does.
 """
 
 from __future__ import annotations
@@ -45,8 +47,17 @@ def _quote(value: Any) -> str:
         value, bool) else str(value) if isinstance(value, (int, float)) else json.dumps(value)
 
 
+#: ObjectMeta's fields: any other key of a custom resource's metadata is unknown (pruned, warned, refused).
+OBJECT_META = frozenset({"name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+                         "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
+                         "annotations", "ownerReferences", "finalizers", "managedFields"})
+
+
 def prune_and_default(value: Any, schema: JSON, *, top: bool = True) -> Any:
     """Drop fields the schema does not know and fill in defaults (in place where possible)."""
+    if top and isinstance(value, dict) and isinstance(value.get("metadata"), dict):
+        for key in [k for k in value["metadata"] if k not in OBJECT_META]:
+            del value["metadata"][key]
     if isinstance(value, dict) and schema.get("type", "object") == "object":
         props: JSON = schema.get("properties") or {}
         extra = schema.get("additionalProperties")
@@ -78,6 +89,9 @@ def unknown_fields(value: Any, schema: JSON, path: str = "") -> list[str]:
         props: JSON = schema.get("properties") or {}
         extra = schema.get("additionalProperties")
         for key, sub_value in value.items():
+            if not path and key == "metadata" and isinstance(sub_value, dict):
+                out += [f"metadata.{k}" for k in sub_value if k not in OBJECT_META]
+                continue
             if not path and key in ("apiVersion", "kind", "metadata"):
                 continue
             if key in props:
@@ -106,9 +120,15 @@ def validate(value: Any, schema: JSON, path: str = "", old: Any = None) -> list[
     causes: list[Cause] = []
     rule_causes: list[Cause] = []
     _check(value, schema, path, old, causes, rule_causes)
-    if causes:
+    if any(c[0] in _BLOCKING for c in causes):
         return [*causes, RULES_NOT_CHECKED] if _has_rules(schema) else causes
-    return rule_causes
+    return [*causes, *rule_causes]
+
+
+#: The errors that keep kube-apiserver from evaluating the CEL rules (apiextensions' hasBlockingErr: a wrong type,
+#: an enum, a required field, too long, too many); after any other (a pattern, a bound, a duplicate) they run.
+_BLOCKING = frozenset({"FieldValueTypeInvalid", "FieldValueNotSupported", "FieldValueRequired", "FieldValueTooLong",
+                       "TooMany"})
 
 
 def _has_rules(schema: Any) -> bool:
@@ -163,6 +183,8 @@ def _check(value: Any, schema: JSON, path: str, old: Any, causes: list[Cause], r
             _check(sub_value, sub, _join(path, key), old_sub, causes, rule_causes)
     elif isinstance(value, list):
         items = schema.get("items")
+        if schema.get("x-kubernetes-list-type") == "map":
+            causes += _duplicate_keys(value, schema.get("x-kubernetes-list-map-keys") or [], path)
         if schema.get("x-kubernetes-list-type") == "set":
             seen: list[Any] = []
             for i, item in enumerate(value):
@@ -174,20 +196,49 @@ def _check(value: Any, schema: JSON, path: str, old: Any, causes: list[Cause], r
                 _check(item, items, f"{path}[{i}]", None, causes, rule_causes)
 
 
+def _duplicate_keys(items: list[Any], keys: list[str], path: str) -> list[Cause]:
+    """A list-type map's items whose keys an earlier item has: the first repetition of each, as kube-apiserver
+    names them (``Duplicate value: {"name":"w"}``)."""
+    seen: set[str] = set()
+    reported: set[str] = set()
+    out: list[Cause] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        key = json.dumps({k: item[k] for k in keys if k in item}, separators=(",", ":"))
+        if key in seen and key not in reported:
+            reported.add(key)
+            out.append(("FieldValueDuplicate", f"{path}[{i}]", f"Duplicate value: {key}"))
+        seen.add(key)
+    return out
+
+
 _IMPLIES = re.compile(r"^!has\(self\.(\w+)\)\|\|self\.(\w+)==['\"]([^'\"]*)['\"]$")
 #: ``has(self.a) != has(self.b)``: exactly one of two fields (a health gate's caBundle reference).
 _ONE_OF_TWO = re.compile(r"^has\(self\.(\w+)\)!=has\(self\.(\w+)\)$")
 
 
+#: A duration string of whole numbers with units d, h, m, s summed and bounded in seconds (a maintenance window's).
+_DURATION_AT_MOST = re.compile(re.escape(
+    "self.findAll('[0-9]+[dhms]').map(p,int(p.substring(0,p.size()-1))*(p.endsWith('d')?86400:p.endsWith('h')?3600:"
+    "p.endsWith('m')?60:1)).sum()<=").replace("<=", "<=") + r"(\d+)$")
+_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
 def evaluates(rule: str) -> bool:
     """True when ``rule`` is one of the CEL shapes this simulator enforces (the others are ignored)."""
-    compact = rule.replace(" ", "")
-    return compact == "self==oldSelf" or any(p.match(compact) is not None for p in (_IMPLIES, _ONE_OF_TWO))
+    compact = _compact(rule)
+    return compact == "self==oldSelf" or any(p.match(compact) is not None
+                                             for p in (_IMPLIES, _ONE_OF_TWO, _DURATION_AT_MOST))
+
+
+def _compact(rule: str) -> str:
+    return re.sub(r"\s+", "", rule)
 
 
 def _rule_fails(rule: str, value: Any, old: Any) -> bool:
-    """The three CEL shapes ichord's CRDs use; any other rule is not evaluated."""
-    compact = rule.replace(" ", "")
+    """The CEL shapes ichord's CRDs use; any other rule is not evaluated."""
+    compact = _compact(rule)
     if compact == "self==oldSelf":
         return old is not None and value != old
     m = _IMPLIES.match(compact)
@@ -196,6 +247,10 @@ def _rule_fails(rule: str, value: Any, old: Any) -> bool:
     m = _ONE_OF_TWO.match(compact)
     if m and isinstance(value, dict):
         return (m.group(1) in value) == (m.group(2) in value)
+    m = _DURATION_AT_MOST.match(compact)
+    if m and isinstance(value, str):
+        total = sum(int(n) * _UNIT_SECONDS[u] for n, u in re.findall(r"([0-9]+)([dhms])", value))
+        return total > int(m.group(1))
     return False
 
 

@@ -219,6 +219,12 @@ class KubeSimulator:
         self.store.log.compact(self.store.rv)
 
     def write_kubeconfig(self, path: Path, *, namespace: str = "default", token: str | None = None) -> Path:
+        path.write_bytes(self.kubeconfig_data(namespace=namespace, token=token))
+        path.chmod(0o600)
+        return path
+
+    def kubeconfig_data(self, *, namespace: str = "default", token: str | None = None) -> bytes:
+        """The kubeconfig ``write_kubeconfig`` writes, in memory."""
         cfg = {
             "apiVersion": "v1", "kind": "Config", "current-context": "ichord-sim",
             "clusters": [{"name": "ichord-sim", "cluster": {
@@ -228,9 +234,7 @@ class KubeSimulator:
             "contexts": [{"name": "ichord-sim", "context": {"cluster": "ichord-sim", "user": "ichord-sim",
                                                              "namespace": namespace}}],
         }
-        path.write_text(yamlio.dump(cfg))
-        path.chmod(0o600)
-        return path
+        return yamlio.dump(cfg).encode()
 
     # -- HTTP --------------------------------------------------------------------------------
     async def _middleware(self, request: web.Request,

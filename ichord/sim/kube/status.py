@@ -22,6 +22,8 @@ class ApiError(Exception):
     def status(self) -> JSON:
         body: JSON = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                       "message": self.message, "reason": self.reason, "code": self.code}
+        if not self.reason:  # an error the server has no reason for (an internal one) carries none
+            del body["reason"]
         if self.details is not None:
             body["details"] = self.details
         return body

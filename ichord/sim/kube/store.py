@@ -20,6 +20,7 @@ from ichord.sim.kube import apply as _apply
 from ichord.sim.kube import patch as _patch
 from ichord.sim.kube import schema as _schema
 from ichord.sim.kube.events import Change, EventLog, Watcher
+from ichord.sim.kube.fieldvalidation import FieldValidation, apply_refusal, patched_json
 from ichord.sim.kube.resources import BUILTINS, JSON, ResourceType, types_from_crd
 from ichord.sim.kube.status import (
     STALE,
@@ -148,7 +149,8 @@ class Store:
             listener(change, rt)
         return self._present(rt, new)
 
-    def create(self, rt: ResourceType, namespace: str | None, body: JSON, *, strict: bool = False) -> JSON:
+    def create(self, rt: ResourceType, namespace: str | None, body: JSON, *,
+               validation: FieldValidation | None = None) -> JSON:
         obj = copy_json(body)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -179,10 +181,10 @@ class Store:
             obj.pop("status", None)
         if rt.plural == "namespaces":
             obj["status"] = {"phase": "Active"}
-        self._admit(rt, obj, None, strict)
+        self._admit(rt, obj, None, validation)
         return self._commit(rt, "ADDED", obj, None)
 
-    def _admit(self, rt: ResourceType, obj: JSON, old: JSON | None, strict: bool = False) -> None:
+    def _admit(self, rt: ResourceType, obj: JSON, old: JSON | None, validation: FieldValidation | None = None) -> None:
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
         if rt.key == ("", "secrets") and not obj.get("type"):
             obj["type"] = "Opaque"  # SetDefaults_Secret (kubectl create secret generic sends none)
@@ -193,10 +195,8 @@ class Store:
                 data[key] = base64.b64encode(str(value).encode()).decode()
             obj["data"] = data
         if rt.custom and rt.schema is not None:
-            unknown = _schema.unknown_fields(obj, rt.schema) if strict else []
-            if unknown:
-                raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict '
-                                  "decoding error: " + ", ".join(f'unknown field "{f}"' for f in unknown))
+            if validation is not None:  # a client's request; the simulator's own writes are not validated
+                validation.unknown(rt, _schema.unknown_fields(obj, rt.schema))
             _schema.prune_and_default(obj, rt.schema)
             causes = _schema.validate(obj, rt.schema, "", old)
             if causes:
@@ -211,7 +211,7 @@ class Store:
                 self.register(nt)
 
     def update(self, rt: ResourceType, namespace: str | None, name: str, body: JSON,
-               subresource: str | None = None, *, strict: bool = False) -> JSON:
+               subresource: str | None = None, *, validation: FieldValidation | None = None) -> JSON:
         ns = self._ns(rt, namespace)
         old = self._bucket(rt).get((ns, name))
         if old is None:
@@ -227,9 +227,10 @@ class Store:
         if not want_rv and rt.custom and subresource is None:
             raise invalid(rt, name, [("FieldValueInvalid", "metadata.resourceVersion",
                                       "Invalid value: 0x0: must be specified for an update")])
-        return self._write(rt, old, obj, subresource, strict)
+        return self._write(rt, old, obj, subresource, validation)
 
-    def _write(self, rt: ResourceType, old: JSON, obj: JSON, subresource: str | None, strict: bool = False) -> JSON:
+    def _write(self, rt: ResourceType, old: JSON, obj: JSON, subresource: str | None,
+               validation: FieldValidation | None = None) -> JSON:
         name = old["metadata"]["name"]
         if subresource == "status":
             merged = {k: copy_json(v) for k, v in old.items() if k != "status"}  # the old status is replaced
@@ -258,7 +259,7 @@ class Store:
                                               "Forbidden: no new finalizers can be added if the object "
                                               "is being deleted")])
         obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        self._admit(rt, obj, old, strict)
+        self._admit(rt, obj, old, validation)
         if rt.generation and _spec_of(obj) != _spec_of(old):
             obj["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
         if obj == old:
@@ -268,7 +269,7 @@ class Store:
         return self._commit(rt, "MODIFIED", obj, old)
 
     def patch(self, rt: ResourceType, namespace: str | None, name: str, content_type: str, body: Any,
-              subresource: str | None = None, *, strict: bool = False) -> JSON:
+              subresource: str | None = None, *, validation: FieldValidation | None = None) -> JSON:
         ns = self._ns(rt, namespace)
         old = self._bucket(rt).get((ns, name))
         if old is None:
@@ -294,11 +295,13 @@ class Store:
         want_rv = new["metadata"].get("resourceVersion")
         if want_rv and want_rv != old["metadata"]["resourceVersion"]:
             raise conflict(rt, name, STALE)
-        return self._write(rt, old, new, subresource, strict)
+        if validation is not None and validation.directive == "Strict":
+            validation.patched = patched_json(new)  # what a strict refusal of a patch shows
+        return self._write(rt, old, new, subresource, validation)
 
     def server_side_apply(self, rt: ResourceType, namespace: str | None, name: str, body: Any,
                           field_manager: str | None, force: bool = False, subresource: str | None = None, *,
-                          strict: bool = False) -> tuple[JSON, bool]:
+                          validation: FieldValidation | None = None) -> tuple[JSON, bool]:
         """Server-side apply (apply.py): the object, and whether the apply created it."""
         old = self._bucket(rt).get((self._ns(rt, namespace), name))
         if not field_manager:
@@ -308,17 +311,21 @@ class Store:
                                 "patch", "field": "fieldManager"}]})
         if not isinstance(body, dict):
             raise bad_request("the body of an apply patch must be an object")
+        if rt.custom and rt.schema is not None:  # whatever the directive: the typed configuration cannot be made
+            unknown = _schema.unknown_fields(body, rt.schema)
+            if unknown:
+                raise apply_refusal(rt, body, name, unknown[0])
         if old is None:
             owners = _apply.Owners()
             created = self.create(rt, namespace, _apply.apply(None, {**body, "metadata": {
-                **(body.get("metadata") or {}), "name": name}}, field_manager, force, owners), strict=strict)
+                **(body.get("metadata") or {}), "name": name}}, field_manager, force, owners), validation=validation)
             self.apply_owners[created["metadata"]["uid"]] = owners
             return created, True
         owners = self.apply_owners.setdefault(old["metadata"]["uid"], _apply.Owners())
         trial = _apply.Owners({m: set(p) for m, p in owners.by_manager.items()})
         new = _apply.apply(self._present(rt, old), body, field_manager, force, trial)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        written = self._write(rt, old, new, subresource, strict)
+        written = self._write(rt, old, new, subresource, validation)
         owners.by_manager = trial.by_manager  # ownership changes only with a write that succeeded
         return written, False
 
