@@ -68,6 +68,9 @@ class Timing:
     # How often a reboot roll looks again at a node it asked to reboot (a Requeue, never a sleep).
     reboot_poll: float = 10.0
     drain_bound: float = 600.0
+    # What a node's step (cordon to uncordon) is taken to last, inside a maintenance window, before this run or the
+    # cluster's past operations have timed one (docs/maintenance-windows.md): a reboot at its quickest.
+    node_step_estimate: float = 60.0
     # config rollout, API-server-restart class (docs/decisions.md#apiserver-restart): an unchanged container after this
     # long counts as not restarted (a change that left the pod alone); past the bound the step pauses.
     apiserver_restart_unchanged: float = 60.0

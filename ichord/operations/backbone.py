@@ -46,7 +46,7 @@ from ichord.operations import op_status, windows
 from ichord.operations.lock import Exclusion, acquire_disruptive_lock, release_lock
 from ichord.operations.op_status import Decision, Transition
 from ichord.operations.outcome import Blocked, Failed, Outcome, Requeue
-from ichord.operations.progress import history_of, note_progress
+from ichord.operations.progress import history_of, note_progress, predicted_seconds
 from ichord.pki.scrub import SCRUBBER
 from ichord.settings import Timing
 
@@ -290,10 +290,26 @@ async def blocked(ctx: Context, kind: OperationKind, subject: Subject, message: 
     return Blocked(reason, message, ctx.timing.retry)
 
 
-def window_closed(ctx: Context, cluster: Obj, what: str) -> windows.Closed | None:
+def window_closed(ctx: Context, cluster: Obj, what: str,
+                  need: Callable[[], float] = lambda: 0.0) -> windows.Closed | None:
     """docs/decisions.md#maintenance-windows: None when ``what`` (a node's or a pass's first disruptive call) may
-    start now; else why not and when to look again (at the opening, or before the cluster lock lapses)."""
-    return windows.verdict(cluster, ctx.now(), what=what, recheck=ctx.timing.cluster_lock_duration / 3)
+    start now; else why not and when to look again (at the opening, or before the cluster lock lapses). ``need``:
+    the seconds ``what`` is predicted to take (``predicted_step``; asked only while a window is open), which must fit
+    in what is left of the window.
+    Asked on the step's clock as it reads now: call it right before the call it admits."""
+    return windows.verdict(cluster, ctx.now(), what=what, recheck=ctx.timing.cluster_lock_duration / 3, need=need)
+
+
+def predicted_step(ctx: Context, op: Obj, node: str) -> float:
+    """What the next step of ``node`` in ``op`` is predicted to take (docs/maintenance-windows.md): as the ETA prices
+    it from this run's timed steps and the cluster's past operations (operations/progress.py), else
+    ``Timing.node_step_estimate``."""
+    described = describe(str((op.get("spec") or {}).get("kind") or ""))
+    uid = str((op.get("metadata") or {}).get("uid") or "")
+    found = None if described is None else predicted_seconds(
+        described, op.get("status") or {}, node,
+        history_of([v.obj for v in getattr(ctx, "operations", None) or []], uid))
+    return ctx.timing.node_step_estimate if found is None else found
 
 
 async def wait_for_window(ctx: Context, kind: OperationKind, subject: Subject, closed: windows.Closed) -> Outcome:

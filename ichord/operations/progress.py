@@ -155,6 +155,24 @@ class Model:
                    for k, t in zip(step.kinds, known, strict=True))
 
 
+def predicted_seconds(kind: KindDescription, status: Obj, node: str, history: Sequence[Obj] = ()) -> float | None:
+    """The seconds the next step of ``node`` takes from its start, as the ETA prices it from this run's timed parts
+    and the cluster's past operations (``history``); None when neither has timed any kind it is made of (the
+    caller's default decides then, not the model's cost for a real cluster)."""
+    steps = kind.steps(status)
+    step = next((s for s in steps if s.node == node and not s.done), None)
+    if step is None:
+        return None
+    read = status.get("progress")
+    observed = read.get("observed") if isinstance(read, dict) else None
+    model = Model.of(steps, None, [o for o in observed or [] if isinstance(o, dict)], history)
+    whole = step_kind(step)
+    if all(model.part(k, step) is None for k in step.kinds) and whole not in model.run_any and \
+            whole not in model.past:
+        return None
+    return model.seconds(step)
+
+
 def remaining_seconds(steps: Sequence[Step], elapsed: float | None, observed: Sequence[Obj] = (),
                       history: Sequence[Obj] = (), *, slots: int = 1,
                       under_way: dict[str, float] | None = None) -> float:

@@ -15,7 +15,8 @@ State table (``roll_state.decide``; first matching row wins)::
     rebooting=M       boot ID = marker's, Talos stage REBOOTING or    Requeue RebootingNode (wait); past
                       SHUTTING_DOWN                                   node_action_timeout: the timeout row
     rebooting=M       boot ID = marker's, < reboot_retry              Requeue RebootingNode (wait)
-    rebooting=M       boot ID = marker's, >= reboot_retry             clear marker -> Requeue RebootRequestedAgain
+    rebooting=M       boot ID = marker's, >= reboot_retry             ask again (below): Reboot, marker kept ->
+                                                                      Requeue RebootRequestedAgain
     rebooting=M       new boot ID, Node Ready on it, verifiers open   after_reboot_verified, uncordon (if ours),
                                                                       done += M, clear -> Requeue NodeRebooted
     rebooting=M       back (as above), a verifier failed for good     uncordon (if ours), keep marker ->
@@ -36,23 +37,29 @@ State table (``roll_state.decide``; first matching row wins)::
                                                                       before_reboot_call (best effort), write
                                                                       marker, Reboot -> Requeue RebootingNode
 
-``admit`` (the maintenance windows, operations/windows.py) is asked only before a node is started: before its
-cordon, or before the drain and reboot of a node a person cordoned. A node ichord cordoned, or one with a marker,
-is in flight and always finishes, so a window closing mid-node never leaves it cordoned between nodes.
+``admit`` (the maintenance windows, operations/windows.py) is asked only before a node is started, and last before
+that call, on the step's clock as it reads then: after ``roll.cordon.before``, right before the cordon is sent, or
+right before the drain and reboot of a node a person cordoned (a step that took long to get there decides on the
+time it cordons at, not on one read earlier). A node ichord cordoned, or one with a marker, is in flight and always
+finishes, so a window closing mid-node never leaves it cordoned between nodes.
 
 A cordon is followed in the same call by the row it leads to: the drain starts without waiting for the caller's
 next step. That row decides on the gates asked again (as the next step would) and on the Node as the cordon's answer
 returned it (the server's newest: a GET would say the same).
 
-Resume rules: a marker means wait, never reboot again; the same boot ID past ``reboot_retry`` clears
-it and the next step asks again (through the gates). A Reboot the node refused (it answered with an
-error status) clears the marker and uncordons (Blocked RebootFailed); a Reboot whose answer was lost
+Resume rules: a marker means wait, never reboot again. The same boot ID past ``reboot_retry`` asks again, in one
+step and with the marker kept: the node's stage, the gates and, last, its boot ID are read again right before the
+call, and the node is asked only while it answers, is not rebooting or shutting down, and still runs the marker's
+boot (a node that answers the old boot ID and then goes down, or comes back on a new one, was seen: it is waited for,
+never asked twice); the marker is written again with the new request's time before the call. A stage that cannot be
+read counts as a node that does not answer (a wait), not as a reboot not seen. A Reboot the node refused (it answered
+with an error status) clears the marker and uncordons (Blocked RebootFailed); a Reboot whose answer was lost
 (unreachable, deadline) keeps the marker: the node may be rebooting, and the rows above decide.
 Only a Node ichord cordoned (annotation ``ichor.maesh.dev/cordoned-by-ichor``) is ever uncordoned.
 
 Failpoints (``ICHORD_FAILPOINTS``), in the order a node passes them::
 
-    roll.cordon.before          gates open, Node schedulable, cordon not sent
+    roll.cordon.before          gates open, Node schedulable, window not asked, cordon not sent
     roll.cordon.after           cordoned, nothing else
     roll.marker.before          drained, boot ID read, marker not written
     roll.marker.after           marker written, Reboot not called
@@ -60,8 +67,8 @@ Failpoints (``ICHORD_FAILPOINTS``), in the order a node passes them::
     roll.reboot.after           Reboot answered, outcome not returned
     roll.reboot_failed.before   Reboot refused, marker not cleared
     roll.reboot_failed.after    marker cleared, not uncordoned
-    roll.ask_again.before       same boot ID past reboot_retry, marker not cleared
-    roll.ask_again.after        marker cleared, reboot not asked again
+    roll.ask_again.before       same boot ID past reboot_retry, nothing read again yet
+    roll.ask_again.after        read again (still up on the marker's boot), marker rewritten, Reboot not called
     roll.verified.before        node back and verified, after_reboot_verified not run
     roll.verified.after         after_reboot_verified ran, not uncordoned
     roll.uncordon.before        about to uncordon
@@ -215,14 +222,12 @@ async def advance_roll(plan: Sequence[RollTarget], store: MarkerStore, talos: Ro
     target = next_target(plan, marker)
     obs = await _observe(target, marker, talos, nodes, gates, verifiers)
     decision = decide(plan, marker, obs, clock(), timing)
-    if admit is not None and decision.target is not None and _starts_node(decision, obs):
-        closed = await admit(decision.target)
-        if closed is not None:
-            return RollOutcome(Requeue(closed.after, RollReason.WAITING_FOR_WINDOW), RollReason.WAITING_FOR_WINDOW,
-                               decision.target.machine, closed.message, done=marker.done, window=closed)
+    # The window is asked at the node's first disruptive call, right before it (its cordon, or the drain of a node a
+    # person cordoned), on the clock as it reads then: a step slow to get there must not cordon past the window's end.
+    starts = admit if decision.target is not None and _starts_node(decision, obs) else None
     if decision.action is not Action.CORDON:
-        return await _act(decision, marker, store, talos, nodes, hooks, timing, clock)
-    rolled, cordoned = await _cordon(decision, marker, nodes, timing)
+        return await _act(decision, marker, store, talos, nodes, hooks, timing, clock, gates, starts)
+    rolled, cordoned = await _cordon(decision, marker, nodes, timing, starts)
     if cordoned is not None:
         # Cordoned just now: the drain need not wait for another step of the cluster (a step of a hundred machines
         # lasts seconds). The row it leads to is decided as the next step would decide it: the gates are asked again
@@ -274,8 +279,9 @@ async def _observe(target: RollTarget | None, marker: RollMarker, talos: RollTal
     if boot_id is not None and boot_id == marker.boot_id:
         try:
             stopping = await talos.shutting_down(target)
-        except TalosError:
-            stopping = False  # it answered the boot ID a moment ago; the same-boot rows decide
+        except TalosError as exc:
+            # It answered the boot ID a moment ago and no longer does: on its way down, not "the reboot not seen".
+            boot_id, boot_error = None, str(exc)
     if boot_id is None or boot_id == marker.boot_id:
         # Not back on another boot: no row asks the Node (roll_state.decide), so it is not read (a reboot's polls).
         return Observations(boot_id=boot_id, boot_error=boot_error, stopping=stopping)
@@ -314,7 +320,8 @@ async def _first_closed(gates: Sequence[Gate], target: RollTarget) -> GateResult
 
 
 async def _act(d: Decision, marker: RollMarker, store: MarkerStore, talos: RollTalos, nodes: ManagedNodes,
-               hooks: RollHooks, timing: Timing, clock: Callable[[], datetime]) -> RollOutcome:
+               hooks: RollHooks, timing: Timing, clock: Callable[[], datetime],
+               gates: Sequence[Gate] = (), admit: Admit | None = None) -> RollOutcome:
     machine = d.target.machine if d.target else None
 
     def out(outcome: Outcome, reason: RollReason = d.reason, message: str = d.message, *, pause: bool = False,
@@ -332,13 +339,9 @@ async def _act(d: Decision, marker: RollMarker, store: MarkerStore, talos: RollT
         return out(Blocked(d.reason, d.message, d.after), pause=True)
     assert d.target is not None
     if d.action is Action.CORDON:
-        return (await _cordon(d, marker, nodes, timing))[0]
+        return (await _cordon(d, marker, nodes, timing, admit))[0]
     if d.action is Action.ASK_AGAIN:
-        failpoint("roll.ask_again.before")
-        await store.write(marker.cleared())
-        failpoint("roll.ask_again.after")
-        log.warning("roll: reboot not seen; asking again", machine=machine, boot_id=marker.boot_id)
-        return out(Requeue(0.0, d.reason))
+        return await _ask_again(d.target, marker, store, talos, nodes, gates, hooks, timing, clock, out)
     if d.action is Action.COMPLETE:
         return await _complete(d.target, marker, store, nodes, hooks, timing, out)
     if d.action is Action.GIVE_UP:
@@ -348,12 +351,21 @@ async def _act(d: Decision, marker: RollMarker, store: MarkerStore, talos: RollT
         freed = "released" if await _uncordon_quietly(nodes, d.target) else "not released yet (see the log)"
         message = f"{d.message}; ichord's cordon of {d.target.node} {freed}"
         return out(Blocked(d.reason, message, d.after), d.reason, message, pause=True)
+    if admit is not None and (closed := await admit(d.target)) is not None:
+        return _waiting(d.target, marker, closed)
     return await _reboot(d.target, marker, store, talos, nodes, hooks, timing, clock, out)
 
 
-async def _cordon(d: Decision, marker: RollMarker, nodes: ManagedNodes,
-                  timing: Timing) -> tuple[RollOutcome, NodeView | None]:
-    """Cordon the decision's node: the outcome, and the Node as the cordon left it (None: not cordoned)."""
+def _waiting(target: RollTarget, marker: RollMarker, closed: Closed) -> RollOutcome:
+    """Not started: outside every maintenance window, or too little of it left for the node's step."""
+    return RollOutcome(Requeue(closed.after, RollReason.WAITING_FOR_WINDOW), RollReason.WAITING_FOR_WINDOW,
+                       target.machine, closed.message, done=marker.done, window=closed)
+
+
+async def _cordon(d: Decision, marker: RollMarker, nodes: ManagedNodes, timing: Timing,
+                  admit: Admit | None = None) -> tuple[RollOutcome, NodeView | None]:
+    """Cordon the decision's node: the outcome, and the Node as the cordon left it (None: not cordoned). ``admit``:
+    the window, asked last before the cordon is sent."""
     assert d.target is not None
     machine = d.target.machine
 
@@ -361,6 +373,8 @@ async def _cordon(d: Decision, marker: RollMarker, nodes: ManagedNodes,
         return RollOutcome(outcome, reason, machine, message, False, marker.done)
 
     failpoint("roll.cordon.before")
+    if admit is not None and (closed := await admit(d.target)) is not None:
+        return _waiting(d.target, marker, closed), None
     try:
         node = await nodes.cordon(d.target.node)
     except Conflict:  # the Node changed since it was read: read it again and decide again
@@ -427,6 +441,61 @@ async def _reboot(target: RollTarget, marker: RollMarker, store: MarkerStore, ta
     marked = marker.marked(target.machine, boot_id, clock(), staged_at=staging)
     await store.write(marked)
     failpoint("roll.marker.after")
+    return await _send(target, marked, store, talos, nodes, timing, out)
+
+
+async def _ask_again(target: RollTarget, marker: RollMarker, store: MarkerStore, talos: RollTalos,
+                     nodes: ManagedNodes, gates: Sequence[Gate], hooks: RollHooks, timing: Timing,
+                     clock: Callable[[], datetime], out: _Out) -> RollOutcome:
+    """The same boot ID past reboot_retry: the reboot was not seen. "Not seen" is read again right before the call,
+    because the step's first reads are a moment old (a node finishing its shutdown answers the old boot ID, then
+    nothing, then a new one): the node is asked again only while it answers, runs (not rebooting or shutting down),
+    the gates are open and its boot ID, read last, is still the marker's. The marker is never cleared here: it is
+    written again with a fresh time before the call, so a node that moved is seen back by the rows, never asked
+    again, and a process killed in between waits reboot_retry once more."""
+    failpoint("roll.ask_again.before")
+    machine = target.machine
+    try:
+        stopping = await talos.shutting_down(target)
+    except TalosError as exc:
+        return _not_asked(out, timing, f"{machine} does not answer ({exc}); waiting for it, not asking it again")
+    if stopping:
+        return _not_asked(out, timing, f"waiting for {machine}: Talos reports it rebooting")
+    gate = await _first_closed(gates, target)
+    if not gate.ok:
+        message = f"waiting to ask {machine} again to reboot: {gate.wait}"
+        return out(Blocked(RollReason.GATE_CLOSED, message, timing.retry), RollReason.GATE_CLOSED, message)
+    try:
+        await hooks.before_reboot_call(target)
+    except IchordError as exc:  # best effort, as before the first request
+        log.warning("roll: before the reboot call", machine=machine, error=str(exc))
+    try:
+        boot_id = await talos.boot_id(target)
+    except TalosError as exc:
+        return _not_asked(out, timing, f"{machine} does not answer ({exc}); waiting for it, not asking it again")
+    if boot_id != marker.boot_id:
+        log.info("roll: reboot seen before asking again", machine=machine, boot_id=marker.boot_id, now=boot_id)
+        return _not_asked(out, timing, f"{machine} left boot {marker.boot_id}; waiting for it to be back",
+                          RollReason.AWAITING_NODE, 0.0)
+    marked = marker.marked(machine, boot_id, clock())
+    await store.write(marked)
+    failpoint("roll.ask_again.after")
+    log.warning("roll: reboot not seen; asking again", machine=machine, boot_id=boot_id)
+    return await _send(target, marked, store, talos, nodes, timing, out, RollReason.REBOOT_REQUESTED_AGAIN,
+                       f"asked {machine} again to reboot: it still ran boot {boot_id} {timing.reboot_retry:g} s "
+                       "after the first request")
+
+
+def _not_asked(out: _Out, timing: Timing, message: str, reason: RollReason = RollReason.REBOOTING,
+               after: float | None = None) -> RollOutcome:
+    """The re-ask not sent: the marker stays, and the rows decide at the next step."""
+    return replace(out(Requeue(timing.reboot_poll if after is None else after, reason), reason, message), polled=True)
+
+
+async def _send(target: RollTarget, marked: RollMarker, store: MarkerStore, talos: RollTalos, nodes: ManagedNodes,
+                timing: Timing, out: _Out, reason: RollReason = RollReason.REBOOTING, asked: str = "") -> RollOutcome:
+    """Ask for the reboot the marker ``marked`` (written) records; ``reason`` and ``asked`` say it once answered."""
+    boot_id = marked.boot_id
     failpoint("roll.reboot.before")
     try:
         await talos.reboot(target)
@@ -446,8 +515,7 @@ async def _reboot(target: RollTarget, marker: RollMarker, store: MarkerStore, ta
                    m=marked.cleared())
     failpoint("roll.reboot.after")
     log.info("roll: reboot requested", machine=target.machine, boot_id=boot_id)
-    return out(Requeue(timing.reboot_poll, RollReason.REBOOTING), RollReason.REBOOTING,
-               f"asked {target.machine} to reboot", m=marked)
+    return out(Requeue(timing.reboot_poll, reason), reason, asked or f"asked {target.machine} to reboot", m=marked)
 
 
 async def _uncordon_quietly(nodes: ManagedNodes, target: RollTarget) -> bool:

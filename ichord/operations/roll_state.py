@@ -95,7 +95,7 @@ class RollReason(enum.StrEnum):
     DRAIN_FAILED = "DrainFailed"             # the before_reboot hook gave up: uncordoned, pause
     NODE_UNREACHABLE = "NodeUnreachable"     # Talos does not answer before the reboot: Blocked
     REBOOTING = "RebootingNode"              # asked to reboot; waiting for another boot ID
-    REBOOT_REQUESTED_AGAIN = "RebootRequestedAgain"  # same boot ID after reboot_retry: marker cleared
+    REBOOT_REQUESTED_AGAIN = "RebootRequestedAgain"  # same boot ID after reboot_retry, read again: asked again
     REBOOT_FAILED = "RebootFailed"           # the node refused Reboot: marker cleared, uncordoned, Blocked
     AWAITING_NODE = "AwaitingNode"           # new boot ID; waiting for Node Ready and the verifiers
     VERIFY_FAILED = "VerifyFailed"           # back, but a verifier failed for good: uncordoned, marker kept, pause
@@ -109,7 +109,7 @@ class Action(enum.Enum):
     CORDON = "cordon"
     REBOOT = "reboot"            # before_reboot hook, boot ID, before_reboot_call, marker, Reboot
     WAIT = "wait"                # a reboot is outstanding; look again later
-    ASK_AGAIN = "ask-again"      # clear a stale marker (same boot ID past reboot_retry)
+    ASK_AGAIN = "ask-again"      # same boot ID past reboot_retry: read again, then Reboot again (marker kept)
     TIME_OUT = "time-out"        # past the bound: pause
     COMPLETE = "complete"        # after_reboot_verified hook, uncordon, record done
     GIVE_UP = "give-up"          # back but failed for good: uncordon, keep the marker, pause

@@ -3,7 +3,9 @@
 A disruptive step (a node's cordon, a reboot of a node no one cordoned, an apply that restarts kube-apiserver, a
 CA-rotation pass) starts only while a window is open. A step already started finishes: the node in flight is never
 abandoned mid-reboot or left cordoned between nodes, because the question is asked only before a node is *started*
-(the roll asks it before its cordon, never of a node it cordoned). Outside a window the operation stays at that safe
+(the roll asks it last before its cordon, on the step's clock as it reads then, never of a node it cordoned); a node
+starts only if its predicted step fits in what is left of the window (``fits``; the prediction is the caller's:
+operations/backbone.py ``predicted_step``). Outside a window the operation stays at that safe
 point: phase InProgress, its condition reason ``WaitingForWindow`` naming the next window's start, one Normal Event
 (a planned wait, never a Warning), and a requeue timed to the opening (or to the cluster lock's renewal, which
 every step of a running operation owes: whichever comes first).
@@ -37,7 +39,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import zoneinfo
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,15 +208,15 @@ class Recurring:
                 if start >= since:
                     yield start
 
-    def open_at(self, now: dt.datetime) -> dt.datetime | None:
-        """The end of this window's occurrence holding ``now``, if one does."""
-        end = None
+    def span_at(self, now: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
+        """The start and end of this window's occurrence holding ``now`` that ends last, if one does."""
+        span = None
         for start in self.starts(now - self.duration):
             if start > now:
                 break
-            if now < start + self.duration:
-                end = max(end or start, start + self.duration)
-        return end
+            if now < start + self.duration and (span is None or start + self.duration > span[1]):
+                span = (start, start + self.duration)
+        return span
 
     def next_start(self, now: dt.datetime) -> dt.datetime | None:
         return next((s for s in self.starts(now) if s > now), None)
@@ -289,14 +291,19 @@ class Windows:
 
     def open_until(self, now: dt.datetime) -> tuple[str, dt.datetime] | None:
         """The open window holding ``now`` that closes last: its name and its end; None when none is open."""
-        best: tuple[str, dt.datetime] | None = None
+        span = self.open_span(now)
+        return None if span is None else (span[0], span[2])
+
+    def open_span(self, now: dt.datetime) -> tuple[str, dt.datetime, dt.datetime] | None:
+        """The open window holding ``now`` that closes last: its name, its start and its end; None when none is."""
+        best: tuple[str, dt.datetime, dt.datetime] | None = None
         for r in self.recurring:
-            end = r.open_at(now)
-            if end is not None and (best is None or end > best[1]):
-                best = (r.name, end)
+            span = r.span_at(now)
+            if span is not None and (best is None or span[1] > best[2]):
+                best = (r.name, *span)
         for o in self.one_off:
-            if o.start <= now < o.end and (best is None or o.end > best[1]):
-                best = (o.name, o.end)
+            if o.start <= now < o.end and (best is None or o.end > best[2]):
+                best = (o.name, o.start, o.end)
         return best
 
     def next_opening(self, now: dt.datetime) -> tuple[str, dt.datetime] | None:
@@ -329,9 +336,22 @@ def _stamp(when: dt.datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def verdict(cluster: Obj, now: dt.datetime, *, what: str, recheck: float) -> Closed | None:
+def fits(need: float, start: dt.datetime, end: dt.datetime, now: dt.datetime) -> bool:
+    """May a step predicted to take ``need`` seconds start at ``now`` in the window open from ``start`` to ``end``?
+    Yes when it ends before the window does. A step predicted longer than half the window is held to half of it
+    (it starts in the window's first half): else a window shorter than a node's step would never start one."""
+    room = (end - now).total_seconds()
+    return min(need, (end - start).total_seconds() / 2) <= room
+
+
+def verdict(cluster: Obj, now: dt.datetime, *, what: str, recheck: float,
+            need: Callable[[], float] = lambda: 0.0) -> Closed | None:
     """None when ``what`` (e.g. "reboot cp-2") may start now; else why not. ``recheck``: the longest requeue (the
-    cluster lock must be renewed by a step before it lapses)."""
+    cluster lock must be renewed by a step before it lapses). ``need``: the seconds ``what`` is predicted to take
+    (0: only the window's being open is asked), asked only while a window is open; it starts only if it fits in
+    what is left of the window (``fits``).
+    ``now`` is the step's clock at the moment of the call the window admits: read right before it, never earlier in
+    the step."""
     spec = cluster.get("spec") or {}
     name = str((cluster.get("metadata") or {}).get("name") or "")
     try:
@@ -340,9 +360,21 @@ def verdict(cluster: Obj, now: dt.datetime, *, what: str, recheck: float) -> Clo
         return Closed(f"not starting {what}: the maintenance windows of TalosCluster {name} cannot be read: {exc}; "
                       "fix spec.maintenance.windows (`kubectl explain taloscluster.spec.maintenance.windows`)",
                       recheck, invalid=True)
-    if windows is None or windows.open_until(now) is not None:
+    if windows is None:
+        return None
+    span = windows.open_span(now)
+    seconds = need() if span is not None else 0.0
+    if span is not None and fits(seconds, span[1], span[2], now):
         return None
     ahead = windows.next_opening(now)
+    if span is not None:
+        window, _, end = span
+        left = max(0.0, (end - now).total_seconds())
+        then = f"; the next window, {ahead[0]}, opens at {_stamp(ahead[1])}" if ahead is not None else (
+            "; no other window lies ahead")
+        wait = (ahead[1] - now).total_seconds() if ahead is not None else left
+        return Closed(f"waiting for a maintenance window to start {what}: it takes about {seconds:.0f} s and the "
+                      f"window {window} closes in {left:.0f} s, at {_stamp(end)}{then}", max(0.0, min(wait, recheck)))
     if ahead is None:
         return Closed(f"waiting for a maintenance window to start {what}: no window of TalosCluster {name} lies "
                       "ahead (every one-off window has passed); add one to spec.maintenance.windows", recheck)

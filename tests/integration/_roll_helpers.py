@@ -20,6 +20,7 @@ from ichord.operations.roll import (
     KubeNodes,
     RollHooks,
     RollOutcome,
+    RollTalos,
     RollTarget,
     TalosNodes,
     advance_roll,
@@ -71,10 +72,16 @@ class Roll:
     verifiers: Sequence[Gate] = ()
     hooks: RollHooks | None = None
     admit: Admit | None = None
+    #: Wraps the step's Talos port (the real one, over mutual TLS): a test orders the simulator's events between
+    #: the roll's reads with it.
+    wrap_talos: Callable[[RollTalos], RollTalos] | None = None
     outcomes: list[RollOutcome] = field(default_factory=list)
 
     async def step(self) -> RollOutcome:
-        out = await advance_roll(self.plan, self.store, TalosNodes(self.talos, self.contract), KubeNodes(self.managed),
+        port: RollTalos = TalosNodes(self.talos, self.contract)
+        if self.wrap_talos is not None:
+            port = self.wrap_talos(port)
+        out = await advance_roll(self.plan, self.store, port, KubeNodes(self.managed),
                                  gates=self.gates, verifiers=self.verifiers, hooks=self.hooks, timing=self.timing,
                                  clock=self.clock, admit=self.admit)
         self.outcomes.append(out)

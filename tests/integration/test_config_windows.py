@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,11 +20,13 @@ import pytest
 from ichord.api import names
 from ichord.api.conditions import find
 from ichord.kube import crds
+from ichord.operations import roll as roll_module
 from ichord.operations.windows import Windows
 from ichord.pki.bundle import generate_bundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from tests.integration._config_world import REBOOT_PATCH, reboots, world_on
+from tests.integration._roll_helpers import MovableClock
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -56,7 +59,7 @@ class FastClock:
         return self.start + dt.timedelta(seconds=(wall - self.wall) * RATE)
 
 
-def _cordon_listener(clock: FastClock, cordons: list[tuple[dt.datetime, str]]) -> Any:
+def _cordon_listener(clock: Callable[[], dt.datetime], cordons: list[tuple[dt.datetime, str]]) -> Any:
     def listener(change: Any, rt: Any) -> None:
         if rt.plural != "nodes" or change.type != "MODIFIED":
             return
@@ -92,6 +95,7 @@ async def test_a_rollout_stops_at_each_window_end_with_nothing_cordoned_and_resu
             "clusterRef": {"name": env.cluster_name}, "kind": "config", "paused": False}})
 
         waits: list[dt.datetime] = []  # each time the operation was seen starting a wait
+        said: list[str] = []  # and what it said then
         left_cordoned: list[tuple[str, list[str]]] = []
         waiting = False
 
@@ -109,6 +113,7 @@ async def test_a_rollout_stops_at_each_window_end_with_nothing_cordoned_and_resu
                     left_cordoned.append((str(cond.get("message")), cordoned))
                 if not waiting:  # when the step that decided to wait ran (its clock stamps the condition)
                     waits.append(dt.datetime.fromisoformat(str(cond["lastTransitionTime"]).replace("Z", "+00:00")))
+                    said.append(str(cond.get("message")))
                 waiting = True
             else:
                 waiting = False
@@ -137,7 +142,9 @@ async def test_a_rollout_stops_at_each_window_end_with_nothing_cordoned_and_resu
         # depends on the machine's speed, so only the first stop-and-resume is certain).
         assert len(waits) >= 2, waits
         assert waits[0] < dt.datetime(2026, 12, 5, 21, 0, 0, tzinfo=dt.UTC), waits  # before the first window
-        assert [w for w in waits if windows.open_until(w) is not None] == []  # each decided outside every window
+        # Each decided outside every window, or inside one with less left than the next node's predicted step.
+        inside = [(w, m) for w, m in zip(waits, said, strict=True) if windows.open_until(w) is not None]
+        assert [(w, m) for w, m in inside if " closes in " not in m] == [], inside
 
         # One Normal WaitingForWindow Event per wait, never a Warning.
         events = (await world.kube.raw("GET", f"/api/v1/namespaces/{ns}/events"))["items"]
@@ -183,3 +190,64 @@ async def test_an_unreadable_window_blocks_the_rollout_and_the_cluster_says_whic
         nodes = (await world.kube.raw("GET", "/api/v1/nodes"))["items"]
         assert [n["metadata"]["name"] for n in nodes if (n.get("spec") or {}).get("unschedulable")] == []
         assert [e for e in env.talos.history.events[since:] if e["kind"] in ("reboot", "apply")] == []
+
+
+async def test_a_step_slow_to_reach_its_cordon_past_the_window_end_cordons_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window is asked on the step's clock at the moment of the cordon, not on a time read earlier in the step:
+    the step's clock moves past the window's end right before the cordon would be sent (a step that took that long
+    to get there on a loaded machine), and nothing is cordoned; the node starts in the next window."""
+    clock = MovableClock()
+    t0 = dt.datetime(2026, 12, 5, 21, 0, 0, tzinfo=dt.UTC)
+    clock.offset = t0 + dt.timedelta(minutes=1) - clock()  # a minute into the first window
+    first = {"name": "first", "start": "2026-12-05T21:00:00Z", "end": "2026-12-05T22:00:00Z"}
+    async with SimEnvironment(bundle=generate_bundle(), time_scale=0.01, control_planes=1, workers=1,
+                              management_api="separate") as env, \
+            contextlib.asynccontextmanager(world_on)(env, Timing().scaled(0.01), clock) as world:
+        ns = env.namespace
+        await crds.clusters(world.kube).patch(ns, env.cluster_name, {"spec": {
+            "maintenance": {"windows": [first]}, "patches": [REBOOT_PATCH]}})
+
+        async def reported() -> bool:
+            return sum(1 for m in await world.machines() if (m.get("status") or {}).get("rebootPaths")) == 2
+
+        await world.run_until(reported, what="2 machines reporting rebootPaths")
+        since = len(env.talos.history.events)
+        cordons: list[tuple[dt.datetime, str]] = []
+        env.kube.store.listeners.append(_cordon_listener(clock, cordons))
+        late: list[str] = []
+
+        def slow_to_cordon(name: str) -> None:
+            if name == "roll.cordon.before" and not late:
+                late.append(name)
+                clock.advance(2 * 3600)  # the window closed while the step got here
+
+        monkeypatch.setattr(roll_module, "failpoint", slow_to_cordon)
+        await crds.operations(world.kube).create(ns, {"metadata": {"name": "late"}, "spec": {
+            "clusterRef": {"name": env.cluster_name}, "kind": "config", "paused": False}})
+
+        async def waiting() -> bool:
+            cond = find(((await world.op("late")).get("status") or {}).get("conditions"), names.CONFIG_ROLLOUT) or {}
+            return cond.get("reason") == names.WAITING_FOR_WINDOW
+
+        await world.run_until(waiting, what="the rollout waiting for a window")
+        assert late == ["roll.cordon.before"]
+        assert cordons == [] and reboots(env, since) == {m: 0 for m in env.machine_names}
+        nodes = (await world.kube.raw("GET", "/api/v1/nodes"))["items"]
+        assert [n["metadata"]["name"] for n in nodes if (n.get("spec") or {}).get("unschedulable")] == []
+
+        now = clock()
+        second = {"name": "second", "start": (now + dt.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                  "end": (now + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        await crds.clusters(world.kube).patch(ns, env.cluster_name, {"spec": {"maintenance": {
+            "windows": [first, second]}}})
+        clock.advance(90)
+
+        async def completed() -> bool:
+            return ((await world.op("late")).get("status") or {}).get("phase") in ("Completed", "Failed", "Paused")
+
+        await world.run_until(completed, what="the rollout done in the second window")
+        assert (await world.op("late"))["status"]["phase"] == "Completed"
+        assert reboots(env, since) == {m: 1 for m in env.machine_names}
+        windows = Windows.from_cluster_spec({"maintenance": {"windows": [first, second]}})
+        assert windows is not None and cordons and all(windows.open_until(at) is not None for at, _ in cordons)

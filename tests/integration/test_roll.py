@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import anyio
 import pytest
 
 from ichord.contract import V1_14
@@ -20,6 +21,7 @@ from ichord.operations.roll import (
     KubeNodes,
     RollHooks,
     RollReason,
+    RollTalos,
     RollTarget,
     restart_clock,
 )
@@ -202,25 +204,89 @@ async def test_a_node_that_never_comes_back_pauses_the_roll_naming_it(
     await assert_none_cordoned(kc, env)
 
 
-async def test_the_same_boot_id_after_reboot_retry_clears_the_marker_and_asks_again(
+async def test_the_same_boot_id_after_reboot_retry_asks_again_in_one_step_keeping_the_marker(
         env: SimEnvironment, kc: KubeClient, roll: Roll) -> None:
     clock = roll.clock
     assert isinstance(clock, MovableClock)
     env.node("demo-cp-1").faults.reboot_never_happens = True
     await roll.until(lambda o: o.reason is RollReason.REBOOTING)
     boot = env.node("demo-cp-1").boot_id
+    first = (await roll.store.read()).requested_at
     for _ in range(3):  # within reboot_retry: wait, never a second request
         assert (await roll.step()).reason is RollReason.REBOOTING
     assert len(requested(env, "demo-cp-1")) == 1
-    clock.advance(TIMING.reboot_retry)
-    out = await roll.step()
-    assert (out.reason, out.machine) == (RollReason.REBOOT_REQUESTED_AGAIN, "demo-cp-1")
-    assert (await roll.store.read()).rebooting == ""
     env.node("demo-cp-1").faults.reboot_never_happens = False
+    clock.advance(TIMING.reboot_retry)
+    out = await roll.step()  # up, running, still on its boot: asked again, the marker kept with the new request's time
+    assert (out.reason, out.machine) == (RollReason.REBOOT_REQUESTED_AGAIN, "demo-cp-1")
+    assert out.message == f"asked demo-cp-1 again to reboot: it still ran boot {boot} 3 s after the first request"
+    marker = await roll.store.read()
+    assert (marker.rebooting, marker.boot_id) == ("demo-cp-1", boot)
+    assert first is not None and marker.requested_at is not None and marker.requested_at > first
     assert (await roll.to_done()).finished
     asked = requested(env, "demo-cp-1")
     assert [(e["boot_id"], e["happens"]) for e in asked] == [(boot, False), (boot, True)]
     assert reboots(env) == {**dict.fromkeys(CPS, 1), "demo-worker-1": 0}
+    await assert_none_cordoned(kc, env)
+
+
+class _Interleaved:
+    """The step's Talos port (the real one) with the simulator moved on right after the boot ID it read: the node
+    ends its shutdown then, and the port answers the old boot ID once the node is ``where`` ("down", or "back" on a
+    new boot). Forces what a loaded machine did by chance: the step's later reads see another node than the first."""
+
+    def __init__(self, inner: RollTalos, env: SimEnvironment, machine: str, where: str) -> None:
+        self.inner, self.env, self.machine, self.where = inner, env, machine, where
+        self.armed = True
+
+    async def boot_id(self, target: RollTarget) -> str:
+        answer = await self.inner.boot_id(target)
+        if self.armed and target.machine == self.machine:
+            self.armed = False
+            node = self.env.node(self.machine)
+            there = anyio.Event()
+            wanted = "down" if self.where == "down" else "up"  # "up": back on its new boot, answering
+
+            def listener(event: dict[str, object]) -> None:
+                if event["kind"] == wanted and event.get("node") == node.name:
+                    there.set()
+
+            self.env.talos.history.listeners.append(listener)
+            try:
+                node.end_shutdown()
+                with anyio.fail_after(30):
+                    await there.wait()
+            finally:
+                self.env.talos.history.listeners.remove(listener)
+        return answer
+
+    async def reboot(self, target: RollTarget) -> None:
+        await self.inner.reboot(target)
+
+    async def shutting_down(self, target: RollTarget) -> bool:
+        return await self.inner.shutting_down(target)
+
+
+@pytest.mark.parametrize("where", ["down", "back"])
+async def test_a_node_that_moves_between_the_steps_reads_past_reboot_retry_is_not_asked_again(
+        env: SimEnvironment, kc: KubeClient, roll: Roll, where: str) -> None:
+    """The step read the old boot ID past reboot_retry, then the node finished its shutdown: its stage read fails
+    (down) or says running on a new boot (back). The reboot was seen: it is waited for, never asked a second time."""
+    clock = roll.clock
+    assert isinstance(clock, MovableClock)
+    env.talos.timings.reboot_shutdown = 600.0  # held in its shutdown until the port lets it go
+    roll.plan = roll.plan[:1]
+    await roll.until(lambda o: o.reason is RollReason.REBOOTING)
+    boot = env.node("demo-cp-1").boot_id
+    clock.advance(TIMING.reboot_retry)
+    roll.wrap_talos = lambda inner: _Interleaved(inner, env, "demo-cp-1", where)
+    out = await roll.step()
+    assert out.reason in (RollReason.REBOOTING, RollReason.AWAITING_NODE), out
+    assert (await roll.store.read()).boot_id == boot  # the marker stays on the boot it left
+    roll.wrap_talos = None
+    assert (await roll.to_done()).finished
+    assert [e["boot_id"] for e in requested(env, "demo-cp-1")] == [boot]
+    assert reboots(env)["demo-cp-1"] == 1
     await assert_none_cordoned(kc, env)
 
 
@@ -335,12 +401,13 @@ async def test_a_node_still_shutting_down_past_reboot_retry_is_waited_for_not_as
     # old boot ID and stage REBOOTING. Asking again then would reboot it twice (the simulator would do it).
     clock = roll.clock
     assert isinstance(clock, MovableClock)
-    env.talos.timings.reboot_shutdown = 0.5
+    env.talos.timings.reboot_shutdown = 600.0  # held in its shutdown until the test lets it go, however slow the step
     roll.plan = roll.plan[:1]
     await roll.until(lambda o: o.reason is RollReason.REBOOTING)
     clock.advance(TIMING.reboot_retry)
     out = await roll.step()
     assert (out.reason, out.message) == (RollReason.REBOOTING, "waiting for demo-cp-1: Talos reports it rebooting")
+    env.node("demo-cp-1").end_shutdown()
     assert (await roll.to_done()).finished
     assert len(requested(env, "demo-cp-1")) == 1 and reboots(env)["demo-cp-1"] == 1
     await assert_none_cordoned(kc, env)

@@ -11,7 +11,7 @@ import pytest
 from ichord.api.conditions import now_rfc3339, parse_time
 from ichord.api.operation_kinds import CA_ROTATION, CONFIG
 from ichord.operations.ca_rotation.passes import APISERVER_KEY, APISERVER_RESTARTED
-from ichord.operations.progress import history_of, note_progress
+from ichord.operations.progress import history_of, note_progress, predicted_seconds
 
 Obj = dict[str, Any]
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -252,3 +252,18 @@ def test_a_ca_rotation_counts_each_kube_apiserver_restart_of_its_passes() -> Non
     assert steps[4].parts == ("checks", "apiserver_restart")
     # A talos-only rotation restarts no kube-apiserver: its stages alone.
     assert len(CA_ROTATION.steps({**status, "plan": {**plan, "targets": ["talos"]}})) == 4
+
+
+def test_a_nodes_predicted_step_is_this_runs_or_the_clusters_past_and_none_before_either() -> None:
+    """What a maintenance window asks before a node starts (operations/backbone.py predicted_step): None (the
+    caller's default) until a step of its kinds was timed; then this run's, else the cluster's past operations'."""
+    status = _config_status(PLANNED, [])
+    assert predicted_seconds(CONFIG, status, "w-1") is None
+    past = [{"node": "w-1", "step": "drain", "seconds": 10.0}, {"node": "w-1", "step": "apply", "seconds": 2.0},
+            {"node": "w-1", "step": "reboot", "seconds": 30.0}]
+    assert predicted_seconds(CONFIG, status, "w-1", past) == pytest.approx(42.0)
+    status["progress"] = {"observed": [{"node": "w-2", "step": "drain", "seconds": 4.0},
+                                       {"node": "w-2", "step": "apply", "seconds": 1.0},
+                                       {"node": "w-2", "step": "reboot", "seconds": 20.0}]}
+    assert predicted_seconds(CONFIG, status, "w-1") == pytest.approx(25.0)  # this run's, beside the others
+    assert predicted_seconds(CONFIG, _config_status(PLANNED, ["w-1"]), "w-1") is None  # done: no next step

@@ -218,6 +218,33 @@ def test_the_verdict_names_the_next_opening_and_requeues_at_it_or_for_the_lock()
     assert verdict(cluster, at("2026-12-06T01:00:00Z"), what="x", recheck=100) is not None
 
 
+def test_a_step_starts_only_if_its_predicted_time_fits_in_what_is_left_of_the_window() -> None:
+    cluster = {"metadata": {"name": "prod"}, "spec": {"maintenance": {"windows": [
+        {"name": "weekly", "schedule": "0 22 * * SAT", "duration": "4h", "timeZone": "Europe/Berlin"}]}}}
+    # Open until 2026-12-06T01:00:00Z; a node's step of 5 minutes.
+    ends_at_the_end = verdict(cluster, at("2026-12-06T00:55:00Z"), what="x", recheck=1e9, need=lambda: 300)
+    assert ends_at_the_end is None
+    closed = verdict(cluster, at("2026-12-06T00:55:01Z"), what="the reboot of w1", recheck=1e9, need=lambda: 300)
+    assert closed is not None and not closed.invalid
+    assert closed.message == ("waiting for a maintenance window to start the reboot of w1: it takes about 300 s and "
+                              "the window weekly closes in 299 s, at 2026-12-06T01:00:00Z; the next window, weekly, "
+                              "opens at 2026-12-12T21:00:00Z")
+    assert closed.after == (at("2026-12-12T21:00:00Z") - at("2026-12-06T00:55:01Z")).total_seconds()
+    assert verdict(cluster, at("2026-12-06T00:55:01Z"), what="x", recheck=100, need=lambda: 300).after == 100  # type: ignore[union-attr]
+    # A step longer than half the window is held to half of it: it starts in its first half (else it never would).
+    assert verdict(cluster, at("2026-12-05T23:00:00Z"), what="x", recheck=100, need=lambda: 5 * 3600) is None
+    assert verdict(cluster, at("2026-12-05T23:00:01Z"), what="x", recheck=100, need=lambda: 5 * 3600) is not None
+
+
+def test_a_step_that_does_not_fit_the_last_one_off_window_says_none_lies_ahead() -> None:
+    cluster = {"metadata": {"name": "c"}, "spec": {"maintenance": {"windows": [
+        {"name": "once", "start": "2026-12-01T10:00:00Z", "end": "2026-12-01T11:00:00Z"}]}}}
+    closed = verdict(cluster, at("2026-12-01T10:59:00Z"), what="x", recheck=1000, need=lambda: 120)
+    assert closed is not None and closed.after == 60  # looks again at the end: then "no window lies ahead"
+    assert closed.message.endswith(
+        "the window once closes in 60 s, at 2026-12-01T11:00:00Z; no other window lies ahead")
+
+
 def test_only_past_one_off_windows_say_none_lies_ahead() -> None:
     cluster = {"metadata": {"name": "c"}, "spec": {"maintenance": {"windows": [
         {"name": "once", "start": "2026-12-01T10:00:00Z", "end": "2026-12-01T11:00:00Z"}]}}}

@@ -239,7 +239,8 @@ async def roll_step(ctx: StepContext, inputs: Inputs, stage: Stage) -> Outcome:
 
     async def window(t: RollTarget) -> Closed | None:  # the next member reboots only inside a maintenance window
         nonlocal held
-        closed_now = backbone.window_closed(ctx, inputs.cluster, f"the etcd reboot of {t.machine}")
+        closed_now = backbone.window_closed(ctx, inputs.cluster, f"the etcd reboot of {t.machine}",
+                                            lambda: backbone.predicted_step(ctx, inputs.op, t.machine))
         if closed_now is not None:
             return closed_now
         # docs/decisions.md#health-gates: and only once the health gates pass (and the soak is over), asked before

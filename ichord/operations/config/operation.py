@@ -353,10 +353,13 @@ async def _workers(ctx: StepContext, inputs: Inputs, world: World, planned: list
     closed = None
     for round_ in range(2):
         freed = False
-        # Outside every maintenance window no new worker is taken; those under way finish (windows.py).
-        closed = backbone.window_closed(ctx, inputs.cluster, "the next workers")
+        # Outside every maintenance window, or with too little of it left for their step, no new worker is taken;
+        # those under way finish (windows.py). Each is asked again at its cordon, on the clock as it reads then.
+        candidates = workers.to_start(planned, inputs.status, inputs.worker_bound.at_once)
+        closed = backbone.window_closed(ctx, inputs.cluster, "the next workers", functools.partial(
+            _longest_step, ctx, inputs.op, [p.name for p in candidates]))
         taking = closed is None and (not gated or (round_ == 0 and not workers.in_flight(inputs.status)))
-        starting = workers.to_start(planned, inputs.status, inputs.worker_bound.at_once) if taking else []
+        starting = candidates if taking else []
         taken = [t.name for t in starting]
         if taken:
             inputs.op = await line.update(workers.opening(taken, ctx.now()))
@@ -443,6 +446,11 @@ async def _machine_conditions(ctx: StepContext, inputs: Inputs,
     await _together([functools.partial(_machine_condition, ctx, inputs, pm, _ROLL_REASONS.get(r.reason, str(r.reason)),
                                        r.message, pause=r.pause, done=pm.name in r.done, polled=r.polled)
                      for pm, r in rolled])
+
+
+def _longest_step(ctx: StepContext, op: Obj, machines: list[str]) -> float:
+    """The longest predicted step of ``machines`` (what the next workers need of a maintenance window)."""
+    return max((backbone.predicted_step(ctx, op, name) for name in machines), default=0.0)
 
 
 async def _machine_condition(ctx: StepContext, inputs: Inputs, pm: PlannedMachine, reason: str, message: str,

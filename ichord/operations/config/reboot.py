@@ -127,7 +127,9 @@ async def advance_reboot(world: World, m: MachineView, store: MarkerStore | None
         return PROCEED
 
     async def window(_t: RollTarget) -> Closed | None:
-        return backbone.window_closed(world.ctx, world.inputs.cluster, f"the reboot of {m.name}")
+        # Asked by the roll right before the node's cordon, on the clock as it reads then; the node's step must fit.
+        return backbone.window_closed(world.ctx, world.inputs.cluster, f"the reboot of {m.name}",
+                                      lambda: backbone.predicted_step(world.ctx, world.inputs.op, m.name))
 
     gates: list[Gate] = [held, ready, dry]
     verifiers: list[Gate] = [back]

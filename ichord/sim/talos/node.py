@@ -9,6 +9,7 @@ Every delay comes from ``Timings`` so tests run in milliseconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import hashlib
 import re
@@ -161,6 +162,8 @@ class SimNode:
         self._applying = False
         self._try_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Set by ``end_shutdown``: the shutdown of the reboot under way ends now, not ``Timings.reboot_shutdown``.
+        self._shutdown_over = asyncio.Event()
         self._watchers: list[asyncio.Queue[tuple[str, str, str, str]]] = []
         self.resource_versions: dict[tuple[str, str], int] = {}
         #: machined's event stream (MachineService.Events) of the current boot.
@@ -315,6 +318,11 @@ class SimNode:
             self.events.sequence("reboot", "START", actor)
             self._spawn(self._reboot())
 
+    def end_shutdown(self) -> None:
+        """A test's timing hook: the reboot under way stops shutting down now (goes down, then boots as usual), so a
+        test holds a node in its shutdown (a long ``Timings.reboot_shutdown``) and lets it go at a chosen moment."""
+        self._shutdown_over.set()
+
     async def _reboot(self) -> None:
         await asyncio.sleep(0)  # let the RPC answer before the node goes away
         self.stage = "MACHINE_STAGE_REBOOTING"
@@ -325,8 +333,10 @@ class SimNode:
         if kubelet is not None:
             kubelet.state, kubelet.healthy = "Stopping", False
         self.history.record("shutting_down", self.name, boot_id=self.boot_id)
+        self._shutdown_over.clear()
         if self.timings.reboot_shutdown:
-            await asyncio.sleep(self.timings.reboot_shutdown)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._shutdown_over.wait(), self.timings.reboot_shutdown)
         old = self.boot_id
         await self.go_down("reboot")
         self.cluster.etcd.stop_member(self.name)
