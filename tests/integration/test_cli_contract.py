@@ -402,6 +402,18 @@ CASES = [
          err="'' is not a namespace name"),
     Case("run-bad-resync", "run --kubeconfig {kc} --metrics-addr 127.0.0.1:0 --resync 0", 2,
          err="--resync must be a positive"),
+    # -- the simulators' and the daemon's own files: never over an existing one without --force
+    Case("run-port-file-exists", "run --kubeconfig {kc} --metrics-addr 127.0.0.1:0 --port-file {bundle}", 2,
+         err="--port-file: {bundle} exists; it is not overwritten: choose a new name, or pass --force to replace it. "
+             "Nothing was started."),
+    Case("run-port-file-missing-dir", "run --kubeconfig {kc} --metrics-addr 127.0.0.1:0 --port-file "
+         "{tmp}/nodir/port", 2, err="nodir is not a directory; create it first"),
+    Case("sim-kubeconfig-exists", "sim --api-port 0 --talos-port 0 --kubeconfig {bundle}", 2,
+         err="{bundle} exists; it is not overwritten: choose a new name, or pass --force to replace it"),
+    Case("sim-kube-kubeconfig-exists", "sim kube --port 0 --kubeconfig {bundle}", 2,
+         err="{bundle} exists; it is not overwritten: choose a new name, or pass --force to replace it"),
+    Case("sim-kube-kubeconfig-is-a-directory", "sim kube --port 0 --kubeconfig {tmp}/export --force", 2,
+         err="export is a directory"),
     # -- demo: refused up front (an even number of control planes cannot rotate)
     Case("demo-even-control-planes", "demo --control-planes 2", 2, err="an odd number of control planes"),
     Case("demo-bad-log-level", "demo --log-level loud", 2, err="'loud' is not a log level"),
