@@ -67,6 +67,10 @@ class BundleNotTrusted(ClusterCommandError):
     """The cluster's Ready says its nodes do not trust the bundle in its Secret (BundleMismatch)."""
 
 
+class BundleNotOwned(ClusterCommandError):
+    """The cluster's Ready says another TalosCluster, created first, holds its bundle Secret (BundleInUse)."""
+
+
 class ExportNotVerified(ClusterCommandError, RuntimeFailure):
     """The file read back is not the live bundle; no annotation was written."""
 
@@ -107,7 +111,8 @@ def _register_bundle_export(sub: Any) -> None:
             f"{BUNDLE_EXPORTED_ANNOTATION}=<ExportFingerprint>; the daemon then lowers BundleBackupStale. "
             "Refused while a CA rotation is under way (the Secret holds rotation.yaml): the bundle changes "
             "at Finalizing, so export after the rotation completes; refused too while the cluster's Ready says "
-            "BundleMismatch (the nodes do not trust the bundle in the Secret). An earlier export of the same cluster "
+            "BundleMismatch (the nodes do not trust the bundle in the Secret) or BundleInUse (another cluster holds "
+            "the Secret: export from that one). An earlier export of the same cluster "
             "at the path is replaced (it describes CAs the nodes may no longer accept); any other file is kept and "
             "the export refused, unless --force."
         ),
@@ -341,6 +346,13 @@ async def bundle_export(kube: KubeClient, name: str, *, namespace: str, output: 
             f"the nodes of {namespace}/{name} do not trust the bundle in its Secret (Ready BundleMismatch: "
             f"{SCRUBBER.text(str(ready.get('message') or ''))}); exporting it would replace your saved copy. Put the "
             f"cluster's own bundle back and run this again once Ready says so. Nothing was written.")
+    if ready is not None and ready.get("reason") == ReadyReason.BUNDLE_IN_USE:
+        # The bundle is another cluster's (docs/decisions.md#one-owner): this one's BundleBackupStale is nobody's to
+        # lower, and the export is the holder's to make.
+        raise BundleNotOwned(
+            f"TalosCluster {namespace}/{name} does not hold its bundle Secret (Ready BundleInUse: "
+            f"{SCRUBBER.text(str(ready.get('message') or ''))}); export the bundle from the cluster that holds it. "
+            "Nothing was written.")
     secret_ns = secret_namespace or view.secret_namespace  # where the daemon resolves it
     try:
         secret = await read_secret(kube, secret_ns, str(secret_name))

@@ -19,6 +19,7 @@ tree. A container restarted mid-rotation trusts the new Kubernetes CA before its
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -55,6 +56,7 @@ from ichord.leader import LeaderElector, default_identity
 from ichord.metrics import REGISTRY
 from ichord.operations.cert_expiry import DEFAULT_WARNING_DAYS, forget_cluster
 from ichord.operations.scope import TrustHooks
+from ichord.safefile import write_file
 from ichord.server import HealthServer
 from ichord.settings import Timing
 from ichord.trust import SharedTrust
@@ -78,6 +80,7 @@ class DaemonSettings:
     metrics_host: str = "0.0.0.0"  # noqa: S104 - the pod's metrics port is scraped from outside
     metrics_port: int = 8080
     port_file: str | None = None  # where the bound metrics port is written (tests, port 0)
+    port_file_force: bool = False  # replace an existing port file (else it is refused: docs/decisions.md#cli-files)
     timing: Timing = field(default_factory=Timing.from_env)
     resync: float | None = None
     certificate_expiry_warning_days: float = DEFAULT_WARNING_DAYS
@@ -371,7 +374,9 @@ class Daemon:
             tg.start_soon(_cancel_on_signal, tg.cancel_scope)
             port = await tg.start(self.server.serve, self.settings.metrics_host, self.settings.metrics_port)
             if self.settings.port_file:
-                await anyio.Path(self.settings.port_file).write_text(f"{port}\n")
+                await anyio.to_thread.run_sync(functools.partial(
+                    write_file, Path(self.settings.port_file), f"{port}\n".encode(),
+                    force=self.settings.port_file_force))
             log.info("serving /metrics /healthz /readyz", port=port)
             # /healthz answers meanwhile (the loop is alive); /readyz stays false until the informers sync.
             t = self.settings.timing

@@ -8,6 +8,7 @@ import errno
 import os
 import socket
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,6 +21,7 @@ from ichord.errors import IchordError, network_cause
 from ichord.kube.client import check_kubeconfig, kubeconfig_files
 from ichord.leader import LeadershipLost
 from ichord.operation_cli import LOG_LEVELS, log_level, namespace_name
+from ichord.safefile import DestinationError, check_destination
 from ichord.settings import DEPRECATED_CONCURRENCY_ENV, SettingsError, Timing
 
 
@@ -48,7 +50,9 @@ def register(subparsers: Any) -> None:
                    help=argparse.SUPPRESS)
     p.add_argument("--identity", default=None, help="leader-election identity (default $POD_NAME or host_uuid)")
     p.add_argument("--metrics-addr", default="0.0.0.0:8080", help="host:port for /metrics /healthz /readyz")
-    p.add_argument("--port-file", help="write the bound metrics port here (with port 0)")
+    p.add_argument("--port-file", help="write the bound metrics port here (with port 0); an existing file is refused "
+                   "unless --force")
+    p.add_argument("--force", action="store_true", help="replace an existing --port-file")
     p.add_argument("--resync", type=float, help="seconds between drift checks of a converged machine")
     p.add_argument("--certificate-expiry-warning-days", type=float, default=90.0,
                    help="CertificatesExpiring turns True this many days before a CA expires (default %(default)g; "
@@ -100,12 +104,18 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         raise SettingsError(f"--metrics-addr must be host:port with a port from 0 to 65535, got {args.metrics_addr!r}")
     if args.resync is not None and args.resync <= 0:
         raise SettingsError("--resync must be a positive number of seconds")
+    if args.port_file:
+        try:  # before anything starts; written atomically once the port is bound (daemon.py)
+            check_destination(Path(args.port_file), force=args.force)
+        except DestinationError as exc:
+            raise SettingsError(f"--port-file: {exc}. Nothing was started.") from None
     settings = DaemonSettings(
         kubeconfig=args.kubeconfig,
         namespace=args.namespace,
         metrics_host=host or "0.0.0.0",  # noqa: S104
         metrics_port=int(port),
         port_file=args.port_file,
+        port_file_force=args.force,
         timing=Timing.from_env(),
         resync=args.resync,
         trust_pool=args.trust_pool,

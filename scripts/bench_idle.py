@@ -412,7 +412,7 @@ def start_daemon(management: Management, workdir: Path, args: argparse.Namespace
     cmd = [sys.executable, *profile, "-m", "ichord.cli", "run", "--kubeconfig", str(kubeconfig),
            "--controller-namespace",
            fleet.namespace, "--identity", "bench", "--metrics-addr", "127.0.0.1:0",
-           "--port-file", str(workdir / "port"), "--log-level", args.log_level]
+           "--port-file", str(workdir / "port"), "--force", "--log-level", args.log_level]
     if args.resync is not None:
         cmd += ["--resync", str(args.resync)]
     with log_path.open("wb") as log:

@@ -179,7 +179,7 @@ class ClusterReconciler:
                             allowed_secret_namespaces=self.rt.allowed_secret_namespaces, now=self.rt.clock,
                             watch_nodes=self._watch_nodes, lock_memo=self._lock_memo,
                             etcd_snapshots=self.rt.etcd_snapshots,
-                            address_holder=functools.partial(one_owner.address_holder, self.rt))
+                            address_holder=functools.partial(one_owner.machine_holder, self.rt))
 
     def _record(self, phase: str, outcome: Outcome) -> Outcome:
         """The one place an outcome becomes a metric and (when it changes) a log line."""
@@ -368,7 +368,8 @@ class ClusterReconciler:
         self._memo.bound(len(machines))  # an entry per machine at most: what deleted machines left goes
         for gone in set(self._due) - {m.name for m in machines}:
             del self._due[gone]
-        # A machine whose node another machine holds is neither dialled nor applied (docs/decisions.md#one-owner).
+        # A machine whose node or hostname another machine holds is neither dialled nor applied
+        # (docs/decisions.md#one-owner).
         refused = {m.name: r for m in machines if m.approved and (r := one_owner.machine_refusal(self.rt, m))}
         async with anyio.create_task_group() as tg:
             for m in machines:

@@ -3,6 +3,8 @@
     a TalosMachine whose address another TalosMachine, created first, names
         -> Ready=False/AddressInUse naming it, one Warning; its node is not dialled, nothing applied, and no
            operation's inputs hold it (ClusterScope.address_holder)
+    a TalosMachine whose spec.hostname another TalosMachine of its cluster, created first, has
+        -> Ready=False/HostnameInUse naming it, the same way (two nodes would register as one Kubernetes Node)
     a TalosCluster whose bundle Secret another TalosCluster, created first, names
         -> Ready=False/BundleInUse naming it, one Warning; its machines say so; every unfinished operation of it
            is held (Pending, or Paused once started) with the same reason; nothing else of the step runs
@@ -31,12 +33,22 @@ def address_holder(rt: Runtime, m: MachineView) -> Key | None:
     return rt.address_owners.holder(m.key, {"metadata": m.metadata, "spec": m.spec})
 
 
+def hostname_holder(rt: Runtime, m: MachineView) -> Key | None:
+    """The TalosMachine (namespace, name) of ``m``'s cluster created before it with the same spec.hostname, or None."""
+    return rt.hostname_owners.holder(m.key, {"metadata": m.metadata, "spec": m.spec})
+
+
+def machine_holder(rt: Runtime, m: MachineView) -> Key | None:
+    """The machine that holds ``m``'s node or its hostname, or None: a machine held is in no operation's inputs."""
+    return address_holder(rt, m) or hostname_holder(rt, m)
+
+
 def machine_refusal(rt: Runtime, m: MachineView) -> MachineResult | None:
-    """What ``m`` says when another machine holds its node (checked again at the resync; the holder's going wakes
-    the cluster sooner), or None when the node is its own."""
+    """What ``m`` says when another machine holds its node or its hostname (checked again at the resync; the
+    holder's going wakes the cluster sooner), or None when both are its own."""
     holder = address_holder(rt, m)
     if holder is None:
-        return None
+        return _hostname_refusal(rt, m)
     held = rt.machines.cache.get(holder)
     of = f" of TalosCluster {holder[0]}/{cluster_ref(held)}" if held is not None and cluster_ref(held) else ""
     message = (f"spec.address {m.address} reaches the node of TalosMachine {holder[0]}/{holder[1]}{of}, which was "
@@ -46,6 +58,20 @@ def machine_refusal(rt: Runtime, m: MachineView) -> MachineResult | None:
     return MachineResult(Condition(names.READY, "False", ReadyReason.ADDRESS_IN_USE, message),
                          fields={"rebootPaths": [], "apiServerRestartPaths": []},
                          event=("Warning", ReadyReason.ADDRESS_IN_USE, message), requeue_after=rt.resync)
+
+
+def _hostname_refusal(rt: Runtime, m: MachineView) -> MachineResult | None:
+    holder = hostname_holder(rt, m)
+    if holder is None:
+        return None
+    message = (f"spec.hostname {m.hostname} is TalosMachine {holder[0]}/{holder[1]}'s too, which was created first "
+               f"in TalosCluster {m.namespace}/{m.cluster}; two nodes with one name would register as one Kubernetes "
+               f"Node, so nothing is applied to this machine's node. Give it a hostname of its own "
+               f"(`kubectl -n {m.namespace} edit talosmachine {m.name}`) or delete the machine that should not be "
+               f"there; the other one's going hands the name over")
+    return MachineResult(Condition(names.READY, "False", ReadyReason.HOSTNAME_IN_USE, message),
+                         fields={"rebootPaths": [], "apiServerRestartPaths": []},
+                         event=("Warning", ReadyReason.HOSTNAME_IN_USE, message), requeue_after=rt.resync)
 
 
 def bundle_holder(rt: Runtime, cluster: ClusterView) -> Key | None:

@@ -1,6 +1,8 @@
-"""One owner per Talos node address and per bundle Secret (docs/decisions.md#one-owner), from the informers' caches.
+"""One owner per Talos node address, per hostname in a cluster and per bundle Secret (docs/decisions.md#one-owner),
+from the informers' caches.
 
 Two TalosMachines naming one node take turns applying their configurations to it (each resync undoes the other's);
+two TalosMachines of one cluster with one spec.hostname make two nodes that register as one Kubernetes Node;
 two TalosClusters naming one bundle Secret share CAs that a rotation of either replaces under the other. Whoever
 came first keeps it: the oldest object by creationTimestamp, then namespace and name. That order is read from the
 objects alone, so every process, restarted anywhere, decides the same; the others are refused until the holder is
@@ -129,20 +131,39 @@ def machine_address(obj: Obj) -> str | None:
     return node_address(str(((obj.get("spec") or {}).get("address")) or ""))
 
 
+def machine_hostname(obj: Obj) -> tuple[str, str, str] | None:
+    """A TalosMachine's identity by name: its cluster and ``spec.hostname`` (its Kubernetes Node's name, one per
+    cluster), in lower case without a root dot. None for a machine that lets the node name itself."""
+    hostname = str(((obj.get("spec") or {}).get("hostname")) or "").strip().lower().rstrip(".")
+    cluster = cluster_ref(obj)
+    if not hostname or not cluster:
+        return None
+    return (str((obj.get("metadata") or {}).get("namespace") or ""), cluster, hostname)
+
+
 def cluster_bundle(obj: Obj) -> tuple[str, str] | None:
     """A TalosCluster's identity here: the bundle Secret its secretsRef names (namespace, name)."""
     view = ClusterView.of(obj)
     return (view.secret_namespace, view.secret_name) if view.secret_name else None
 
 
-def machine_owners(informer: Informer, wake: Callable[[], Wake]) -> Owners:
-    """TalosMachines by node address; a change wakes the clusters of the others at that address."""
+def _woken_machine_cluster(wake: Callable[[], Wake]) -> Callable[[Key, Obj], None]:
     def told(key: Key, obj: Obj) -> None:
         cluster = cluster_ref(obj)
         if cluster:
             wake()(key[0], cluster, (names.TALOS_MACHINE, key[1]), OWNER_CHANGED)
 
-    return Owners(informer, machine_address, told)
+    return told
+
+
+def machine_owners(informer: Informer, wake: Callable[[], Wake]) -> Owners:
+    """TalosMachines by node address; a change wakes the clusters of the others at that address."""
+    return Owners(informer, machine_address, _woken_machine_cluster(wake))
+
+
+def hostname_owners(informer: Informer, wake: Callable[[], Wake]) -> Owners:
+    """TalosMachines by cluster and hostname; a change wakes the cluster (the others with that name are its own)."""
+    return Owners(informer, machine_hostname, _woken_machine_cluster(wake))
 
 
 def bundle_owners(informer: Informer, wake: Callable[[], Wake]) -> Owners:

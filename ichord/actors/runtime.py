@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ichord.actors.machine_index import ByCluster
-from ichord.actors.owners import Owners, bundle_owners, machine_owners
+from ichord.actors.owners import Owners, bundle_owners, hostname_owners, machine_owners
 from ichord.api import names
 from ichord.api.views import OperationView, operations_of
 from ichord.kube.client import KubeClient
@@ -60,6 +60,8 @@ class Runtime:
     #: The TalosMachines by node address and the TalosClusters by bundle Secret: the first of each holds it
     #: (actors/owners.py, docs/decisions.md#one-owner).
     address_owners: Owners = field(init=False, repr=False)
+    #: The TalosMachines of each cluster by spec.hostname, likewise.
+    hostname_owners: Owners = field(init=False, repr=False)
     bundle_owners: Owners = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -67,6 +69,7 @@ class Runtime:
         self.operation_index = ByCluster(self.operations)
         self.operations_written = ReadYourWrites(self.operations)
         self.address_owners = machine_owners(self.machines, lambda: self.wake)
+        self.hostname_owners = hostname_owners(self.machines, lambda: self.wake)
         self.bundle_owners = bundle_owners(self.clusters, lambda: self.wake)
         self.kube.on_written(names.PLURALS[names.TALOS_OPERATION], self.operations_written.note)
 

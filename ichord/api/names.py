@@ -127,6 +127,9 @@ class ReadyReason:
     INVALID_ADDRESS = "InvalidAddress"
     #: Another TalosMachine, created first, names the same node (docs/decisions.md#one-owner): nothing is applied.
     ADDRESS_IN_USE = "AddressInUse"
+    #: Another TalosMachine of the cluster, created first, has the same spec.hostname (docs/decisions.md#one-owner):
+    #: two nodes would register as one Kubernetes Node; nothing is applied.
+    HOSTNAME_IN_USE = "HostnameInUse"
     #: Another TalosCluster, created first, names the same bundle Secret (docs/decisions.md#one-owner): nothing of
     #: this cluster is managed (its machines applied, its operations started). Also its operations' condition.
     BUNDLE_IN_USE = "BundleInUse"

@@ -85,8 +85,9 @@ class ClusterScope:
     #: Where an operation's etcd snapshot goes (operations/etcd_snapshot.py): the daemon's directory; a rehearsal's
     #: twin hands in one that writes nothing.
     etcd_snapshots: SnapshotPort = field(default_factory=DirectorySnapshots)
-    #: The TalosMachine (namespace, name) created first that names the same node as a machine, or None: a machine
-    #: another holds is in no operation's inputs (actors/one_owner.py, docs/decisions.md#one-owner).
+    #: The TalosMachine (namespace, name) created first that names the same node as a machine (or, in its cluster,
+    #: the same hostname), or None: a machine another holds is in no operation's inputs (actors/one_owner.py,
+    #: docs/decisions.md#one-owner).
     address_holder: Callable[[MachineView], tuple[str, str] | None] = lambda _m: None
     _bundle: BundleRead | BundleSourceError | None = field(default=None, repr=False)
 

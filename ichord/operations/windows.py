@@ -29,7 +29,8 @@ rules for daylight saving time, which a library's iterator would have to be wrap
 - a duration is elapsed time: a 4h window across a change is open four real hours.
 
 Invalid windows (a cron field out of range, a zone not in the IANA database, a duration that is not one or lasts
-more than 7 days, two windows of one name) are a spec a person must fix: nothing disruptive starts; the operation
+more than 7 days, a one-off window whose end is not after its start or more than 7 days after it, two windows of one
+name) are a spec a person must fix: nothing disruptive starts; the operation
 says which field is wrong (a Warning, since it needs a person), as a spec the CRD schema could not catch (or a
 cluster stored before the schema caught it).
 """
@@ -59,7 +60,8 @@ _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _MONTHS = {m: i + 1 for i, m in enumerate(("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT",
                                            "NOV", "DEC"))}
 _DAYS = {d: i for i, d in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))}
-#: The longest a recurring window lasts (the CRD's rule): a weekly window closes before it opens again.
+#: The longest a window lasts (the CRD's rules): a weekly window closes before it opens again, and a one-off window
+#: longer than a week is no window (for "at any time" there is no spec.maintenance).
 MAX_DURATION = dt.timedelta(days=7)
 
 
@@ -283,6 +285,10 @@ class Windows:
                 end = _parse_time(str(entry["end"]), f"{where}.end ({name})")
                 if end <= start:
                     raise WindowSpecError(f"{where} ({name}): end {entry['end']} is not after start {entry['start']}")
+                if end - start > MAX_DURATION:
+                    raise WindowSpecError(f"{where}.end ({name}): {entry['end']} is more than 7 days (168h) after "
+                                          f"start {entry['start']}; a window lasts at most a week (for \"at any "
+                                          "time\", remove spec.maintenance)")
                 one_off.append(OneOff(name, start, end))
             else:
                 raise WindowSpecError(f"{where} ({name}) needs either schedule, duration and timeZone, or start and "

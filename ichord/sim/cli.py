@@ -20,6 +20,7 @@ from typing import Any
 from ichord.contract import parse_contract
 from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle
+from ichord.safefile import check_destination
 
 
 def sim_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -56,7 +57,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--management-api", choices=("self", "separate"), default="self",
                    help="self: ichord's objects on the managed cluster's API; separate: a second API server")
     p.add_argument("--kubeconfig", type=Path, default=Path("ichord-sim.kubeconfig"),
-                   help="where to write ichord's kubeconfig (default %(default)s)")
+                   help="where to write ichord's kubeconfig (default %(default)s); an existing file is refused "
+                        "unless --force")
+    p.add_argument("--force", action="store_true", help="replace an existing --kubeconfig file")
     p.add_argument("--ip-prefix", default="127.0.0.", help="loopback block of the nodes (default %(default)s)")
     p.add_argument("--first-address", type=int, default=11, help="last octet of the first node's address")
     p.add_argument("--talos-port", type=int, default=50000, help="apid port on every address (0: any free port)")
@@ -84,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     if args.time_scale <= 0:
         raise IchordError("--time-scale must be positive")
     bundle = SecretsBundle.load(args.bundle) if args.bundle else None
+    check_destination(args.kubeconfig, force=args.force)  # before anything starts
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args, bundle))
     return 0
@@ -102,7 +106,7 @@ async def _serve(args: argparse.Namespace, bundle: SecretsBundle | None) -> None
         bundle=bundle, namespace=args.namespace, cluster_name=args.cluster_name, time_scale=args.time_scale,
         management_api=args.management_api, ip_prefix=args.ip_prefix, first=args.first_address,
         talos_port=args.talos_port, api_port=args.api_port, state_port=args.state_port,
-        kubeconfig=args.kubeconfig.resolve(), cni=args.cni, addons=args.addons,
+        kubeconfig=args.kubeconfig.resolve(), replace_kubeconfig=args.force, cni=args.cni, addons=args.addons,
         pod_start_delay=args.pod_start_delay, kubelet_restart_lag=args.kubelet_restart_lag,
         timings=None if args.reboot_time is None else replace(scaled(args.time_scale),
                                                               reboot=args.reboot_time * args.time_scale))

@@ -38,7 +38,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ichord.cli", "run", "--kubeconfig", str(kubeconfig or env.kubeconfig),
              "--controller-namespace", controller_namespace or env.namespace, "--identity", name,
-             "--metrics-addr", "127.0.0.1:0", "--port-file", str(self.port_file), "--resync", str(resync),
+             "--metrics-addr", "127.0.0.1:0", "--port-file", str(self.port_file), "--force", "--resync", str(resync),
              "--log-level", "debug", *extra_args],
             stdout=self._log, stderr=subprocess.STDOUT, env=environ,
         )

@@ -68,7 +68,7 @@ class Replica(Daemon):
                 # No fallback tick within the test: only the informer's events can publish in time.
                 "--trust-sync-tick", "3600",
                 "--controller-namespace", env.namespace, "--identity", name, "--metrics-addr", "127.0.0.1:0",
-                "--port-file", str(self.port_file), "--resync", "1", "--log-level", "debug"]
+                "--port-file", str(self.port_file), "--force", "--resync", "1", "--log-level", "debug"]
         if not pool:
             args.append("--no-trust-pool")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=environ)

@@ -14,6 +14,7 @@ kubeconfig, as an operator runs it, in a world of four clusters in namespace ``c
     early     a ca-rotation of it is in Accepting (the operator's hand-off comes later)
     held      a plan-only ca-rotation of it (spec.paused, not started): only a person moves it on
     stuck     a ca-rotation of it is Blocked in its preflight (the daemon retries it)
+    twin      names demo's bundle Secret; demo, created first, holds it (Ready=False/BundleInUse, as the daemon says)
     gone      being deleted (deletionTimestamp set, a finalizer holding it), a worker waiting for a reboot
 
 and in the test's directory an unrelated ``precious.yaml`` (another cluster's bundle), ``foreign/kubeconfig`` and the
@@ -159,6 +160,14 @@ async def world(bundle: SecretsBundle, other_bundle: SecretsBundle, tmp_path: Pa
                     "type": "CARotation", "status": "False", "reason": "Blocked",
                     "message": "preflight: machine stuck-cp-1 (10.0.0.9) does not answer: connection refused",
                     "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+            await _cluster(kube, "twin", "v1.14", {"secrets.yaml": raw})
+            await crds.clusters(kube).patch(NS, "twin", {"spec": {"secretsRef": {"name": "demo-bundle"}}})
+            await update_status(crds.clusters(kube), NS, "twin", lambda s, _o: {**s, "conditions": [{
+                "type": "Ready", "status": "False", "reason": "BundleInUse",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+                "message": f"the bundle Secret {NS}/demo-bundle is TalosCluster {NS}/demo's (created first); ... Give "
+                           f"it a bundle of its own in spec.secretsRef (`kubectl -n {NS} edit taloscluster twin`), or "
+                           "delete it"}]})
             await _cluster(kube, "gone", "v1.14", {"secrets.yaml": raw})
             await _machine(kube, "gone", "worker-1", "worker", ["machine.env"])
             await crds.clusters(kube).patch(NS, "gone", {"metadata": {"finalizers": ["example.com/hold"]}})
@@ -316,6 +325,13 @@ CASES = [
          out="export fingerprint", err="-o is deprecated here; use -f/--file", then=_exported),
     Case("export-during-rotation", f"cluster bundle-export rotating {K} -f {{tmp}}/r.yaml", 2,
          err="is under way"),
+    Case("export-bundle-in-use", f"cluster bundle-export twin {K} -f {{tmp}}/export/twin.yaml", 2,
+         err="TalosCluster clusters/twin does not hold its bundle Secret (Ready BundleInUse: the bundle Secret "
+             "clusters/demo-bundle is TalosCluster clusters/demo's (created first)"),
+    Case("rotate-bundle-in-use", f"cluster rotate twin {K} --wait 0", 2, err="TalosCluster clusters/twin runs no "
+         "operation: the bundle Secret clusters/demo-bundle is TalosCluster clusters/demo's"),
+    Case("config-apply-bundle-in-use", f"cluster config-apply twin {K} --wait 0", 2,
+         err="TalosCluster clusters/twin runs no operation"),
     Case("export-missing", f"cluster bundle-export nope {K} -f {{tmp}}/n.yaml", 2, err="not found"),
     Case("export-unreachable", "cluster bundle-export demo -n clusters --kubeconfig {dead} -f {tmp}/u.yaml", 1,
          err="connection refused"),
@@ -386,6 +402,18 @@ CASES = [
          err="'' is not a namespace name"),
     Case("run-bad-resync", "run --kubeconfig {kc} --metrics-addr 127.0.0.1:0 --resync 0", 2,
          err="--resync must be a positive"),
+    # -- the simulators' and the daemon's own files: never over an existing one without --force
+    Case("run-port-file-exists", "run --kubeconfig {kc} --metrics-addr 127.0.0.1:0 --port-file {bundle}", 2,
+         err="--port-file: {bundle} exists; it is not overwritten: choose a new name, or pass --force to replace it. "
+             "Nothing was started."),
+    Case("run-port-file-missing-dir", "run --kubeconfig {kc} --metrics-addr 127.0.0.1:0 --port-file "
+         "{tmp}/nodir/port", 2, err="nodir is not a directory; create it first"),
+    Case("sim-kubeconfig-exists", "sim --api-port 0 --talos-port 0 --kubeconfig {bundle}", 2,
+         err="{bundle} exists; it is not overwritten: choose a new name, or pass --force to replace it"),
+    Case("sim-kube-kubeconfig-exists", "sim kube --port 0 --kubeconfig {bundle}", 2,
+         err="{bundle} exists; it is not overwritten: choose a new name, or pass --force to replace it"),
+    Case("sim-kube-kubeconfig-is-a-directory", "sim kube --port 0 --kubeconfig {tmp}/export --force", 2,
+         err="export is a directory"),
     # -- demo: refused up front (an even number of control planes cannot rotate)
     Case("demo-even-control-planes", "demo --control-planes 2", 2, err="an odd number of control planes"),
     Case("demo-bad-log-level", "demo --log-level loud", 2, err="'loud' is not a log level"),

@@ -16,9 +16,13 @@ from ichord.kube.crds import clusters
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
-async def test_sim_kube_command(tmp_path: Path) -> None:
+@pytest.mark.parametrize("over", [False, True], ids=["new-file", "over-an-old-one-with-force"])
+async def test_sim_kube_command(tmp_path: Path, over: bool) -> None:
     kc = tmp_path / "sim.kubeconfig"
     cmd = [sys.executable, "-m", "ichord.cli", "sim", "kube", "--port", "0", "--kubeconfig", str(kc)]
+    if over:  # a kubeconfig an earlier run left: replaced only when asked (docs/decisions.md#cli-files)
+        kc.write_text("stale\n")
+        cmd.append("--force")
     async with await anyio.open_process(cmd) as proc:
         assert proc.stdout is not None
         with anyio.fail_after(20):
@@ -27,6 +31,7 @@ async def test_sim_kube_command(tmp_path: Path) -> None:
                 line += await proc.stdout.receive()
         info = json.loads(line)
         assert info["kubeconfig"] == str(kc) and info["url"].startswith("https://127.0.0.1:")
+        assert kc.stat().st_mode & 0o777 == 0o600
         kube = await from_kubeconfig(kc)
         try:
             items, rv = await clusters(kube).list_objects()  # the chart's CRDs are served

@@ -11,6 +11,7 @@ whether both were created in one second (the order then falls to namespace and n
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -23,10 +24,12 @@ from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.operation_cli import Refused, rotate, rotation_object
 from ichord.operations.config.cli import config_apply
+from ichord.pki.bundle import SecretsBundle
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from tests.integration._actor import cluster_actor
 from tests.integration._kube_helpers import eventually
+from tests.integration.conftest import ENV_SCALE
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -172,3 +175,57 @@ async def test_a_refused_machine_is_in_no_operation_of_its_cluster(env: SimEnvir
         await home.step({})
         plan = (await crds.operations(kube).get(env.namespace, "zz-rotation"))["status"]["plan"]
         assert [m["name"] for m in plan["machines"]] == env.machine_names  # the holder's, not zz-dup
+
+
+@pytest.fixture
+async def two_workers(bundle: SecretsBundle) -> AsyncIterator[SimEnvironment]:
+    async with SimEnvironment(bundle=bundle, time_scale=ENV_SCALE, control_planes=1, workers=2) as e:
+        yield e
+
+
+async def test_a_second_machine_with_a_hostname_of_its_cluster_is_refused(two_workers: SimEnvironment) -> None:
+    """Two TalosMachines of one cluster with one spec.hostname were both Applied: two nodes that register as one
+    Kubernetes Node. The later (creationTimestamp, then name) says who has the name and gets nothing applied; a
+    machine of another cluster with the same hostname is no conflict (its own Kubernetes)."""
+    env = two_workers
+    async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube, \
+            cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING, resync=0) as home:
+        await home.step({})
+        objs = {n: await _machine(kube, env, n) for n in env.machine_names[-2:]}
+        holder, later = sorted(objs, key=lambda n: (objs[n]["metadata"]["creationTimestamp"], n))
+        await crds.machines(kube).patch(env.namespace, holder, {"spec": {"hostname": "shared"}})
+        await crds.machines(kube).patch(env.namespace, later, {"spec": {"hostname": "Shared."}})  # the same name
+        await _copy_bundle(kube, env, "zz-other-secrets")
+        await _second_cluster(kube, env, "zz-other", "zz-other-secrets")
+        await crds.machines(kube).create(env.namespace, {"metadata": {"name": "zz-elsewhere"}, "spec": {
+            "clusterRef": {"name": "zz-other"}, "role": "worker", "address": "127.0.0.1:1", "approved": True,
+            "hostname": "shared"}})
+        await _cached(home, names.TALOS_CLUSTER, env.namespace, "zz-other")
+        await _cached(home, names.TALOS_MACHINE, env.namespace, "zz-elsewhere")
+        await eventually(lambda: all((home.rt.machines.cache.get((env.namespace, n)) or {}).get("spec", {})
+                                     .get("hostname") for n in (holder, later)))
+        other = ClusterReconciler(home.rt, env.namespace, "zz-other")
+        before = env.applies(later)
+        try:
+            for _ in range(3):
+                await home.step({})
+                await other.step({})
+                status, reason, message = _ready(await _machine(kube, env, later))
+                assert (status, reason) == ("False", names.ReadyReason.HOSTNAME_IN_USE), message
+                assert f"TalosMachine {env.namespace}/{holder}'s too" in message
+                assert _ready(await _machine(kube, env, holder))[1] != names.ReadyReason.HOSTNAME_IN_USE
+                assert _ready(await _machine(kube, env, "zz-elsewhere"))[1] != names.ReadyReason.HOSTNAME_IN_USE
+        finally:
+            other.close()
+        assert env.applies(later) == before  # nothing of the later machine's configuration reached its node
+        assert env.applies(holder)  # the holder's hostname was applied
+        events = (await kube.raw("GET", f"/api/v1/namespaces/{env.namespace}/events"))["items"]
+        assert [e["type"] for e in events if e["reason"] == names.ReadyReason.HOSTNAME_IN_USE
+                and e["involvedObject"]["name"] == later] == ["Warning"]  # once, not per step
+
+        await crds.machines(kube).patch(env.namespace, later, {"spec": {"hostname": "other-name"}})
+        await eventually(lambda: (home.rt.machines.cache.get((env.namespace, later)) or {}).get("spec", {})
+                         .get("hostname") == "other-name")
+        await home.step({})
+        assert _ready(await _machine(kube, env, later))[1] != names.ReadyReason.HOSTNAME_IN_USE
+        assert len(env.applies(later)) > len(before)  # a name of its own: applied

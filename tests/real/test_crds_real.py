@@ -118,6 +118,12 @@ async def test_every_cel_rule_is_enforced(kube: KubeClient) -> None:
             "secretsRef": {"name": "b"}, "endpoint": "https://10.5.0.2:6443", "kubernetesVersion": "1.34.1",
             "maintenance": {"windows": [{"name": "w", "schedule": "0 22 * * SAT", "duration": "9999d"}]}}})
 
+    async def one_off_window_lasts_at_most_a_week() -> None:
+        await clusters(kube).create(NS, {"metadata": {"name": "cel-one-off"}, "spec": {
+            "secretsRef": {"name": "b"}, "endpoint": "https://10.5.0.2:6443", "kubernetesVersion": "1.34.1",
+            "maintenance": {"windows": [{"name": "w", "start": "2026-12-24T20:00:00Z",
+                                         "end": "2027-12-24T20:00:00Z"}]}}})
+
     cases = {
         **{f"{ca_bundle_rule} ({kind} {gate})": (
             ca_bundle_of(kind, gate), f"spec.health.gates[0].{gate}.caBundle: Invalid value: {ca_bundle_rule}")
@@ -133,6 +139,9 @@ async def test_every_cel_rule_is_enforced(kube: KubeClient) -> None:
         "a maintenance window lasts at most 7 days: 168h": (
             window_lasts_at_most_a_week, 'spec.maintenance.windows[0].duration: Invalid value: "9999d": a maintenance '
             "window lasts at most 7 days: 168h"),
+        "a one-off maintenance window lasts at most 7 days: end at most 168h after start": (
+            one_off_window_lasts_at_most_a_week, "spec.maintenance.windows[0]: Invalid value: a one-off maintenance "
+            "window lasts at most 7 days: end at most 168h after start"),
     }
     rules = [m for d in _crd_docs() for v in d["spec"]["versions"] for m in _rules(v["schema"]["openAPIV3Schema"])]
     assert sorted(rules) == sorted(c.split(" (")[0] for c in cases), "every CEL rule of the CRDs needs a case here"

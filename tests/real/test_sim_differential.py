@@ -335,7 +335,8 @@ async def field_validation(w: Wire, ns: str, side: Side) -> Observed:
 
 async def list_map_keys_and_bounds(w: Wire, ns: str, _side: Side) -> Observed:
     """The TalosCluster's maintenance windows are a list-type map keyed by name (a second window of one name is
-    refused), a window lasts at most 7 days (a CEL rule), and an etcd snapshot retention is at most 1000."""
+    refused), a window lasts at most 7 days (CEL rules: a recurring one's duration, a one-off one's start to end), and
+    an etcd snapshot retention is at most 1000."""
     base = f"{GROUP_PATH}/namespaces/{ns}/talosclusters"
     weekly = {"name": "w", "schedule": "0 22 * * SAT", "duration": "4h"}
     one_off = {"name": "w", "start": "2026-12-24T20:00:00Z", "end": "2026-12-24T23:00:00Z"}
@@ -349,6 +350,8 @@ async def list_map_keys_and_bounds(w: Wire, ns: str, _side: Side) -> Observed:
         {"maintenance": {"windows": [{**weekly, "duration": "167h60m"}, {**weekly, "name": "v", "duration": "7d"}]}},
         {"etcdSnapshots": {"path": "/var/lib/ichord/snapshots", "retain": 99999999999}},
         {"etcdSnapshots": {"path": "/var/lib/ichord/snapshots", "retain": 1000}},
+        {"maintenance": {"windows": [{**one_off, "end": "2026-12-31T20:00:01Z"}]}},
+        {"maintenance": {"windows": [{**one_off, "end": "2026-12-31T22:00:00+02:00"}]}},  # exactly 168h
     ))]
     added = await w.call("PATCH", f"{base}/lm-6", [{"op": "add", "path": "/spec/maintenance/windows/-",
                                                     "value": {**one_off, "name": "v"}}],

@@ -37,6 +37,10 @@ def _cluster(name: str, windows: list[dict[str, Any]]) -> dict[str, Any]:
     ({"name": "w", "start": "christmas", "end": "2026-12-24T23:00:00Z"}, "date-time"),
     ({"name": "w", "schedule": "0 22 * * SAT", "duration": "9999d"}, "lasts at most 7 days"),
     ({"name": "w", "schedule": "0 22 * * SAT", "duration": "7d1s"}, "lasts at most 7 days"),
+    ({"name": "w", "start": "2026-12-24T20:00:00Z", "end": "2026-12-31T20:00:01Z"},
+     "a one-off maintenance window lasts at most 7 days"),
+    ({"name": "w", "start": "2026-12-24T20:00:00+01:00", "end": "2099-12-24T23:00:00Z"},
+     "a one-off maintenance window lasts at most 7 days"),
     # A second window of the first's name (a list-type map keyed by name).
     ({"name": "weekly", "start": "2026-12-24T20:00:00Z", "end": "2026-12-24T23:00:00Z"},
      'spec.maintenance.windows[1]: Duplicate value: {"name":"weekly"}'),

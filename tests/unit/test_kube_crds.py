@@ -148,8 +148,9 @@ def _rules(schema: dict[str, Any]) -> list[str]:
 
 def test_the_simulator_evaluates_every_cel_rule_the_crds_use() -> None:
     rules = [r for crd in crds().values() for r in _rules(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])]
-    # The operation lock and intent rules, caBundle's one-of on two gates of two CRDs, a maintenance window's bound.
-    assert len(rules) == 9
+    # The operation lock and intent rules, caBundle's one-of on two gates of two CRDs, a maintenance window's bounds
+    # (a recurring one's duration, a one-off one's start to end).
+    assert len(rules) == 10
     assert [r for r in rules if not sim_schema.evaluates(r)] == []
 
 
@@ -200,6 +201,7 @@ def _cluster_causes(**spec: Any) -> list[sim_schema.Cause]:
 
 
 WEEKLY = {"name": "w", "schedule": "0 22 * * SAT", "duration": "4h"}
+ONE_OFF = {"name": "w", "start": "2026-12-24T20:00:00Z", "end": "2026-12-24T23:00:00Z"}
 
 
 @pytest.mark.parametrize(("spec", "causes"), [
@@ -213,6 +215,11 @@ WEEKLY = {"name": "w", "schedule": "0 22 * * SAT", "duration": "4h"}
     ({"maintenance": {"windows": [{**WEEKLY, "duration": "9999d"}]}},
      [("FieldValueInvalid", "spec.maintenance.windows[0].duration",
        'Invalid value: "9999d": a maintenance window lasts at most 7 days: 168h')]),
+    ({"maintenance": {"windows": [{**ONE_OFF, "end": "2026-12-31T20:00:00Z"}]}}, []),  # exactly 168h
+    ({"maintenance": {"windows": [{**ONE_OFF, "end": "2026-12-31T22:00:00+02:00"}]}}, []),  # the same instant
+    ({"maintenance": {"windows": [{**ONE_OFF, "end": "2026-12-31T20:00:01Z"}]}},
+     [("FieldValueInvalid", "spec.maintenance.windows[0]",
+       "Invalid value: a one-off maintenance window lasts at most 7 days: end at most 168h after start")]),
     ({"etcdSnapshots": {"path": "/s", "retain": 99999999999}},
      [("FieldValueInvalid", "spec.etcdSnapshots.retain", "Invalid value: 99999999999: spec.etcdSnapshots.retain in "
        "body should be less than or equal to 1000")]),

@@ -184,6 +184,10 @@ def test_no_windows_means_always_open() -> None:
      r"windows\[0\].duration \(w\): '9999d' is longer than 7 days \(168h\), the longest a window lasts; for "
      "disruption at any time, remove spec.maintenance"),
     ({"name": "w", "schedule": "0 22 * * SAT", "duration": "7d1s"}, "longer than 7 days"),
+    ({"name": "w", "start": "2026-12-03T10:00:00Z", "end": "2026-12-10T10:00:01Z"},
+     r"windows\[0\].end \(w\): 2026-12-10T10:00:01Z is more than 7 days \(168h\) after start 2026-12-03T10:00:00Z; "
+     "a window lasts at most a week"),
+    ({"name": "w", "start": "2026-01-01T00:00:00Z", "end": "2099-01-01T00:00:00Z"}, "more than 7 days"),
 ])
 def test_a_bad_window_is_named_and_blocks(entry: dict[str, object], says: str) -> None:
     spec = {"maintenance": {"windows": [entry]}}

@@ -69,8 +69,8 @@ class StepContext:
     lock_memo: LockMemo | None = None
     #: Where an operation's etcd snapshot goes (operations/etcd_snapshot.py; ClusterScope.etcd_snapshots).
     etcd_snapshots: SnapshotPort = field(default_factory=DirectorySnapshots)
-    #: The TalosMachine created first that names the same node as a machine, or None (ClusterScope.address_holder):
-    #: a machine another holds is left out of the step's inputs.
+    #: The TalosMachine created first that names the same node (or hostname) as a machine, or None
+    #: (ClusterScope.address_holder): a machine another holds is left out of the step's inputs.
     address_holder: Callable[[MachineView], tuple[str, str] | None] = lambda _m: None
 
 

@@ -86,7 +86,7 @@ async def load_inputs(ctx: StepContext, op: Obj) -> Inputs:
             machine = MachineView.of(obj)
         except MachineSpecError:
             continue
-        # A machine whose node another machine holds is no member (docs/decisions.md#one-owner).
+        # A machine whose node or hostname another machine holds is no member (docs/decisions.md#one-owner).
         if machine.cluster == cluster_name and machine.approved and ctx.address_holder(machine) is None:
             machines.append(machine)
     machines.sort(key=lambda m: (not m.is_control_plane, m.name))

@@ -27,6 +27,7 @@ from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.render.config import MachineConfig
 from ichord.render.inputs import ClusterInputs, MachineInputs
+from ichord.safefile import write_file
 from ichord.sim.combined import objects
 from ichord.sim.combined.addons import install_addons
 from ichord.sim.combined.follow import Follower
@@ -67,7 +68,7 @@ class SimEnvironment(Started):
                  cni: str = "flannel", time_scale: float = 1.0, timings: Timings | None = None,
                  management_api: ManagementAPI = "self", ip_prefix: str | None = None, first: int = 11,
                  talos_port: int = objects.APID_PORT, api_port: int = API_PORT, state_port: int | None = None,
-                 state_host: str = "127.0.0.1", kubeconfig: Path | None = None,
+                 state_host: str = "127.0.0.1", kubeconfig: Path | None = None, replace_kubeconfig: bool = True,
                  kubernetes_version: str = objects.KUBERNETES_VERSION, projected_ca_path: Path | None = None,
                  projected_ca_lag: float | None = None, addons: bool = False, pod_start_delay: float | None = None,
                  kubelet_restart_lag: float | None = None, client_ca_reread: float | None = None) -> None:
@@ -102,6 +103,7 @@ class SimEnvironment(Started):
         self._api_port = api_port
         self._state = (state_host, state_port)
         self._kubeconfig_out = kubeconfig
+        self._replace_kubeconfig = replace_kubeconfig  # False: an existing file is refused (the `ichord sim` CLI)
         self._projected = (projected_ca_path, projected_ca_lag)
         self._addons = addons
         self._pod_start_delay = pod_start_delay
@@ -292,7 +294,7 @@ class SimEnvironment(Started):
             self._tmp = tempfile.TemporaryDirectory(prefix="ichord-sim-env-")
             path = Path(self._tmp.name) / "kubeconfig"
         path.parent.mkdir(parents=True, exist_ok=True)
-        return self.management.write_kubeconfig(path, namespace=self.namespace)
+        return write_file(path, self.kubeconfig_data(), force=self._replace_kubeconfig)
 
     async def _serve_state(self) -> None:
         host, port = self._state

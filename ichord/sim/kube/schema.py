@@ -3,13 +3,14 @@
 Messages follow k8s.io/apimachinery's field errors (``spec.role: Unsupported value: "x": supported
 values: "controlplane", "worker"``). Of ``x-kubernetes-validations`` only the CEL shapes the chart uses are
 evaluated (``self == oldSelf``, ``!has(self.a) || self.b == 'v'``, ``has(self.a) != has(self.b)`` and a
-maintenance window's duration bound); other rules are accepted and ignored (a documented limitation of the
-simulator, which tests/unit/test_kube_crds.py keeps from mattering: every rule of the CRDs must be one of them).
+maintenance window's bounds: a duration, a start to end); other rules are accepted and ignored (a documented limitation
+of the simulator, which tests/unit/test_kube_crds.py keeps from mattering: every rule of the CRDs must be one of them).
 A list-type map refuses two items of one key, as the real server does.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from typing import Any
@@ -223,13 +224,18 @@ _DURATION_AT_MOST = re.compile(re.escape(
     "self.findAll('[0-9]+[dhms]').map(p,int(p.substring(0,p.size()-1))*(p.endsWith('d')?86400:p.endsWith('h')?3600:"
     "p.endsWith('m')?60:1)).sum()<=").replace("<=", "<=") + r"(\d+)$")
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+#: ``!has(self.start) || !has(self.end) || timestamp(self.end) - timestamp(self.start) <= duration('Nh')``: a one-off
+#: maintenance window's length bound.
+_SPAN_AT_MOST = re.compile(r"^!has\(self\.(\w+)\)\|\|!has\(self\.(\w+)\)\|\|timestamp\(self\.\2\)-timestamp\(self\.\1\)"
+                           r"<=duration\('(\d+)h'\)$")
+_RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
 
 def evaluates(rule: str) -> bool:
     """True when ``rule`` is one of the CEL shapes this simulator enforces (the others are ignored)."""
     compact = _compact(rule)
     return compact == "self==oldSelf" or any(p.match(compact) is not None
-                                             for p in (_IMPLIES, _ONE_OF_TWO, _DURATION_AT_MOST))
+                                             for p in (_IMPLIES, _ONE_OF_TWO, _DURATION_AT_MOST, _SPAN_AT_MOST))
 
 
 def _compact(rule: str) -> str:
@@ -251,7 +257,22 @@ def _rule_fails(rule: str, value: Any, old: Any) -> bool:
     if m and isinstance(value, str):
         total = sum(int(n) * _UNIT_SECONDS[u] for n, u in re.findall(r"([0-9]+)([dhms])", value))
         return total > int(m.group(1))
+    m = _SPAN_AT_MOST.match(compact)
+    if m and isinstance(value, dict) and m.group(1) in value and m.group(2) in value:
+        start, end = _timestamp(value[m.group(1)]), _timestamp(value[m.group(2)])
+        # CEL's timestamp() of a string it cannot read is an error, and an error refuses the object.
+        return start is None or end is None or (end - start).total_seconds() > int(m.group(3)) * 3600
     return False
+
+
+def _timestamp(value: Any) -> dt.datetime | None:
+    """CEL's ``timestamp(string)``: an RFC 3339 time with its offset, else None (the rule errs)."""
+    if not isinstance(value, str) or _RFC3339.match(value) is None:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _check_bounds(value: Any, schema: JSON, path: str, causes: list[Cause]) -> None:
