@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ichord import cliargs
 from ichord.contract import parse_contract
 from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle
@@ -62,9 +63,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing --kubeconfig file")
     p.add_argument("--ip-prefix", default="127.0.0.", help="loopback block of the nodes (default %(default)s)")
     p.add_argument("--first-address", type=int, default=11, help="last octet of the first node's address")
-    p.add_argument("--talos-port", type=int, default=50000, help="apid port on every address (0: any free port)")
-    p.add_argument("--api-port", type=int, default=6443, help="Kubernetes API port (0: any free port)")
-    p.add_argument("--state-port", type=int, default=0, help="serve the state/history JSON here (0: any free port)")
+    p.add_argument("--talos-port", type=cliargs.port, default=50000,
+                   help="apid port on every address (0: any free port)")
+    p.add_argument("--api-port", type=cliargs.port, default=6443, help="Kubernetes API port (0: any free port)")
+    p.add_argument("--state-port", type=cliargs.port, default=0,
+                   help="serve the state/history JSON here (0: any free port)")
     p.add_argument("--time-scale", type=float, default=1.0, help="multiply every simulated delay by this")
     p.add_argument("--cni", choices=("flannel", "cilium", "unmanaged"), default="flannel",
                    help="the TalosCluster's CNI preset (and the CNI workload --addons runs)")

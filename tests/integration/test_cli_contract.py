@@ -414,6 +414,11 @@ CASES = [
          err="{bundle} exists; it is not overwritten: choose a new name, or pass --force to replace it"),
     Case("sim-kube-kubeconfig-is-a-directory", "sim kube --port 0 --kubeconfig {tmp}/export --force", 2,
          err="export is a directory"),
+    Case("sim-kube-port-out-of-range", "sim kube --port 70000 --kubeconfig {tmp}/kc", 2,
+         err="70000 is not a port number (0-65535"),
+    Case("sim-api-port-not-a-number", "sim --api-port https --kubeconfig {tmp}/kc", 2,
+         err="'https' is not a port number"),
+    Case("sim-talos-port-negative", "sim talos --port -1", 2, err="-1 is not a port number"),
     # -- demo: refused up front (an even number of control planes cannot rotate)
     Case("demo-even-control-planes", "demo --control-planes 2", 2, err="an odd number of control planes"),
     Case("demo-bad-log-level", "demo --log-level loud", 2, err="'loud' is not a log level"),

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ichord import cliargs
 from ichord.errors import IchordError
 from ichord.safefile import check_destination, write_file
 from ichord.sim.cli import sim_subparsers
@@ -25,7 +26,7 @@ def register(subparsers: Any) -> None:
         description="Serve the Kubernetes API simulator on a loopback address until interrupted, write a "
                     "kubeconfig for it (kubectl and ichord run can use it) and print one JSON line.")
     p.add_argument("--host", default="127.0.0.1", help="loopback address to bind (127.0.0.0/8)")
-    p.add_argument("--port", type=int, default=6443, help="port (0: any free port)")
+    p.add_argument("--port", type=cliargs.port, default=6443, help="port (0: any free port)")
     p.add_argument("--kubeconfig", type=Path, default=Path("ichord-sim.kubeconfig"),
                    help="kubeconfig to write; an existing file is refused unless --force")
     p.add_argument("--force", action="store_true", help="replace an existing --kubeconfig file")

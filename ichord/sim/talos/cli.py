@@ -6,6 +6,7 @@ import argparse
 import asyncio
 from typing import Any
 
+from ichord import cliargs
 from ichord.contract import parse_contract
 from ichord.errors import IchordError
 from ichord.pki.bundle import SecretsBundle
@@ -21,9 +22,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--control-planes", type=int, default=1)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--talos-version", default="v1.14", help="v1.13 or v1.14 (behaviour and rendered contract)")
-    p.add_argument("--port", type=int, default=50000, help="apid port on every address (0: any free port)")
+    p.add_argument("--port", type=cliargs.port, default=50000, help="apid port on every address (0: any free port)")
     p.add_argument("--first-address", type=int, default=11, help="last octet of the first node's 127.0.0.x")
-    p.add_argument("--state-port", type=int, default=None, help="serve the state and history as JSON here")
+    p.add_argument("--state-port", type=cliargs.port, default=None, help="serve the state and history as JSON here")
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="multiply every simulated delay (reboot, kubelet restart, ...) by this")
     p.set_defaults(func=run)
