@@ -35,7 +35,7 @@ from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.ca import CAKind
 from ichord.pki.fingerprint import ca_fingerprint, export_fingerprint
 from ichord.pki.rotation import Target
-from ichord.render.trusted_cas import FIELDS, NodeTrust, refusals
+from ichord.render.trusted_cas import NodeTrust, refusals
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from tests.integration._actor import cluster_actor
@@ -284,7 +284,7 @@ async def test_a_ca_rotation_under_way_never_trips_bundle_mismatch(env: SimEnvir
     still holds the old)."""
     assert env.bundle is not None
     kind = Target(target).ca_kind
-    field = FIELDS[target]
+    field = Target(target).rotation_key  # status.trustedCAs's key: rotation.yaml's
     old = ca_fingerprint(env.bundle.ca(kind))
     async with await from_kubeconfig(env.kubeconfig, timing=ROTATION_TIMING) as kube, \
             standalone_actor(kube, env.namespace, env.cluster_name, ROTATION_TIMING, instance="test") as reconciler:
