@@ -475,3 +475,41 @@ async def test_another_clusters_etcd_ca_swapped_under_a_running_rollout_stops_it
     op = await _phase(world, "roll", "Completed", "Failed")
     assert op["status"]["phase"] == "Completed", op["status"]
     assert reboots(env, since) == {m: 1 for m in env.machine_names}
+
+
+async def test_another_clusters_aggregator_ca_swapped_under_an_api_server_restart_rollout_stops_it(
+        world: World, bundle: SecretsBundle) -> None:
+    """The kube-apiserver restart class (apiserver.py's apply): another cluster's aggregator CA lands in the Secret
+    once the first control plane restarted; the next one receives nothing (BundleMismatch), and the rollout
+    completes once the cluster's own bundle is back."""
+    env = world.env
+    other = generate_bundle()
+    await world.patch_cluster([API_SERVER_PATCH])
+    await _reported(world, "apiServerRestartPaths", 3)
+    since = len(env.talos.history.events)
+    await _create(world, "restart", paused=False)
+
+    async def first_done() -> bool:
+        return bool((((await world.op("restart")).get("status") or {}).get("apiServerRestart") or {}).get("done"))
+
+    await world.run_until(first_done, what="the first control plane restarted")
+    await _put_secrets(world, bundle.with_cas({CAKind.AGGREGATOR: other.k8s_aggregator}))
+    applies = {m: len(env.applies(m)) for m in env.machine_names}
+
+    async def stopped() -> bool:
+        return _cond(await world.op("restart")).get("reason") == names.BUNDLE_MISMATCH
+
+    await world.run_until(stopped, what="the rollout stopped on the bundle")
+    message = _cond(await world.op("restart"))["message"]
+    assert f"the bundle's Kubernetes aggregator (front-proxy) CA {ca_fingerprint(other.k8s_aggregator)} is not " \
+           f"among the CAs the node trusts ({ca_fingerprint(bundle.k8s_aggregator)})" in message, message
+    for _ in range(30):
+        await world.step()
+        await anyio.sleep(0.01)
+    assert {m: len(env.applies(m)) for m in env.machine_names} == applies
+
+    await _put_secrets(world, bundle)
+    op = await _phase(world, "restart", "Completed", "Failed")
+    assert op["status"]["phase"] == "Completed", op["status"]
+    restarts = [e["node"] for e in env.talos.history.events[since:] if e["kind"] == "apiserver_restart"]
+    assert sorted(restarts) == sorted(m for m in env.machine_names if "-cp-" in m)
