@@ -36,6 +36,8 @@ PLANNED = frozenset({ReadyReason.REBOOTING, ReadyReason.API_SERVER_RESTARTING, R
                      ReadyReason.OPERATION_UNDER_WAY})
 #: How many machines a message names before "and N more" (a fleet's cluster of hundreds keeps a short message).
 NAMED = 3
+#: How many refused CAs the cluster's message names with their fingerprints (four would not fit a condition).
+NAMED_CAS = 2
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,12 @@ def _mismatch(machines: Sequence[MachineReady], refusing: Sequence[MachineReady]
         for r in refusals(bundle, m.trust) if m.trust is not None else ():
             node_fps.setdefault(r.name, [])
             node_fps[r.name] += [fp for fp in r.node if fp not in node_fps[r.name]]
+    refused = [(name, title) for name, title in TITLES.items() if name in node_fps]
     cas = [f"its {title} {bundle.of(name)[0]} is not among the CAs the nodes trust "
-           f"({_fingerprints(node_fps[name][:NAMED])})"
-           for name, title in TITLES.items() if name in node_fps]
+           f"({_fingerprints(node_fps[name][:NAMED])})" for name, title in refused[:NAMED_CAS]]
+    if len(refused) > NAMED_CAS:  # the whole bundle another cluster's: the message stays within a condition's bound
+        cas.append(f"nor are its {', '.join(title for _, title in refused[NAMED_CAS:])} (each machine's Ready names "
+                   "their fingerprints)")
     return Condition(
         names.READY, "False", ReadyReason.BUNDLE_MISMATCH,
         f"the bundle in {secret} is not the one this cluster's nodes trust (another cluster's?): "

@@ -70,6 +70,9 @@ WAITING_FOR_WINDOW = "WaitingForWindow"
 #: it. The TalosMachine's Ready reason (False, with a Warning of this reason) and an operation's condition reason
 #: (phase Paused) when it would apply to such a node (docs/decisions.md#contract-match).
 CONTRACT_MISMATCH = "ContractMismatch"
+#: An operation's condition reason (phase Paused) when it would apply a render to a node that trusts none of its
+#: CAs of a kind: the bundle Secret is another cluster's; nothing is applied (docs/decisions.md#bundle-belongs).
+BUNDLE_MISMATCH = "BundleMismatch"
 #: On a TalosOperation the renewal policy created (``kubectl get top -l ichor.maesh.dev/planned-by=renew-before``).
 PLANNED_BY_LABEL = f"{GROUP}/planned-by"
 PLANNED_BY_RENEWAL = "renew-before"

@@ -53,7 +53,7 @@ from ichord.render.fieldmeta import Classification, classify, summarize_paths
 from ichord.render.generate import render
 from ichord.render.inputs import ClusterInputs, MachineInputs
 from ichord.render.strict import InvalidConfigError
-from ichord.render.trusted_cas import BundleCAs, NodeTrust, Refusal, refusals
+from ichord.render.trusted_cas import BundleCAs, NodeTrust, Refusal, describe_refusals, refusals
 from ichord.talos.client import ApplyMode, TalosClient
 from ichord.talos.errors import (
     TalosCertificateError,
@@ -265,12 +265,6 @@ async def reconcile_machine(
         requeue_after=0.0,  # verify on the next step that the node runs it
         applied=True,
     )
-
-
-def describe_refusals(refused: tuple[Refusal, ...], where: str) -> str:
-    """``the bundle's Talos API CA <fp> is not among the CAs <where> trusts (<fp>, ...)``, for each refused CA."""
-    return "; ".join(f"the bundle's {r.title} {r.bundle} is not among the CAs {where} trusts ({', '.join(r.node)})"
-                     for r in refused)
 
 
 def _mismatch(refused: tuple[Refusal, ...], where: str, retry_after: float, *, prefix: str = "",

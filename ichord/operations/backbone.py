@@ -48,6 +48,7 @@ from ichord.operations.op_status import Decision, Transition
 from ichord.operations.outcome import Blocked, Failed, Outcome, Requeue
 from ichord.operations.progress import history_of, note_progress, predicted_seconds
 from ichord.pki.scrub import SCRUBBER
+from ichord.render.trusted_cas import BundleMismatchError, describe_refusals
 from ichord.settings import Timing
 
 log = structlog.get_logger("ichord.operations")
@@ -385,6 +386,26 @@ async def contract_mismatch(ctx: Context, kind: OperationKind, op: Obj, exc: Con
                     error=message)
         return Blocked(names.CONTRACT_MISMATCH, message, ctx.timing.retry)
     return await blocked_before_read(ctx, kind, op, message, reason=names.CONTRACT_MISMATCH)
+
+
+async def bundle_mismatch(ctx: Context, kind: OperationKind, op: Obj, exc: BundleMismatchError,
+                          machines: list[MachineView], secret: str) -> Blocked:
+    """A step would have applied to a node a render whose CAs it does not trust (another cluster's bundle in the
+    Secret; docs/decisions.md#bundle-belongs): Paused, the kind's condition False/BundleMismatch naming the machine
+    and the fingerprints, one Warning per cause; retried every Timing.retry, so the operation goes on by itself
+    once the cluster's own bundle is back. A finished operation is left as it is."""
+    view = OperationView.of(op)
+    machine = next((m.name for m in machines if m.address == exc.endpoint), "a machine")
+    refused = describe_refusals(exc.refused, "the node")
+    message = (f"nothing is applied to TalosMachine {machine}: {refused}; the bundle in {secret} is not the one "
+               "this cluster's nodes trust (another cluster's?). The operation waits here and goes on by itself "
+               "once the cluster's own bundle is back in the Secret: see the TalosCluster's Ready "
+               f"(`kubectl -n {view.namespace} get tc {view.cluster or ''} -o yaml`)")
+    if view.finished:
+        log.warning("a finished operation's step met a bundle mismatch", operation=f"{view.namespace}/{view.name}",
+                    error=message)
+        return Blocked(names.BUNDLE_MISMATCH, message, ctx.timing.retry)
+    return await blocked_before_read(ctx, kind, op, message, reason=names.BUNDLE_MISMATCH)
 
 
 async def fail(ctx: Context, kind: OperationKind, op: Obj, reason: str, message: str, *,

@@ -25,11 +25,12 @@ from ichord.contract import ContractMismatchError
 from ichord.errors import IchordError
 from ichord.kube.errors import Forbidden
 from ichord.operations import intent
-from ichord.operations.backbone import OperationKind, contract_mismatch, forbidden
+from ichord.operations.backbone import OperationKind, bundle_mismatch, contract_mismatch, forbidden
 from ichord.operations.op_status import Transition
 from ichord.operations.outcome import Done, Outcome, soonest
 from ichord.operations.scope import ClusterScope
 from ichord.operations.step_errors import StepRetries
+from ichord.render.trusted_cas import BundleMismatchError
 from ichord.settings import Timing
 
 log = structlog.get_logger("ichord.operations")
@@ -128,6 +129,12 @@ class Registry:
             # Not transient either: the node runs another Talos than the contract, and nothing was sent to it; it
             # waits for a person (an upgrade, or spec.talosVersion), asked again every Timing.retry.
             return await contract_mismatch(scope, impl.spec, _current(scope, op).obj, exc, scope.machines)
+        except BundleMismatchError as exc:
+            # Not transient either: the bundle Secret holds another cluster's CAs, and nothing was applied; it waits
+            # for the cluster's own bundle (docs/decisions.md#bundle-belongs), asked again every Timing.retry.
+            cluster = scope.cluster
+            secret = f"Secret {cluster.secret_namespace}/{cluster.secret_name}" if cluster else "the bundle Secret"
+            return await bundle_mismatch(scope, impl.spec, _current(scope, op).obj, exc, scope.machines, secret)
         except Forbidden as exc:
             # Not transient: the grant stays missing until someone adds it. Said at once on the operation (its
             # kind's condition False/Forbidden naming the chart value, one Warning), not as StepsFailing after the

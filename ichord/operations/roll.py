@@ -109,6 +109,7 @@ from ichord.operations.roll_state import (
     next_target,
 )
 from ichord.operations.windows import Closed
+from ichord.render.trusted_cas import BundleMismatchError
 from ichord.settings import Timing
 from ichord.talos.errors import TalosError, TalosUnreachableError
 
@@ -307,8 +308,10 @@ async def _first_closed(gates: Sequence[Gate], target: RollTarget) -> GateResult
     for gate in gates:
         try:
             result = await gate(target)
-        except ContractMismatchError:
-            raise  # no check a wait clears: the operation blocks naming it (docs/decisions.md#contract-match)
+        except (ContractMismatchError, BundleMismatchError):
+            # No check a wait clears: the operation blocks naming it (docs/decisions.md#contract-match,
+            # docs/decisions.md#bundle-belongs).
+            raise
         except IchordError as exc:
             result = GateResult(f"a check failed: {exc}")
         if not result.ok:

@@ -1,13 +1,19 @@
 """Which CAs a node trusts, read from its running configuration, and whether a bundle is one of them
 (docs/decisions.md#bundle-belongs).
 
-    talos        machine.ca (signs) + machine.acceptedCAs                             every contract
-    kubernetes   KubeAPIServerCAConfig issuingCA + acceptedCAs (v1.14)
-                 cluster.ca + cluster.acceptedCAs (v1.13)
+    talos                   machine.ca (signs) + machine.acceptedCAs                    every role, every contract
+    kubernetes              KubeAPIServerCAConfig issuingCA + acceptedCAs (v1.14)        every role
+                            cluster.ca + cluster.acceptedCAs (v1.13)
+    etcd                    cluster.etcd.ca.crt: one PEM bundle, the first signs          control planes (both)
+                            (the rest trusted during an etcd rotation)
+    kubernetes-aggregator   KubeAggregatorCAConfig issuingCA + acceptedCAs (v1.14)        control planes
+                            cluster.aggregatorCA (v1.13)
 
-Only certificates are read, and kept as SHA-256 fingerprints (what ``status.certificates`` shows): never a key.
-A bundle belongs to the nodes when, for each of these CAs, its CA (or, during a rotation, rotation.yaml's new one)
-is among those the node trusts; a node whose configuration names no CA of a kind is not judged on it.
+A worker's configuration carries no etcd nor aggregator CA (Talos gives them to control planes only), so a worker
+is judged on the first two alone. Only certificates are read, and kept as SHA-256 fingerprints (what
+``status.certificates`` shows): never a key. A bundle belongs to the nodes when, for each of these CAs, its CA (or,
+during a rotation, rotation.yaml's new one) is among those the node trusts; a node whose configuration names no CA
+of a kind is not judged on it.
 """
 
 from __future__ import annotations
@@ -16,12 +22,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ichord.errors import IchordError
 from ichord.pki import pem as _pem
 from ichord.pki.bundle import SecretsBundle
 from ichord.pki.fingerprint import ca_fingerprint, certificate_fingerprint
 
 #: The CAs compared, by their rotation targets' names, and how a message names each.
-TITLES = {"talos": "Talos API CA", "kubernetes": "Kubernetes CA"}
+TITLES = {"talos": "Talos API CA", "kubernetes": "Kubernetes CA", "etcd": "etcd CA",
+          "kubernetes-aggregator": "Kubernetes aggregator (front-proxy) CA"}
+#: Each CA's key in ``status.trustedCAs`` and its field here (rotation.yaml's key: ``aggregator``).
+FIELDS = {"talos": "talos", "kubernetes": "kubernetes", "etcd": "etcd", "kubernetes-aggregator": "aggregator"}
 
 
 def _fingerprints(pems: Iterable[bytes]) -> tuple[str, ...]:
@@ -62,50 +72,62 @@ def _listed(value: object) -> list[object]:
     return list(value) if isinstance(value, list) else []
 
 
+def _typed_cas(doc: Mapping[str, Any]) -> list[bytes]:
+    """A v1.14 CA document's certificates: ``issuingCA.cert`` then ``acceptedCAs`` (PEM text)."""
+    issuing = doc.get("issuingCA")
+    return [p for p in (_pem_text(issuing.get("cert") if isinstance(issuing, Mapping) else None),
+                        *map(_pem_text, _listed(doc.get("acceptedCAs")))) if p]
+
+
 @dataclass(frozen=True)
 class NodeTrust:
     """The fingerprints of the CAs one node's configuration trusts, per CA (the first one signs)."""
 
     talos: tuple[str, ...] = ()
     kubernetes: tuple[str, ...] = ()
+    etcd: tuple[str, ...] = ()
+    aggregator: tuple[str, ...] = ()
 
     def of(self, name: str) -> tuple[str, ...]:
-        return self.talos if name == "talos" else self.kubernetes
+        fps: tuple[str, ...] = getattr(self, FIELDS[name])
+        return fps
 
     @classmethod
     def of_config(cls, documents: Sequence[Any]) -> NodeTrust:
         """From the plain documents of a machine configuration (``MachineConfig.plain_of``)."""
-        talos: list[bytes] = []
-        kubernetes: list[bytes] = []
+        found: dict[str, list[bytes]] = {f: [] for f in FIELDS.values()}
         for doc in documents:
             if not isinstance(doc, Mapping):
                 continue
             if doc.get("kind") == "KubeAPIServerCAConfig":
-                issuing = doc.get("issuingCA")
-                kubernetes += [p for p in (_pem_text(issuing.get("cert") if isinstance(issuing, Mapping) else None),
-                                           *map(_pem_text, _listed(doc.get("acceptedCAs")))) if p]
+                found["kubernetes"] += _typed_cas(doc)
+            elif doc.get("kind") == "KubeAggregatorCAConfig":
+                found["aggregator"] += _typed_cas(doc)
             elif doc.get("version") == "v1alpha1" and "kind" not in doc:
                 machine = _section(doc, "machine")
-                talos += [p for p in (_b64_crt(machine.get("ca")),
-                                      *map(_b64_crt, _listed(machine.get("acceptedCAs")))) if p]
+                found["talos"] += [p for p in (_b64_crt(machine.get("ca")),
+                                               *map(_b64_crt, _listed(machine.get("acceptedCAs")))) if p]
                 cluster = _section(doc, "cluster")
-                kubernetes += [p for p in (_b64_crt(cluster.get("ca")),
-                                           *map(_b64_crt, _listed(cluster.get("acceptedCAs")))) if p]
-        return cls(_fingerprints(talos), _fingerprints(kubernetes))
+                found["kubernetes"] += [p for p in (_b64_crt(cluster.get("ca")),
+                                                    *map(_b64_crt, _listed(cluster.get("acceptedCAs")))) if p]
+                found["aggregator"] += [p for p in (_b64_crt(cluster.get("aggregatorCA")),) if p]
+                found["etcd"] += [p for p in (_b64_crt(_section(cluster, "etcd").get("ca")),) if p]
+        return cls(**{f: _fingerprints(pems) for f, pems in found.items()})
 
     def as_status(self) -> dict[str, list[str]]:
         """``TalosMachine.status.trustedCAs``."""
-        return {name: list(self.of(name)) for name in TITLES}
+        return {field: list(self.of(name)) for name, field in FIELDS.items()}
 
     @classmethod
     def from_status(cls, value: object) -> NodeTrust | None:
-        """What ``as_status`` wrote (None: never read, or not in that shape)."""
+        """What ``as_status`` wrote (None: never read, or not in that shape). A CA a record of an older ichord does
+        not carry is one the node is not judged on until it is read again."""
         if not isinstance(value, Mapping):
             return None
-        lists = {name: value.get(name) for name in TITLES}
+        lists = {field: value.get(field, []) for field in FIELDS.values()}
         if not all(isinstance(v, list) and all(isinstance(fp, str) for fp in v) for v in lists.values()):
             return None
-        return cls(**{name: tuple(v) for name, v in lists.items()})  # type: ignore[arg-type]
+        return cls(**{field: tuple(v) for field, v in lists.items()})
 
 
 @dataclass(frozen=True)
@@ -114,18 +136,27 @@ class BundleCAs:
 
     talos: tuple[str, ...]
     kubernetes: tuple[str, ...]
+    etcd: tuple[str, ...] = ()  # () : not compared
+    aggregator: tuple[str, ...] = ()
 
     def of(self, name: str) -> tuple[str, ...]:
-        return self.talos if name == "talos" else self.kubernetes
+        fps: tuple[str, ...] = getattr(self, FIELDS[name])
+        return fps
 
     @classmethod
     def of_bundle(cls, bundle: SecretsBundle, rotation: Mapping[str, bytes] | None = None) -> BundleCAs:
         """``rotation``: the new CAs' certificates rotation.yaml holds, by target name."""
         extra = rotation or {}
-        return cls(
-            (ca_fingerprint(bundle.os), *_fingerprints([extra["talos"]] if "talos" in extra else [])),
-            (ca_fingerprint(bundle.k8s), *_fingerprints([extra["kubernetes"]] if "kubernetes" in extra else [])),
-        )
+        own = {"talos": bundle.os, "kubernetes": bundle.k8s, "etcd": bundle.etcd,
+               "kubernetes-aggregator": bundle.k8s_aggregator}
+        return cls(**{FIELDS[name]: (ca_fingerprint(ca), *_fingerprints([extra[name]] if name in extra else []))
+                      for name, ca in own.items()})
+
+    @classmethod
+    def of_render(cls, node: NodeTrust) -> BundleCAs:
+        """The CAs a rendered configuration (read with ``NodeTrust.of_config``) would hand its node: a render is
+        the bundle's, and during a rotation's pass also its new CAs'."""
+        return cls(**{field: node.of(name) for name, field in FIELDS.items()})
 
 
 @dataclass(frozen=True)
@@ -144,4 +175,33 @@ class Refusal:
 def refusals(bundle: BundleCAs, node: NodeTrust) -> tuple[Refusal, ...]:
     """The bundle's CAs none of which the node trusts (empty: the bundle belongs to the node)."""
     return tuple(Refusal(name, bundle.of(name)[0], node.of(name)) for name in TITLES
-                 if node.of(name) and not set(bundle.of(name)) & set(node.of(name)))
+                 if node.of(name) and bundle.of(name) and not set(bundle.of(name)) & set(node.of(name)))
+
+
+def describe_refusals(refused: Sequence[Refusal], where: str) -> str:
+    """``the bundle's Talos API CA <fp> is not among the CAs <where> trusts (<fp>, ...)``, for each refused CA."""
+    return "; ".join(f"the bundle's {r.title} {r.bundle} is not among the CAs {where} trusts ({', '.join(r.node)})"
+                     for r in refused)
+
+
+class BundleMismatchError(IchordError):
+    """An apply would hand a node CAs none of which it trusts (docs/decisions.md#bundle-belongs): the bundle Secret
+    is not the node's, and nothing is applied to it. Not a TalosError: no handler of a refused apply swallows it; an
+    operation is Blocked on it (BundleMismatch) until the cluster's own bundle is back.
+
+    ``endpoint``: the node's address as dialled."""
+
+    def __init__(self, endpoint: str, refused: tuple[Refusal, ...]) -> None:
+        self.endpoint = endpoint
+        self.refused = refused
+        where = f"the node at {endpoint}"
+        super().__init__(f"{describe_refusals(refused, where)}: the bundle Secret holds CAs this node does not trust "
+                         "(another cluster's?); nothing was applied to it")
+
+
+def check_render_belongs(endpoint: str, running: Sequence[Any], rendered: Sequence[Any]) -> None:
+    """Raise BundleMismatchError when the ``rendered`` plain documents would hand the node running ``running`` a CA
+    of a kind none of which it trusts. A rotation's pass trusts old and new together, so it never trips this."""
+    refused = refusals(BundleCAs.of_render(NodeTrust.of_config(rendered)), NodeTrust.of_config(running))
+    if refused:
+        raise BundleMismatchError(endpoint, refused)

@@ -26,12 +26,15 @@ from ichord.cluster_cli import BundleNotTrusted, bundle_export
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.status import update_status
+from ichord.operation_cli import Refused
 from ichord.operations.bundle_source import read_bundle_secret
 from ichord.operations.ca_rotation.plan import handoff_token
+from ichord.operations.config.cli import config_apply
 from ichord.operations.outcome import next_delay
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.pki.ca import CAKind
 from ichord.pki.fingerprint import ca_fingerprint, export_fingerprint
+from ichord.pki.rotation import Target
 from ichord.render.trusted_cas import NodeTrust, refusals
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
@@ -218,6 +221,54 @@ async def test_another_clusters_bundle_is_refused_and_nothing_reaches_the_nodes(
         assert _applies(env) == applies
 
 
+@pytest.mark.parametrize("kind", [CAKind.ETCD, CAKind.AGGREGATOR], ids=["etcd CA only", "aggregator CA only"])
+async def test_another_clusters_etcd_or_aggregator_ca_is_refused_on_the_control_planes(
+        env: SimEnvironment, other: SecretsBundle, kind: CAKind) -> None:
+    """Only the etcd (or the aggregator) CA swapped: the control planes would have rebooted (restarted their
+    kube-apiserver) into it, one by one, under a config rollout. They refuse it instead, naming both fingerprints;
+    the worker carries neither CA and stays Converged; nothing is applied and config-apply creates nothing."""
+    assert env.bundle is not None
+    own = env.bundle
+    swapped = own.with_cas({kind: other.ca(kind)})
+    title = "etcd CA" if kind is CAKind.ETCD else "Kubernetes aggregator (front-proxy) CA"
+    cps = [n for n in env.machine_names if "-cp-" in n]
+    secret_changed = {("Secret", env.secret_name): "MODIFIED"}
+    async with await from_kubeconfig(env.kubeconfig, timing=TIMING) as kube, \
+            cluster_actor(kube, env.namespace, env.namespace, env.cluster_name, TIMING) as reconciler:
+        await reconciler.step({})
+        assert _ready(await _cluster(kube, env))["status"] == "True"
+        await _caught_up(kube, reconciler, env)
+        applies = _applies(env)
+
+        await _put_bundle(kube, env, swapped)
+        await reconciler.step(secret_changed)
+        ready = _ready(await _cluster(kube, env))
+        assert (ready["status"], ready["reason"]) == ("False", names.ReadyReason.BUNDLE_MISMATCH), ready
+        assert f"its {title} {ca_fingerprint(other.ca(kind))} is not among the CAs the nodes trust " \
+               f"({ca_fingerprint(own.ca(kind))})" in ready["message"], ready["message"]
+        assert f"{len(cps)} of {len(env.machine_names)} machines refuse it" in ready["message"], ready["message"]
+        for name in env.machine_names:
+            machine = await crds.machines(kube).get(env.namespace, name)
+            want = "BundleMismatch" if name in cps else "Converged"
+            assert _ready(machine)["reason"] == want, (name, _ready(machine))
+            if name in cps:
+                assert f"the bundle's {title} {ca_fingerprint(other.ca(kind))}" in _ready(machine)["message"]
+                # Never classified as a change: no reboot nor restart left for a rollout to plan.
+                assert (machine["status"]["rebootPaths"], machine["status"]["apiServerRestartPaths"]) == ([], [])
+        assert _applies(env) == applies
+
+        await _caught_up(kube, reconciler, env)
+        with pytest.raises(Refused, match="BundleMismatch"):
+            await config_apply(kube, env.cluster_name, env.namespace, wait=0)
+        assert (await crds.operations(kube).list_objects(env.namespace))[0] == []  # nothing created
+
+        await _put_bundle(kube, env, own)
+        await reconciler.step(secret_changed)
+        ready = _ready(await _cluster(kube, env))
+        assert (ready["status"], ready["reason"]) == ("True", "Reconciled"), ready
+        assert _applies(env) == applies
+
+
 # ---- a CA rotation is no mismatch ---------------------------------------------------------------
 
 #: The rotation tests' bounds (_ca_rotation_driver.TIMING), at the census test's scale.
@@ -225,20 +276,24 @@ ROTATION_TIMING = replace(Timing().scaled(0.01), ca_client_restart_timeout=30.0,
                           ca_apiserver_ready_bound=30.0)
 
 
-async def test_a_ca_rotation_under_way_never_trips_bundle_mismatch(env: SimEnvironment) -> None:
-    """A Talos CA rotation through the actor: at every step the cluster and its machines never say BundleMismatch,
-    and at every stage each node trusts a CA of the bundle Secret as the actor compares them (secrets.yaml's or
-    rotation.yaml's: from Dropping on the nodes trust the new CA alone while secrets.yaml still holds the old)."""
+@pytest.mark.parametrize("target", ["talos", "etcd", "kubernetes-aggregator"])
+async def test_a_ca_rotation_under_way_never_trips_bundle_mismatch(env: SimEnvironment, target: str) -> None:
+    """A CA rotation (Talos API, etcd, aggregator) through the actor: at every step the cluster and its machines
+    never say BundleMismatch, and at every stage each node trusts a CA of the bundle Secret as the actor compares
+    them (secrets.yaml's or rotation.yaml's: from Dropping on the nodes trust the new CA alone while secrets.yaml
+    still holds the old)."""
     assert env.bundle is not None
-    old = ca_fingerprint(env.bundle.os)
+    kind = Target(target).ca_kind
+    field = Target(target).rotation_key  # status.trustedCAs's key: rotation.yaml's
+    old = ca_fingerprint(env.bundle.ca(kind))
     async with await from_kubeconfig(env.kubeconfig, timing=ROTATION_TIMING) as kube, \
             standalone_actor(kube, env.namespace, env.cluster_name, ROTATION_TIMING, instance="test") as reconciler:
         await reconciler.step({})
         await crds.operations(kube).create(env.namespace, {"metadata": {"name": "rotate"}, "spec": {
             "clusterRef": {"name": env.cluster_name}, "kind": names.KIND_CA_ROTATION,
-            "caRotation": {"targets": ["talos"]}}})
+            "caRotation": {"targets": [target]}}})
         stages: list[str] = []
-        for _ in range(800):
+        for _ in range(3000):
             outcome = await reconciler.step({})
             op = await crds.operations(kube).get(env.namespace, "rotate")
             status = op.get("status") or {}
@@ -264,7 +319,7 @@ async def test_a_ca_rotation_under_way_never_trips_bundle_mismatch(env: SimEnvir
         assert stages[0] == "Accepting" and "Dropping" in stages and stages[-1] == "Done", stages
 
         new = ca_fingerprint(SecretsBundle.from_yaml(
-            (await read_bundle_secret(kube, env.namespace, env.secret_name)).raw).os)
+            (await read_bundle_secret(kube, env.namespace, env.secret_name)).raw).ca(kind))
         assert new != old
         for _ in range(200):  # after Done the machines are read again with the new CA: Ready, trusting it alone
             await reconciler.step({})
@@ -272,7 +327,9 @@ async def test_a_ca_rotation_under_way_never_trips_bundle_mismatch(env: SimEnvir
             if all(_ready(m).get("reason") == "Converged" for m in machines):
                 break
             await anyio.sleep(0.02)
-        assert [m["status"]["trustedCAs"]["talos"] for m in machines] == [[new]] * len(machines)
+        # The etcd and aggregator CAs are a control plane's alone: a worker trusts none of them.
+        assert [m["status"]["trustedCAs"][field] for m in machines] == [
+            [new] if target == "talos" or "-cp-" in m["metadata"]["name"] else [] for m in machines]
         ready = _ready(await _cluster(kube, env))
         assert (ready["status"], ready["reason"]) == ("True", "Reconciled"), ready
 

@@ -10,6 +10,7 @@ naming the pod, uncordoned, nothing rebooted), an unowned pod, and the API-serve
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,6 +26,8 @@ from ichord.kube import crds
 from ichord.kube.nodes import CORDONED_BY_ICHORD_ANNOTATION
 from ichord.operations.config.cli import config_apply, format_plan
 from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.pki.ca import CAKind
+from ichord.pki.fingerprint import ca_fingerprint
 from ichord.settings import Timing
 from ichord.sim.combined import SimEnvironment
 from ichord.sim.talos.run import scaled
@@ -422,3 +425,91 @@ async def test_a_worker_is_dialled_once_per_boot_not_once_per_step(bundle: Secre
         # The rollout's own connections (before the reboot, once more after asking for it, after the new boot) and
         # the machine reconciler's (its own client: one a boot).
         assert all(dialled.get(w, 0) <= 5 for w in workers), dialled
+
+
+async def _put_secrets(world: World, bundle: SecretsBundle) -> None:
+    """Replace secrets.yaml in the cluster's bundle Secret (a restore from the wrong file, a copy-paste)."""
+    env = world.env
+    data = base64.b64encode(bundle.to_yaml().encode()).decode()
+    await world.kube.raw("PATCH", f"/api/v1/namespaces/{env.namespace}/secrets/{env.secret_name}",
+                         body={"data": {names.SECRETS_KEY: data}}, content_type="application/merge-patch+json")
+
+
+async def test_another_clusters_etcd_ca_swapped_under_a_running_rollout_stops_it_until_the_bundle_is_back(
+        world: World, bundle: SecretsBundle) -> None:
+    """docs/decisions.md#bundle-belongs: the rollout is under way (one control plane done) when another cluster's
+    etcd CA lands in the bundle Secret. Its next apply would roll that CA onto the next control plane (etcd peers
+    that no longer trust each other): it stops, Paused with ConfigRollout=False/BundleMismatch naming both
+    fingerprints, and no node receives anything more; the cluster's own bundle back, it completes by itself."""
+    env = world.env
+    other = generate_bundle()
+    await world.patch_cluster([REBOOT_PATCH])
+    await _reported(world, "rebootPaths", 5)
+    since = len(env.talos.history.events)
+    await _create(world, "roll", paused=False)
+    first = f"{env.cluster_name}-cp-1"
+
+    async def first_done() -> bool:
+        return first in (((await world.op("roll")).get("status") or {}).get("roll") or {}).get("done", [])
+
+    await world.run_until(first_done, what=f"{first} rolled out")
+    await _put_secrets(world, bundle.with_cas({CAKind.ETCD: other.etcd}))
+    applies = {m: len(env.applies(m)) for m in env.machine_names}
+
+    async def stopped() -> bool:
+        return _cond(await world.op("roll")).get("reason") == names.BUNDLE_MISMATCH
+
+    await world.run_until(stopped, what="the rollout stopped on the bundle")
+    op = await world.op("roll")
+    assert op["status"]["phase"] == "Paused", op["status"]
+    message = _cond(op)["message"]
+    assert f"the bundle's etcd CA {ca_fingerprint(other.etcd)} is not among the CAs the node trusts " \
+           f"({ca_fingerprint(bundle.etcd)})" in message, message
+    for _ in range(30):  # retried, and still nothing reaches a node
+        await world.step()
+        await anyio.sleep(0.01)
+    assert {m: len(env.applies(m)) for m in env.machine_names} == applies
+    assert _cond(await world.op("roll"))["reason"] == names.BUNDLE_MISMATCH
+
+    await _put_secrets(world, bundle)
+    op = await _phase(world, "roll", "Completed", "Failed")
+    assert op["status"]["phase"] == "Completed", op["status"]
+    assert reboots(env, since) == {m: 1 for m in env.machine_names}
+
+
+async def test_another_clusters_aggregator_ca_swapped_under_an_api_server_restart_rollout_stops_it(
+        world: World, bundle: SecretsBundle) -> None:
+    """The kube-apiserver restart class (apiserver.py's apply): another cluster's aggregator CA lands in the Secret
+    once the first control plane restarted; the next one receives nothing (BundleMismatch), and the rollout
+    completes once the cluster's own bundle is back."""
+    env = world.env
+    other = generate_bundle()
+    await world.patch_cluster([API_SERVER_PATCH])
+    await _reported(world, "apiServerRestartPaths", 3)
+    since = len(env.talos.history.events)
+    await _create(world, "restart", paused=False)
+
+    async def first_done() -> bool:
+        return bool((((await world.op("restart")).get("status") or {}).get("apiServerRestart") or {}).get("done"))
+
+    await world.run_until(first_done, what="the first control plane restarted")
+    await _put_secrets(world, bundle.with_cas({CAKind.AGGREGATOR: other.k8s_aggregator}))
+    applies = {m: len(env.applies(m)) for m in env.machine_names}
+
+    async def stopped() -> bool:
+        return _cond(await world.op("restart")).get("reason") == names.BUNDLE_MISMATCH
+
+    await world.run_until(stopped, what="the rollout stopped on the bundle")
+    message = _cond(await world.op("restart"))["message"]
+    assert f"the bundle's Kubernetes aggregator (front-proxy) CA {ca_fingerprint(other.k8s_aggregator)} is not " \
+           f"among the CAs the node trusts ({ca_fingerprint(bundle.k8s_aggregator)})" in message, message
+    for _ in range(30):
+        await world.step()
+        await anyio.sleep(0.01)
+    assert {m: len(env.applies(m)) for m in env.machine_names} == applies
+
+    await _put_secrets(world, bundle)
+    op = await _phase(world, "restart", "Completed", "Failed")
+    assert op["status"]["phase"] == "Completed", op["status"]
+    restarts = [e["node"] for e in env.talos.history.events[since:] if e["kind"] == "apiserver_restart"]
+    assert sorted(restarts) == sorted(m for m in env.machine_names if "-cp-" in m)

@@ -10,6 +10,7 @@ from ichord.actors.cluster_ready import READY, MachineReady, cluster_ready
 from ichord.api.carotation import Stage
 from ichord.contract import SUPPORTED_CONTRACTS, VersionContract
 from ichord.pki.bundle import SecretsBundle, generate_bundle
+from ichord.pki.ca import CAKind
 from ichord.pki.fingerprint import ca_fingerprint
 from ichord.pki.rotation import Target, generate_rotation
 from ichord.render.generate import render
@@ -34,13 +35,44 @@ def test_a_render_trusts_its_bundle_and_refuses_another(bundles: tuple[SecretsBu
                                                         contract: VersionContract, role: str) -> None:
     own, other = bundles
     trust = NodeTrust.of_config(render(own, _inputs(contract), MachineInputs(role=role)).plain())  # type: ignore[arg-type]
-    assert trust == NodeTrust((ca_fingerprint(own.os),), (ca_fingerprint(own.k8s),))
+    cp = role == "controlplane"
+    # A control plane carries the etcd and the aggregator CAs too; a worker neither (Talos gives it neither).
+    assert trust == NodeTrust((ca_fingerprint(own.os),), (ca_fingerprint(own.k8s),),
+                              (ca_fingerprint(own.etcd),) if cp else (),
+                              (ca_fingerprint(own.k8s_aggregator),) if cp else ())
     assert refusals(BundleCAs.of_bundle(own), trust) == ()
     refused = refusals(BundleCAs.of_bundle(other), trust)
-    assert [(r.name, r.bundle, r.node) for r in refused] == [
-        ("talos", ca_fingerprint(other.os), (ca_fingerprint(own.os),)),
-        ("kubernetes", ca_fingerprint(other.k8s), (ca_fingerprint(own.k8s),))]
+    expected = [("talos", ca_fingerprint(other.os), (ca_fingerprint(own.os),)),
+                ("kubernetes", ca_fingerprint(other.k8s), (ca_fingerprint(own.k8s),))]
+    if cp:
+        expected += [("etcd", ca_fingerprint(other.etcd), (ca_fingerprint(own.etcd),)),
+                     ("kubernetes-aggregator", ca_fingerprint(other.k8s_aggregator),
+                      (ca_fingerprint(own.k8s_aggregator),))]
+    assert [(r.name, r.bundle, r.node) for r in refused] == expected
     assert NodeTrust.from_status(trust.as_status()) == trust  # what status.trustedCAs keeps reads back the same
+    if cp:  # a control plane's render hands it exactly the bundle's four CAs
+        assert BundleCAs.of_render(trust) == BundleCAs.of_bundle(own)
+
+
+@pytest.mark.parametrize("contract", SUPPORTED_CONTRACTS, ids=str)
+@pytest.mark.parametrize("swapped", [CAKind.ETCD, CAKind.AGGREGATOR])
+def test_only_the_etcd_or_the_aggregator_ca_swapped_is_refused_on_control_planes_alone(
+        bundles: tuple[SecretsBundle, SecretsBundle], contract: VersionContract, swapped: CAKind) -> None:
+    own, other = bundles
+    foreign = own.with_cas({swapped: other.ca(swapped)})
+    name = "etcd" if swapped is CAKind.ETCD else "kubernetes-aggregator"
+    for role in ("controlplane", "worker"):
+        trust = NodeTrust.of_config(render(own, _inputs(contract), MachineInputs(role=role)).plain())  # type: ignore[arg-type]
+        refused = refusals(BundleCAs.of_bundle(foreign), trust)
+        if role == "worker":
+            assert refused == ()  # a worker carries neither CA: it is not judged on them
+            continue
+        assert [(r.name, r.bundle, r.node) for r in refused] == [
+            (name, ca_fingerprint(other.ca(swapped)), (ca_fingerprint(own.ca(swapped)),))]
+
+
+def test_a_record_of_an_older_ichord_reads_without_the_new_cas() -> None:
+    assert NodeTrust.from_status({"talos": ["a"], "kubernetes": ["b"]}) == NodeTrust(("a",), ("b",))
 
 
 @pytest.mark.parametrize("stage", [Stage.ACCEPTING, Stage.ISSUING, Stage.DROPPING, Stage.FINALIZING])
@@ -48,11 +80,15 @@ def test_a_render_trusts_its_bundle_and_refuses_another(bundles: tuple[SecretsBu
 def test_a_rotation_stage_trusts_the_bundle_with_its_rotation(bundles: tuple[SecretsBundle, SecretsBundle],
                                                               stage: Stage, role: str) -> None:
     own, _ = bundles
-    rotation = generate_rotation((Target.TALOS, Target.KUBERNETES))
+    rotation = generate_rotation((Target.TALOS, Target.KUBERNETES, Target.ETCD, Target.KUBERNETES_AGGREGATOR))
     config = render_stage(own, rotation, stage, _inputs(SUPPORTED_CONTRACTS[-1]), MachineInputs(role=role))  # type: ignore[arg-type]
     trust = NodeTrust.of_config(config.plain())
     new = {t.value: ca.cert_pem for t, ca in rotation.new.items()}
     assert refusals(BundleCAs.of_bundle(own, new), trust) == ()
+    # What a pass hands the node is what it trusts at that stage: never refused against the node before the pass.
+    assert refusals(BundleCAs.of_render(trust), trust) == ()
+    if role == "controlplane" and stage in (Stage.ACCEPTING, Stage.ISSUING):  # old and new both trusted, etcd too
+        assert len(trust.etcd) == 2 and len(trust.aggregator) == 2, trust
     # Dropping and Finalizing trust the new CAs alone: secrets.yaml's old ones would be refused without rotation.yaml.
     alone = refusals(BundleCAs.of_bundle(own), trust)
     assert bool(alone) is (stage in (Stage.DROPPING, Stage.FINALIZING))

@@ -18,6 +18,7 @@ from typing import Any
 
 from ichord import operation_cli
 from ichord.api import names
+from ichord.api.conditions import find
 from ichord.api.max_unavailable import MaxUnavailable, MaxUnavailableError
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.operations.config.plan import Candidate, plan_machines
@@ -96,6 +97,13 @@ async def config_apply(kube: KubeClient, cluster: str, namespace: str, *, max_un
     if busy:
         raise operation_cli.Refused(busy)
     machines = await operation_cli.approved_machines(kube, namespace, cluster)
+    refusing = _refusing_the_bundle(machines)
+    if refusing:
+        raise operation_cli.Refused(
+            f"the bundle of cluster {namespace}/{cluster} is not the one its nodes trust (TalosMachine "
+            f"{', '.join(refusing)} Ready BundleMismatch: another cluster's CAs in the bundle Secret): rolling it out "
+            f"would hand the nodes CAs they do not trust. Put the cluster's own bundle back (the TalosCluster's Ready "
+            f"says how: `kubectl -n {namespace} get tc {cluster} -o yaml`). Nothing was created.")
     if not plan_machines([Candidate.of(o) for o in machines]):
         raise operation_cli.Refused(
             f"no machine of cluster {namespace}/{cluster} waits for a reboot or an API server restart (no approved "
@@ -104,6 +112,14 @@ async def config_apply(kube: KubeClient, cluster: str, namespace: str, *, max_un
     name = operation_cli.operation_name(cluster, "config", now)
     body = operation_object(cluster, name, max_unavailable=max_unavailable, start=start)
     return await operation_cli.create_and_plan(kube, namespace, body, wait=wait)
+
+
+def _refusing_the_bundle(machines: list[Obj]) -> list[str]:
+    """The approved machines whose Ready says their node does not trust the bundle
+    (docs/decisions.md#bundle-belongs)."""
+    return [str(o["metadata"]["name"]) for o in machines
+            if (find((o.get("status") or {}).get("conditions"), names.READY) or {}).get("reason")
+            == names.ReadyReason.BUNDLE_MISMATCH]
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from ichord.render.config import ConfigParseError, MachineConfig
 from ichord.render.errors import RenderError
 from ichord.render.generate import render
 from ichord.render.inputs import MachineInputs
+from ichord.render.trusted_cas import check_render_belongs
 from ichord.talos.client import TalosClient
 from ichord.talos.errors import TalosError, TalosUnreachableError
 
@@ -37,11 +38,20 @@ async def _running(talos: TalosClient, endpoint: str, *, persistent: bool) -> li
 async def runs_render(talos: TalosClient, endpoint: str, rendered: MachineConfig, *,
                       persistent: bool = False) -> bool:
     """The node's active (``persistent``: on-disk, what the next boot runs) configuration equals the render. A
-    configuration ichord cannot parse is not the render; TalosErrors propagate (the caller decides)."""
+    configuration ichord cannot parse is not the render; TalosErrors propagate (the caller decides).
+
+    Every apply of a rollout is preceded by this comparison, so it is where a render the node must not receive is
+    refused: one that would hand the node CAs none of which it trusts (another cluster's bundle in the Secret)
+    raises BundleMismatchError, and the operation is Blocked on it with nothing applied
+    (docs/decisions.md#bundle-belongs). A CA rotation's passes apply through their own path: their renders trust
+    the old and the new CAs together."""
     try:
-        return await _running(talos, endpoint, persistent=persistent) == rendered.plain()
+        running = await _running(talos, endpoint, persistent=persistent)
     except ConfigParseError:
         return False
+    desired = rendered.plain()
+    check_render_belongs(endpoint, running, desired)
+    return running == desired
 
 
 class Mismatch(Enum):
