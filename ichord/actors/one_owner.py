@@ -55,9 +55,7 @@ def machine_refusal(rt: Runtime, m: MachineView) -> MachineResult | None:
                f"created first and holds it; nothing is applied to it for this machine. Correct the address "
                f"(`kubectl -n {m.namespace} edit talosmachine {m.name}`) or delete the machine that should not be "
                f"there; the other one's going hands the node over")
-    return MachineResult(Condition(names.READY, "False", ReadyReason.ADDRESS_IN_USE, message),
-                         fields={"rebootPaths": [], "apiServerRestartPaths": []},
-                         event=("Warning", ReadyReason.ADDRESS_IN_USE, message), requeue_after=rt.resync)
+    return _refused(rt, ReadyReason.ADDRESS_IN_USE, message)
 
 
 def _hostname_refusal(rt: Runtime, m: MachineView) -> MachineResult | None:
@@ -69,9 +67,14 @@ def _hostname_refusal(rt: Runtime, m: MachineView) -> MachineResult | None:
                f"Node, so nothing is applied to this machine's node. Give it a hostname of its own "
                f"(`kubectl -n {m.namespace} edit talosmachine {m.name}`) or delete the machine that should not be "
                f"there; the other one's going hands the name over")
-    return MachineResult(Condition(names.READY, "False", ReadyReason.HOSTNAME_IN_USE, message),
+    return _refused(rt, ReadyReason.HOSTNAME_IN_USE, message)
+
+
+def _refused(rt: Runtime, reason: str, message: str) -> MachineResult:
+    """A machine another holds: Ready=False with one Warning, no reboot or restart left for a rollout to plan."""
+    return MachineResult(Condition(names.READY, "False", reason, message),
                          fields={"rebootPaths": [], "apiServerRestartPaths": []},
-                         event=("Warning", ReadyReason.HOSTNAME_IN_USE, message), requeue_after=rt.resync)
+                         event=("Warning", reason, message), requeue_after=rt.resync)
 
 
 def bundle_holder(rt: Runtime, cluster: ClusterView) -> Key | None:

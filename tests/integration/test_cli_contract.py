@@ -28,8 +28,6 @@ progress note such as "waiting for ..." may come before it), and never a traceba
 from __future__ import annotations
 
 import base64
-import contextlib
-import io
 import json
 import socket
 import sys
@@ -43,12 +41,12 @@ import pytest
 
 from ichord import yamlio
 from ichord.api.names import BUNDLE_EXPORTED_ANNOTATION
-from ichord.cli import main
 from ichord.kube import crds
 from ichord.kube.client import KubeClient, from_kubeconfig
 from ichord.kube.status import update_status
 from ichord.pki.bundle import SecretsBundle, generate_bundle
 from ichord.sim.kube import KubeSimulator
+from tests.integration._rehearsal import cli as run_cli
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -429,16 +427,6 @@ def _files(root: Path) -> dict[str, tuple[int, bytes]]:
     """Every file and directory under ``root``: its mode and content."""
     return {str(p.relative_to(root)): (p.stat().st_mode, b"" if p.is_dir() else p.read_bytes())
             for p in sorted(root.rglob("*"))}
-
-
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as exc:  # argparse
-            rc = int(exc.code or 0)
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
