@@ -8,6 +8,7 @@ metadata proxies the call one-to-one to another node of the simulated cluster.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -190,6 +191,7 @@ class _Base:
 
         tasks = [asyncio.ensure_future(one(given, node)) for given, node in targets]
         done = asyncio.ensure_future(asyncio.gather(*tasks))
+        getter: asyncio.Future[Any] | None = None
         try:
             while not (done.done() and queue.empty()):
                 getter = asyncio.ensure_future(queue.get())
@@ -199,8 +201,15 @@ class _Base:
                 else:
                     getter.cancel()
         finally:
-            for task in tasks:
+            # A stream closed mid-way (the handler cancelled) leaves no task pending and no gather's error unread:
+            # a pending Queue.get destroyed with its event loop is an unraisable error in a later test.
+            pending = [t for t in (*tasks, getter) if t is not None and not t.done()]
+            for task in pending:
                 task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([*pending, done])
+            if done.done() and not done.cancelled():
+                done.exception()  # read: never "exception was never retrieved"
 
     @staticmethod
     async def chunks(data: bytes) -> AsyncIterator[common_pb2.Data]:
